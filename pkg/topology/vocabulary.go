@@ -1,0 +1,124 @@
+// Package topology is gpufabric's shared vocabulary: the driver and class
+// names, the device attributes the kubelet plugin publishes and the scheduler
+// reads, NVLink domain identifiers, device taint keys, and the fabric tree
+// built from ResourceSlices and Node labels.
+//
+// Rules: this package imports no client-go and no NVML. Everything in it is
+// pure and safe for concurrent use.
+package topology
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// Names fixed by the architecture.
+const (
+	// DriverName is the DRA driver name and the attribute domain.
+	DriverName = "gpufabric.dev"
+	// SchedulerName is the pod.spec.schedulerName the scheduler serves.
+	SchedulerName = "gpufabric-scheduler"
+
+	GPUDeviceClass          = "gpu." + DriverName
+	NICDeviceClass          = "nic." + DriverName
+	FabricDomainDeviceClass = "fabric-domain." + DriverName
+)
+
+// Device types, the value of the AttrType attribute.
+const (
+	DeviceTypeGPU          = "gpu"
+	DeviceTypeNIC          = "nic"
+	DeviceTypeFabricDomain = "fabric-domain"
+)
+
+// Attribute names as published (unqualified, in the driver's domain).
+// Reference them from CEL or constraints through Qualified.
+const (
+	AttrType                  resourceapi.QualifiedName = "type"
+	AttrUUID                  resourceapi.QualifiedName = "uuid"
+	AttrProductName           resourceapi.QualifiedName = "productName"
+	AttrArchitecture          resourceapi.QualifiedName = "architecture"
+	AttrCUDAComputeCapability resourceapi.QualifiedName = "cudaComputeCapability"
+	AttrDriverVersion         resourceapi.QualifiedName = "driverVersion"
+	AttrIndex                 resourceapi.QualifiedName = "index"
+	AttrNVLinkDomain          resourceapi.QualifiedName = "nvlinkDomain"
+	AttrNVLinkDomainKind      resourceapi.QualifiedName = "nvlinkDomainKind"
+	AttrIBRail                resourceapi.QualifiedName = "ibRail"
+	AttrIBDevice              resourceapi.QualifiedName = "ibDevice"
+	AttrLinkLayer             resourceapi.QualifiedName = "linkLayer"
+	AttrRateGbps              resourceapi.QualifiedName = "rateGbps"
+	AttrPortState             resourceapi.QualifiedName = "portState"
+	AttrNodeGUID              resourceapi.QualifiedName = "nodeGUID"
+	AttrMIGEnabled            resourceapi.QualifiedName = "migEnabled"
+	// Fabric-domain channel devices (cluster-level pools).
+	AttrNodeCount resourceapi.QualifiedName = "nodeCount"
+	AttrGPUCount  resourceapi.QualifiedName = "gpuCount"
+
+	// CapacityMemory is a GPU's memory in bytes.
+	CapacityMemory resourceapi.QualifiedName = "memory"
+)
+
+// Qualified returns the fully qualified name of one of the driver's attributes,
+// as CEL expressions and matchAttribute constraints spell it
+// ("gpufabric.dev/nvlinkDomain").
+func Qualified(name resourceapi.QualifiedName) resourceapi.FullyQualifiedName {
+	return resourceapi.FullyQualifiedName(DriverName + "/" + string(name))
+}
+
+// DomainKind says what kind of NVLink domain a GPU belongs to.
+type DomainKind string
+
+const (
+	// DomainKindMNNVL is a multi-node NVLink domain (GB200 NVL72-class): the
+	// GPUs of several nodes that share one (cluster UUID, clique id).
+	DomainKindMNNVL DomainKind = "mnnvl"
+	// DomainKindNVSwitch is one node's NVSwitch domain (HGX/DGX).
+	DomainKindNVSwitch DomainKind = "nvswitch"
+	// DomainKindNone means no NVLink fabric: the domain is the node itself.
+	DomainKindNone DomainKind = "none"
+)
+
+// Device taint keys. Their values say what is wrong in words.
+const (
+	TaintFabricNotCompleted = DriverName + "/fabric-not-completed"
+	TaintNVLinkDegraded     = DriverName + "/nvlink-degraded"
+	TaintPortDown           = DriverName + "/port-down"
+	TaintNVMLError          = DriverName + "/nvml-error"
+)
+
+// MaxAttributeValueLength is the API's limit for string attribute values.
+const MaxAttributeValueLength = 64
+
+// MNNVLDomainID is the nvlinkDomain of a multi-node NVLink clique:
+// "<clusterUUID>.<cliqueID>". clusterUUID is the canonical 36-character form.
+func MNNVLDomainID(clusterUUID string, cliqueID uint32) string {
+	return fmt.Sprintf("%s.%d", strings.ToLower(clusterUUID), cliqueID)
+}
+
+// NodeDomainID is the nvlinkDomain of a node-scoped domain (an NVSwitch node,
+// or a node without NVLink): "<kind>.<nodeName>". Node names longer than the
+// attribute limit allows are shortened with a stable hash suffix.
+func NodeDomainID(kind DomainKind, nodeName string) string {
+	id := string(kind) + "." + nodeName
+	if len(id) <= MaxAttributeValueLength {
+		return id
+	}
+	sum := sha256.Sum256([]byte(nodeName))
+	suffix := "-" + hex.EncodeToString(sum[:])[:10]
+	return id[:MaxAttributeValueLength-len(suffix)] + suffix
+}
+
+// Device names as published in a node's pool and in fabric-domain pools.
+func GPUDeviceName(minor int) string       { return fmt.Sprintf("gpu-%d", minor) }
+func NICDeviceName(ibDevice string) string { return "nic-" + ibDevice }
+func ChannelDeviceName(n int) string       { return fmt.Sprintf("channel-%d", n) }
+
+// FabricDomainPoolName is the pool name of the cluster-level pool that holds
+// the channels of one NVLink domain.
+func FabricDomainPoolName(domainID string) string {
+	return "fabric-domain." + domainID
+}
