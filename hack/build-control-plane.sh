@@ -50,6 +50,22 @@ build() {
 	log "$name: built in $((SECONDS - start))s"
 }
 
+# kwok_stages assembles kwok's "fast" node and pod lifecycle stages from its
+# module source into one file for `kwok -c`.
+kwok_stages() {
+	[[ -s "$dir/kwok-stages.yaml" ]] && return
+	local src
+	src=$(cd "$root/hack/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+	local f first=1
+	for f in "$src"/node/fast/node-initialize.yaml "$src"/node/heartbeat/node-heartbeat.yaml "$src"/pod/fast/pod-*.yaml; do
+		[[ $first == 1 ]] || echo '---'
+		first=0
+		cat "$f"
+	done > "$dir/.kwok-stages.yaml.tmp"
+	mv "$dir/.kwok-stages.yaml.tmp" "$dir/kwok-stages.yaml"
+	log "kwok: stages assembled from $src"
+}
+
 components=("$@")
 [[ ${#components[@]} -gt 0 ]] || components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 for c in "${components[@]}"; do
@@ -57,8 +73,10 @@ for c in "${components[@]}"; do
 	etcd) build etcd etcd go.etcd.io/etcd/server/v3 ;;
 	kube-apiserver | kube-controller-manager | kube-scheduler)
 		build "$c" kube "k8s.io/kubernetes/cmd/$c" "$(kube_ldflags)" ;;
-	kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok \
-		"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$KUBE_VERSION" ;;
+	kwok)
+		build kwok kwok sigs.k8s.io/kwok/cmd/kwok \
+			"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$KUBE_VERSION"
+		kwok_stages ;;
 	*) log "unknown component $c"; exit 2 ;;
 	esac
 done

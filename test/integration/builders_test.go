@@ -1,0 +1,125 @@
+package integration
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// Builders for the objects the integration tests create. Each returns a
+// complete, valid object; tests change what they care about.
+
+func node(name string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("64"),
+				corev1.ResourceMemory: resource.MustParse("512Gi"),
+				corev1.ResourcePods:   resource.MustParse("110"),
+			},
+		},
+	}
+}
+
+func gpuDeviceClass() *resourceapi.DeviceClass {
+	return &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: topology.GPUDeviceClass},
+		Spec: resourceapi.DeviceClassSpec{
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: `device.driver == "gpufabric.dev" && device.attributes["gpufabric.dev"].type == "gpu"`,
+			}}},
+		},
+	}
+}
+
+// gpuSlice is a node-local pool of n GPUs in one NVLink domain.
+func gpuSlice(nodeName, domain string, n int) *resourceapi.ResourceSlice {
+	devices := make([]resourceapi.Device, n)
+	for i := range devices {
+		devices[i] = resourceapi.Device{
+			Name: topology.GPUDeviceName(i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				topology.AttrType:             {StringValue: ptr.To(topology.DeviceTypeGPU)},
+				topology.AttrNVLinkDomain:     {StringValue: ptr.To(domain)},
+				topology.AttrNVLinkDomainKind: {StringValue: ptr.To(string(topology.DomainKindMNNVL))},
+				topology.AttrIBRail:           {IntValue: ptr.To(int64(i))},
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				topology.CapacityMemory: {Value: resource.MustParse("189471Mi")},
+			},
+		}
+	}
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName + "-" + topology.DriverName},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   topology.DriverName,
+			NodeName: ptr.To(nodeName),
+			Pool:     resourceapi.ResourcePool{Name: nodeName, ResourceSliceCount: 1},
+			Devices:  devices,
+		},
+	}
+}
+
+// gpuClaim requests count GPUs.
+func gpuClaim(namespace, name string, count int64) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{
+				Name: "gpus",
+				Exactly: &resourceapi.ExactDeviceRequest{
+					DeviceClassName: topology.GPUDeviceClass,
+					AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+					Count:           count,
+				},
+			}},
+		}},
+	}
+}
+
+// podGroup is a gang of minCount with one shared claim and a topology key.
+func podGroup(namespace, name string, minCount int32, sharedClaim string) *schedulingv1beta1.PodGroup {
+	return &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+				Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount},
+			},
+			SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{
+				Topology: []schedulingv1beta1.TopologyConstraint{{Key: string(topology.Qualified(topology.AttrNVLinkDomain))}},
+			},
+			ResourceClaims: []schedulingv1beta1.PodGroupResourceClaim{{
+				Name: "fabric", ResourceClaimName: ptr.To(sharedClaim),
+			}},
+		},
+	}
+}
+
+// gangPod is a member of podGroup using the group's shared claim.
+func gangPod(namespace, name, group string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: corev1.PodSpec{
+			SchedulerName:   topology.SchedulerName,
+			SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: ptr.To(group)},
+			Containers: []corev1.Container{{
+				Name: "train", Image: "registry.example/train:1",
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "fabric"}}},
+			}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "fabric", ResourceClaimName: ptr.To(group + "-fabric")}},
+		},
+	}
+}
+
+// reservedForPodGroup is the consumer reference of a group-shared claim.
+func reservedForPodGroup(pg *schedulingv1beta1.PodGroup) resourceapi.ResourceClaimConsumerReference {
+	return resourceapi.ResourceClaimConsumerReference{
+		APIGroup: schedulingv1beta1.GroupName, Resource: "podgroups", Name: pg.Name, UID: pg.UID,
+	}
+}

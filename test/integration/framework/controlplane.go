@@ -1,0 +1,277 @@
+// Package framework runs a real Kubernetes 1.37 control plane for tests and
+// the demo: etcd and kube-apiserver, optionally kube-controller-manager and
+// kwok, built from the Go module proxy (hack/build-control-plane.sh) and
+// started on free loopback ports with the gates gpufabric needs.
+//
+// Rules: every process it starts is recorded by PID under a state dir owned by
+// the calling process; Stop is idempotent; a later Start stops the processes
+// of control planes whose owner died and removes their dirs.
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// FeatureGates are the gates every gpufabric control plane runs with.
+const FeatureGates = "GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true"
+
+// RuntimeConfig enables the v1beta1 PodGroup API.
+const RuntimeConfig = "scheduling.k8s.io/v1beta1=true"
+
+// Options choose the optional components.
+type Options struct {
+	// ControllerManager starts kube-controller-manager (claims from
+	// templates, namespaces' default service accounts, garbage collection).
+	ControllerManager bool
+	// Kwok starts kwok, which runs the lifecycle of pods on nodes
+	// annotated kwok.x-k8s.io/node=fake.
+	Kwok bool
+	// StateRoot holds the state dirs; default: $TMPDIR/gpufabric-framework.
+	StateRoot string
+}
+
+// ControlPlane is a running control plane. Safe for concurrent use.
+type ControlPlane struct {
+	dir        string
+	pki        *pki
+	host       string
+	kubeconfig string
+
+	mu    sync.Mutex
+	procs []*process
+}
+
+// Start brings up the control plane and waits until it serves. On error
+// everything started so far is stopped, and the error carries the tail of the
+// failing component's log.
+func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
+	logger := klog.FromContext(ctx)
+	root := opts.StateRoot
+	if root == "" {
+		root = filepath.Join(os.TempDir(), "gpufabric-framework")
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("create state root: %w", err)
+	}
+	if stopped, err := cleanupStale(root); err != nil {
+		logger.Error(err, "Cleaning up stale control planes")
+	} else if len(stopped) > 0 {
+		logger.Info("Stopped processes of a previous run whose owner died", "processes", stopped)
+	}
+	dir, err := os.MkdirTemp(root, "cp-")
+	if err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	cp := &ControlPlane{dir: dir}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+	if err := cp.initDir(); err != nil {
+		return nil, err
+	}
+	etcdURL, err := cp.startEtcd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := cp.startAPIServer(ctx, etcdURL); err != nil {
+		return nil, err
+	}
+	if err := cp.bootstrap(ctx, !opts.ControllerManager); err != nil {
+		return nil, err
+	}
+	if opts.ControllerManager {
+		if err := cp.startControllerManager(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Kwok {
+		if err := cp.startKwok(ctx); err != nil {
+			return nil, err
+		}
+	}
+	logger.Info("Control plane ready", "host", cp.host, "kubeconfig", cp.kubeconfig)
+	return cp, nil
+}
+
+func (cp *ControlPlane) initDir() error {
+	rec, err := ownerRecord(os.Getpid())
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(cp.dir, "pids"), 0o700); err != nil {
+		return fmt.Errorf("create pid dir: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(cp.dir, "owner"), []byte(rec), 0o600); err != nil {
+		return fmt.Errorf("record owner: %w", err)
+	}
+	p, err := newPKI(filepath.Join(cp.dir, "pki"))
+	if err != nil {
+		return fmt.Errorf("create pki: %w", err)
+	}
+	cp.pki = p
+	return nil
+}
+
+// Dir is the control plane's state dir (logs, certificates, kubeconfig).
+func (cp *ControlPlane) Dir() string { return cp.dir }
+
+// Host is the apiserver URL.
+func (cp *ControlPlane) Host() string { return cp.host }
+
+// KubeconfigPath is an admin kubeconfig for kubectl and other processes.
+func (cp *ControlPlane) KubeconfigPath() string { return cp.kubeconfig }
+
+// Stop stops every component (newest first) and removes the state dir.
+// Idempotent.
+func (cp *ControlPlane) Stop() {
+	cp.stopProcesses()
+	_ = os.RemoveAll(cp.dir)
+}
+
+func (cp *ControlPlane) stopProcesses() {
+	cp.mu.Lock()
+	procs := cp.procs
+	cp.procs = nil
+	cp.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop(10 * time.Second)
+	}
+}
+
+// LogTails returns the last n lines of every component's log, for failures.
+func (cp *ControlPlane) LogTails(n int) string {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var b strings.Builder
+	for _, p := range cp.procs {
+		fmt.Fprintf(&b, "--- %s (%s) ---\n%s\n", p.name, p.logPath, p.logTail(n))
+	}
+	return b.String()
+}
+
+// AdminConfig is a rest.Config for a cluster admin (system:masters).
+func (cp *ControlPlane) AdminConfig() *rest.Config {
+	return cp.configFor(cp.pki.adminCertFile(), cp.pki.adminKeyFile())
+}
+
+// UserConfig is a rest.Config authenticated as user in groups by a client
+// certificate, so only the RBAC rules bound to that identity apply.
+func (cp *ControlPlane) UserConfig(user string, groups ...string) (*rest.Config, error) {
+	certPEM, keyPEM, err := cp.pki.ClientCert(user, groups...)
+	if err != nil {
+		return nil, fmt.Errorf("issue client certificate for %s: %w", user, err)
+	}
+	cfg := cp.configFor("", "")
+	cfg.CertData, cfg.KeyData = certPEM, keyPEM
+	return cfg, nil
+}
+
+func (cp *ControlPlane) configFor(certFile, keyFile string) *rest.Config {
+	return &rest.Config{
+		Host: cp.host,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   cp.pki.caPEM,
+			CertFile: certFile,
+			KeyFile:  keyFile,
+		},
+		QPS:   1000,
+		Burst: 2000,
+	}
+}
+
+func (cp *ControlPlane) start(name string, args []string, env ...string) (*process, error) {
+	bin, err := binary(name)
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProcess(cp.dir, name, bin, args, env)
+	if err != nil {
+		return nil, err
+	}
+	cp.mu.Lock()
+	cp.procs = append(cp.procs, p)
+	cp.mu.Unlock()
+	return p, nil
+}
+
+// waitReady polls check until it succeeds, the process exits, or the timeout.
+func waitReady(ctx context.Context, p *process, timeout time.Duration, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		if done, werr := p.exited(); done {
+			return fmt.Errorf("%s exited before it was ready (%v); log tail:\n%s", p.name, werr, p.logTail(40))
+		}
+		if last = check(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s: %w; log tail:\n%s", p.name, timeout, last, p.logTail(40))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// httpCheck returns a readiness check that GETs url and wants 200.
+func httpCheck(client *http.Client, url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// insecureClient is for health checks of components whose serving cert is
+// self-signed (kube-controller-manager); it sends no credentials.
+func insecureClient() *http.Client {
+	return &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // health probe only
+	}
+}

@@ -1,0 +1,99 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/yaml"
+)
+
+// StartT starts a control plane for a test and stops it in t.Cleanup. When
+// the test failed, the tail of every component's log goes to the test log.
+func StartT(t testing.TB, opts Options) *ControlPlane {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute) // cold binary builds included
+	defer cancel()
+	cp, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("start control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("control plane logs:\n%s", cp.LogTails(30))
+		}
+		cp.Stop()
+	})
+	return cp
+}
+
+// AdminClient is a clientset for a cluster admin.
+func (cp *ControlPlane) AdminClient(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatalf("build admin client: %v", err)
+	}
+	return c
+}
+
+// ClientWithRules creates a ClusterRole with rules, binds it to a new user
+// named user, and returns a clientset authenticated as that user. Nothing
+// else is granted to it.
+func (cp *ControlPlane) ClientWithRules(t testing.TB, user string, rules []rbacv1.PolicyRule) kubernetes.Interface {
+	t.Helper()
+	ctx := t.Context()
+	admin := cp.AdminClient(t)
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create cluster role %s: %v", user, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create cluster role binding %s: %v", user, err)
+	}
+	cfg, err := cp.UserConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("build client for %s: %v", user, err)
+	}
+	return c
+}
+
+// LoadRules reads a YAML list of RBAC rules (the chart's files/rbac/*.yaml)
+// relative to the repository root.
+func LoadRules(relPath string) ([]rbacv1.PolicyRule, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(root, relPath))
+	if err != nil {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	var doc struct {
+		Rules []rbacv1.PolicyRule `json:"rules"`
+	}
+	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
+		return nil, fmt.Errorf("parse rules %s: %w", relPath, err)
+	}
+	if len(doc.Rules) == 0 {
+		return nil, fmt.Errorf("parse rules %s: no rules", relPath)
+	}
+	return doc.Rules, nil
+}
