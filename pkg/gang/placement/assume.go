@@ -1,0 +1,110 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// decision turns a winning attempt into a Decision.
+func (p *placer) decision(l *topology.Level, att *attempt) *Decision {
+	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Score: att.score, Stats: p.stats}
+	for i, c := range p.sharedClaims {
+		d.Claims = append(d.Claims, ClaimAllocation{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Shared: true, Allocation: att.shared[i]})
+	}
+	for mi, m := range p.g.Members {
+		d.Pods = append(d.Pods, PodPlacement{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID, Node: att.memberNode[mi].node.Name})
+		for ci, c := range att.memberClm[mi] {
+			d.Claims = append(d.Claims, ClaimAllocation{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Pod: m.Pod.Name, Allocation: att.memberRes[mi][ci]})
+		}
+	}
+	return d
+}
+
+// unschedulable builds the report: the levels tried, and per-node check
+// counts for the first member's shape over all nodes plus the refusals seen
+// while verifying.
+func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
+	u := &Unschedulable{Gang: p.g.Key(), Pods: len(p.g.Members), Devices: p.need, DeviceClass: p.class, Levels: p.reports, Stats: p.stats}
+	counts := map[string]int{}
+	for _, ns := range p.s.nodes {
+		if _, why, err := p.fitOn(ctx, ns, 0, nil); err != nil {
+			return nil, err
+		} else if why != "" {
+			counts[why]++
+		}
+	}
+	for check, nodes := range p.refused {
+		counts[check] += len(nodes)
+	}
+	u.NodeChecks = sortedChecks(counts)
+	u.Message = u.message()
+	return u, nil
+}
+
+// Assume adds a decision of Place for gang g to the snapshot: its pods use
+// their nodes' resources and its claims' devices are allocated, so the next
+// Place sees them. It does not verify the decision.
+func (s *Snapshot) Assume(ctx context.Context, g *Gang, d *Decision) error {
+	if len(d.Pods) != len(g.Members) {
+		return fmt.Errorf("decision for %d pods, gang has %d members", len(d.Pods), len(g.Members))
+	}
+	touched := map[*nodeState]bool{}
+	for i, pp := range d.Pods {
+		ns := s.byName[pp.Node]
+		if ns == nil {
+			return fmt.Errorf("node %s not in snapshot", pp.Node)
+		}
+		ns.addPod(podRequests(g.Members[i].Pod))
+		touched[ns] = true
+	}
+	for _, c := range d.Claims {
+		for _, r := range c.Allocation.Devices.Results {
+			if ns := s.poolNode[poolID{r.Driver, r.Pool}]; ns != nil {
+				touched[ns] = true
+			}
+		}
+	}
+	nodes := make([]*nodeState, 0, len(touched))
+	for ns := range touched {
+		nodes = append(nodes, ns)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].node.Name < nodes[j].node.Name })
+	keys := make([]string, 0, len(s.levels))
+	for k := range s.levels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	before := map[*nodeState]map[string]int{}
+	for _, ns := range nodes {
+		before[ns] = map[string]int{}
+		for _, k := range keys {
+			if c := s.levels[k].class; c != "" {
+				f, err := s.freeDevices(ctx, ns, c)
+				if err != nil {
+					return err
+				}
+				before[ns][c] = f
+			}
+		}
+	}
+	for i := range d.Claims {
+		s.markAllocated(&d.Claims[i].Allocation)
+	}
+	for _, k := range keys {
+		li := s.levels[k]
+		if li.class == "" {
+			continue
+		}
+		for _, ns := range nodes {
+			f, err := s.freeDevices(ctx, ns, li.class)
+			if err != nil {
+				return err
+			}
+			li.update(ns.node.Name, before[ns][li.class], f)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// ErrNotReady says a gang cannot enter placement yet: too few members, or
+// a claim it needs does not exist.
+var ErrNotReady = errors.New("gang not ready")
+
+// Gang is what Place places: all Members on one domain, or none.
+type Gang struct {
+	Namespace string
+	// Name of the PodGroup, or of the pod for a gang of one.
+	Name string
+	UID  types.UID
+	// MinCount is the PodGroup's gang minCount; Place places all Members,
+	// and a gang with fewer Members than MinCount is not ready.
+	MinCount int
+	// TopologyKey is schedulingConstraints.topology[0].key: a level of the
+	// fabric tree or any node label. Empty: the smallest level that fits.
+	TopologyKey string
+	// PreferredTopologyKey is tried first, then the levels above it.
+	PreferredTopologyKey string
+	// RailAlignmentRequired rejects placements whose members' GPUs are on
+	// different sets of IB rails.
+	RailAlignmentRequired bool
+	// Members in a stable order (by pod name from the builders).
+	Members []Member
+	// SharedClaims are the PodGroup's claims, used by every member.
+	SharedClaims []*resourceapi.ResourceClaim
+}
+
+// Member is one pod of a gang with its own claims (not the shared ones).
+type Member struct {
+	Pod    *v1.Pod
+	Claims []*resourceapi.ResourceClaim
+}
+
+// Key is "namespace/name".
+func (g *Gang) Key() string { return g.Namespace + "/" + g.Name }
+
+// ClaimGetter returns a ResourceClaim, or an error when it does not exist.
+type ClaimGetter func(namespace, name string) (*resourceapi.ResourceClaim, error)
+
+// NewGang builds the gang of a PodGroup from its pods (any order) and the
+// claims they reference. A pod claim that resolves to one of the PodGroup's
+// claims (same name, or same name and template) is shared, not per pod.
+func NewGang(pg *schedulingv1beta1.PodGroup, pods []*v1.Pod, getClaim ClaimGetter) (*Gang, error) {
+	g := &Gang{Namespace: pg.Namespace, Name: pg.Name, UID: pg.UID, MinCount: 1}
+	if gp := pg.Spec.SchedulingPolicy.Gang; gp != nil {
+		g.MinCount = int(gp.MinCount)
+	}
+	if sc := pg.Spec.SchedulingConstraints; sc != nil && len(sc.Topology) > 0 {
+		g.TopologyKey = sc.Topology[0].Key
+	}
+	g.PreferredTopologyKey = pg.Annotations[topology.AnnotationPreferredTopologyKey]
+	g.RailAlignmentRequired = pg.Annotations[topology.AnnotationRailAlignment] == topology.RailAlignmentRequired
+	if len(pods) < g.MinCount {
+		return nil, fmt.Errorf("%w: %d of %d members exist", ErrNotReady, len(pods), g.MinCount)
+	}
+	shared := map[string]bool{}
+	for _, rc := range pg.Spec.ResourceClaims {
+		name := claimNameFromStatus(rc.Name, rc.ResourceClaimName, pg.Status.ResourceClaimStatuses)
+		if name == "" {
+			return nil, fmt.Errorf("%w: podgroup claim %s not created", ErrNotReady, rc.Name)
+		}
+		c, err := getClaim(pg.Namespace, name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: podgroup claim %s: %w", ErrNotReady, name, err)
+		}
+		shared[name] = true
+		g.SharedClaims = append(g.SharedClaims, c)
+	}
+	sorted := append([]*v1.Pod(nil), pods...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, p := range sorted {
+		m, err := newMember(p, pg, shared, getClaim)
+		if err != nil {
+			return nil, err
+		}
+		g.Members = append(g.Members, m)
+	}
+	return g, nil
+}
+
+// NewPodGang builds the gang of one pod without a PodGroup.
+func NewPodGang(pod *v1.Pod, getClaim ClaimGetter) (*Gang, error) {
+	m, err := newMember(pod, nil, nil, getClaim)
+	if err != nil {
+		return nil, err
+	}
+	return &Gang{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, MinCount: 1, Members: []Member{m}}, nil
+}
+
+func newMember(p *v1.Pod, pg *schedulingv1beta1.PodGroup, shared map[string]bool, getClaim ClaimGetter) (Member, error) {
+	m := Member{Pod: p}
+	for _, pc := range p.Spec.ResourceClaims {
+		if pg != nil && pc.ResourceClaimTemplateName != nil && sharedTemplate(pg, pc) {
+			continue
+		}
+		var name string
+		switch {
+		case pc.ResourceClaimName != nil:
+			name = *pc.ResourceClaimName
+		default:
+			st, ok := podClaimStatus(p, pc.Name)
+			if !ok {
+				return Member{}, fmt.Errorf("%w: pod %s/%s claim %s not created", ErrNotReady, p.Namespace, p.Name, pc.Name)
+			}
+			if st == "" {
+				continue // the control plane decided the claim is not needed
+			}
+			name = st
+		}
+		if shared[name] {
+			continue
+		}
+		c, err := getClaim(p.Namespace, name)
+		if err != nil {
+			return Member{}, fmt.Errorf("%w: pod %s/%s claim %s: %w", ErrNotReady, p.Namespace, p.Name, name, err)
+		}
+		m.Claims = append(m.Claims, c)
+	}
+	return m, nil
+}
+
+// sharedTemplate reports whether a pod's template claim resolves to the
+// PodGroup's claim (same name and template, DRAWorkloadResourceClaims).
+func sharedTemplate(pg *schedulingv1beta1.PodGroup, pc v1.PodResourceClaim) bool {
+	for _, rc := range pg.Spec.ResourceClaims {
+		if rc.Name == pc.Name && rc.ResourceClaimTemplateName != nil && *rc.ResourceClaimTemplateName == *pc.ResourceClaimTemplateName {
+			return true
+		}
+	}
+	return false
+}
+
+func claimNameFromStatus(name string, direct *string, statuses []schedulingv1beta1.PodGroupResourceClaimStatus) string {
+	if direct != nil {
+		return *direct
+	}
+	for _, st := range statuses {
+		if st.Name == name && st.ResourceClaimName != nil {
+			return *st.ResourceClaimName
+		}
+	}
+	return ""
+}
+
+// podClaimStatus returns the generated claim name for a pod claim; ok is
+// false when the status has no entry yet.
+func podClaimStatus(p *v1.Pod, name string) (string, bool) {
+	for _, st := range p.Status.ResourceClaimStatuses {
+		if st.Name == name {
+			if st.ResourceClaimName == nil {
+				return "", true
+			}
+			return *st.ResourceClaimName, true
+		}
+	}
+	return "", false
+}

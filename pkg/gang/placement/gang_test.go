@@ -1,0 +1,184 @@
+package placement_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	pt "github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+func strp(s string) *string { return &s }
+
+func getter(claims ...*resourceapi.ResourceClaim) placement.ClaimGetter {
+	return func(ns, name string) (*resourceapi.ResourceClaim, error) {
+		for _, c := range claims {
+			if c.Namespace == ns && c.Name == name {
+				return c, nil
+			}
+		}
+		return nil, fmt.Errorf("claim %s/%s not found", ns, name)
+	}
+}
+
+// gangView is the comparable part of a Gang.
+type gangView struct {
+	MinCount              int
+	TopologyKey           string
+	PreferredTopologyKey  string
+	RailAlignmentRequired bool
+	Members               map[string][]string
+	Shared                []string
+}
+
+func viewGang(g *placement.Gang) gangView {
+	v := gangView{MinCount: g.MinCount, TopologyKey: g.TopologyKey, PreferredTopologyKey: g.PreferredTopologyKey,
+		RailAlignmentRequired: g.RailAlignmentRequired, Members: map[string][]string{}}
+	for _, m := range g.Members {
+		names := []string{}
+		for _, c := range m.Claims {
+			names = append(names, c.Name)
+		}
+		v.Members[m.Pod.Name] = names
+	}
+	for _, c := range g.SharedClaims {
+		v.Shared = append(v.Shared, c.Name)
+	}
+	return v
+}
+
+func TestNewGang(t *testing.T) {
+	pg := func(minCount int32) *schedulingv1beta1.PodGroup {
+		return &schedulingv1beta1.PodGroup{
+			ObjectMeta: metav1.ObjectMeta{Namespace: pt.Namespace, Name: "pg", Annotations: map[string]string{
+				topology.AnnotationPreferredTopologyKey: "rack", topology.AnnotationRailAlignment: topology.RailAlignmentRequired,
+			}},
+			Spec: schedulingv1beta1.PodGroupSpec{
+				SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}},
+				SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: topology.TopologyKeyNVLinkDomain}}},
+				ResourceClaims:        []schedulingv1beta1.PodGroupResourceClaim{{Name: "fabric", ResourceClaimTemplateName: strp("fabric-tmpl")}},
+			},
+			Status: schedulingv1beta1.PodGroupStatus{ResourceClaimStatuses: []schedulingv1beta1.PodGroupResourceClaimStatus{{Name: "fabric", ResourceClaimName: strp("pg-fabric-x")}}},
+		}
+	}
+	// A pod with a template claim resolved through its status, and the
+	// PodGroup's template claim (shared, not per pod).
+	pod := func(name string, withStatus bool) *v1.Pod {
+		p := pt.Pod(name, "1", "1Gi")
+		p.Spec.ResourceClaims = []v1.PodResourceClaim{
+			{Name: "gpu", ResourceClaimTemplateName: strp("gpu-tmpl")},
+			{Name: "fabric", ResourceClaimTemplateName: strp("fabric-tmpl")},
+		}
+		if withStatus {
+			p.Status.ResourceClaimStatuses = []v1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: strp(name + "-gpu-x")}}
+		}
+		return p
+	}
+	claims := getter(pt.Claim("pg-fabric-x", topology.FabricDomainDeviceClass, 1), pt.GPUClaim("b-gpu-x", 4), pt.GPUClaim("a-gpu-x", 4))
+	tests := map[string]struct {
+		pg      *schedulingv1beta1.PodGroup
+		pods    []*v1.Pod
+		want    gangView
+		wantErr error
+	}{
+		"resolves and sorts": {
+			pg:   pg(2),
+			pods: []*v1.Pod{pod("b", true), pod("a", true)},
+			want: gangView{MinCount: 2, TopologyKey: topology.TopologyKeyNVLinkDomain, PreferredTopologyKey: "rack", RailAlignmentRequired: true,
+				Members: map[string][]string{"a": {"a-gpu-x"}, "b": {"b-gpu-x"}}, Shared: []string{"pg-fabric-x"}},
+		},
+		"too few members":   {pg: pg(3), pods: []*v1.Pod{pod("a", true)}, wantErr: placement.ErrNotReady},
+		"claim not created": {pg: pg(1), pods: []*v1.Pod{pod("a", false)}, wantErr: placement.ErrNotReady},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g, err := placement.NewGang(tc.pg, tc.pods, claims)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if diff := cmp.Diff(tc.want, viewGang(g)); diff != "" {
+				t.Errorf("gang (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFragmentedIsCheap is the allocator's exponential case (brief §4):
+// every node has 3 free GPUs and only the last has 4, and the claim asks for
+// 4 GPUs in one nvlinkDomain. The count filter leaves one node, so the
+// engine calls Allocate once.
+func TestFragmentedIsCheap(t *testing.T) {
+	ctx := context.Background()
+	sc := pt.Scenario{Domains: []pt.DomainSpec{{ID: "f", Kind: string(topology.DomainKindNVSwitch), Nodes: 1000, GPUsPerNode: 8}}}
+	for i := range 999 {
+		sc.Load = append(sc.Load, pt.LoadSpec{Node: pt.NodeName("f", i), GPUs: []int{0, 2, 4, 6, 7}})
+	}
+	sc.Load = append(sc.Load, pt.LoadSpec{Node: pt.NodeName("f", 999), GPUs: []int{0, 2, 4, 6}})
+	sc.Gangs = []pt.GangSpec{{Name: "four", Pods: 1, GPUsPerPod: 4}}
+	b, err := pt.Build(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := b.Gangs[0].Members[0].Claims[0]
+	claim.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{MatchAttribute: (*resourceapi.FullyQualifiedName)(strp(topology.TopologyKeyNVLinkDomain))}}
+	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, u, err := snap.Place(ctx, b.Gangs[0])
+	if err != nil || d == nil {
+		t.Fatalf("not placed: %v %+v", err, u)
+	}
+	if got, want := d.Pods[0].Node, pt.NodeName("f", 999); got != want {
+		t.Errorf("node = %s, want %s", got, want)
+	}
+	if d.Stats.AllocateCalls != 1 || d.Stats.DomainsVerified != 1 {
+		t.Errorf("stats = %+v, want one domain verified with one Allocate call", d.Stats)
+	}
+}
+
+// TestInvalidPoolSelectorIgnored: a fabric-domain pool whose node selector
+// the allocator cannot parse (matchFields metadata.name with several
+// values) is ignored with a warning instead of failing every placement.
+func TestInvalidPoolSelectorIgnored(t *testing.T) {
+	ctx := context.Background()
+	b, err := pt.Build(pt.Scenario{
+		Domains: []pt.DomainSpec{{ID: "a", Nodes: 2, GPUsPerNode: 4, Channels: 1}},
+		Gangs:   []pt.GangSpec{{Name: "g", Pods: 2, GPUsPerPod: 4, FabricClaim: true}, {Name: "plain", Pods: 2, GPUsPerPod: 4}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range b.Input.ResourceSlices {
+		if s.Spec.NodeSelector != nil {
+			term := &s.Spec.NodeSelector.NodeSelectorTerms[0]
+			term.MatchFields = []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: term.MatchExpressions[0].Values}}
+			term.MatchExpressions = nil
+		}
+	}
+	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Warnings()) != 1 {
+		t.Errorf("warnings = %q, want one", snap.Warnings())
+	}
+	if d, _, err := snap.Place(ctx, b.Gangs[0]); err != nil || d != nil {
+		t.Errorf("gang with fabric claim: decision %v, err %v; want unschedulable", d, err)
+	}
+	if d, _, err := snap.Place(ctx, b.Gangs[1]); err != nil || d == nil {
+		t.Errorf("gang without fabric claim: err %v, want a decision", err)
+	}
+}

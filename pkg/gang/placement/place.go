@@ -1,0 +1,238 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// Place decides where a gang goes on this snapshot: a Decision, or an
+// Unschedulable that says why with numbers. An error means bad input (an
+// invalid CEL expression, a missing DeviceClass) or a cancelled context.
+//
+// Rules: levels are tried in the order of levelsFor; at a level, domains
+// with enough free devices of the gang's main class are tried from the
+// smallest leftover up (best fit), each verified node by node with the
+// allocator; among verified domains with the same leftover (at most
+// Config.CompareDomains of them) fewer rail sets win, then the smaller id.
+// Place does not change what the snapshot considers allocated; call Assume.
+func (s *Snapshot) Place(ctx context.Context, g *Gang) (*Decision, *Unschedulable, error) {
+	if len(g.Members) == 0 || len(g.Members) < g.MinCount {
+		return nil, nil, fmt.Errorf("%w: %d members, minCount %d", ErrNotReady, len(g.Members), g.MinCount)
+	}
+	p, err := s.newPlacer(ctx, g)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range s.levelsFor(g) {
+		att, err := p.placeAtLevel(ctx, l)
+		if err != nil {
+			return nil, nil, err
+		}
+		if att != nil {
+			return p.decision(l, att), nil, nil
+		}
+	}
+	u, err := p.unschedulable(ctx)
+	return nil, u, err
+}
+
+// placer holds one Place call's state.
+type placer struct {
+	s      *Snapshot
+	g      *Gang
+	logger klog.Logger
+	// per is each member's shape; distinct the distinct ones.
+	per      []*shape
+	distinct []*shape
+	ids      []int // per member: index into distinct
+	class    string
+	need     int
+	perPod   int // fewest devices of class any member needs
+	// shared claims to allocate, their classes, and the selectors of the
+	// already allocated ones.
+	sharedClaims  []*resourceapi.ResourceClaim
+	sharedClasses []string
+	sharedPins    []*nodeaffinity.NodeSelector
+	static        map[int]*staticCache
+	refused       map[string]map[string]bool // check → nodes
+	stats         Stats
+	reports       []LevelReport
+}
+
+// staticCache holds staticFail's answers for one shape, by node index.
+type staticCache struct {
+	done []bool
+	why  []string
+}
+
+func (s *Snapshot) newPlacer(ctx context.Context, g *Gang) (*placer, error) {
+	per, distinct, err := gangShapes(g)
+	if err != nil {
+		return nil, err
+	}
+	p := &placer{s: s, g: g, logger: klog.FromContext(ctx), per: per, distinct: distinct,
+		static: map[int]*staticCache{}, refused: map[string]map[string]bool{}}
+	for _, sh := range per {
+		for i, d := range distinct {
+			if d.sig == sh.sig {
+				p.ids = append(p.ids, i)
+				break
+			}
+		}
+	}
+	p.class, p.need = primaryClass(per)
+	p.perPod = p.need
+	for _, sh := range per {
+		p.perPod = min(p.perPod, sh.need[p.class])
+	}
+	for _, c := range g.SharedClaims {
+		if a := c.Status.Allocation; a != nil {
+			if a.NodeSelector != nil {
+				sel, err := nodeaffinity.NewNodeSelector(a.NodeSelector)
+				if err != nil {
+					return nil, fmt.Errorf("claim %s/%s: node selector: %w", c.Namespace, c.Name, err)
+				}
+				p.sharedPins = append(p.sharedPins, sel)
+			}
+			continue
+		}
+		p.sharedClaims = append(p.sharedClaims, c)
+	}
+	p.sharedClasses = claimClasses(p.sharedClaims)
+	return p, nil
+}
+
+// staticFail caches staticCheck per shape and node, adding the shared
+// claims' selectors.
+func (p *placer) staticFail(ns *nodeState, shape int) string {
+	c := p.static[shape]
+	if c == nil {
+		c = &staticCache{done: make([]bool, len(p.s.nodes)), why: make([]string, len(p.s.nodes))}
+		p.static[shape] = c
+	}
+	if c.done[ns.idx] {
+		return c.why[ns.idx]
+	}
+	v := staticCheck(p.logger, ns, p.distinct[shape])
+	for _, sel := range p.sharedPins {
+		if v == "" && !sel.Match(ns.node) {
+			v = CheckSharedSelector
+		}
+	}
+	c.done[ns.idx], c.why[ns.idx] = true, v
+	return v
+}
+
+// fitOn returns how many copies of a shape fit on a node by the cheap
+// checks, given the usage u of the gang's earlier members (may be nil),
+// and the failed check when none.
+func (p *placer) fitOn(ctx context.Context, ns *nodeState, shape int, u *usage) (int, string, error) {
+	if why := p.staticFail(ns, shape); why != "" {
+		return 0, why, nil
+	}
+	if u == nil {
+		u = &usage{}
+	}
+	sh := p.distinct[shape]
+	rf, why := resourceFit(ns, sh, u.res, u.pods)
+	if rf == 0 {
+		return 0, why, nil
+	}
+	df, why, err := p.s.deviceFit(ctx, ns, sh, u.dev)
+	if err != nil || df == 0 {
+		return 0, why, err
+	}
+	return min(rf, df), "", nil
+}
+
+// countFit reports whether the domain passes the cheap filter: for every
+// shape, the copies that fit on its nodes add up to the members of that
+// shape. It also returns how many members of the first shape fit.
+func (p *placer) countFit(ctx context.Context, d *topology.Domain) (bool, int, error) {
+	want := make([]int, len(p.distinct))
+	for _, id := range p.ids {
+		want[id]++
+	}
+	ok := true
+	first := 0
+	for id := range p.distinct {
+		got := 0
+		for _, n := range d.Nodes {
+			c, _, err := p.fitOn(ctx, p.s.byName[n], id, nil)
+			if err != nil {
+				return false, 0, err
+			}
+			if got += c; got >= want[id] {
+				break
+			}
+		}
+		if id == 0 {
+			first = got
+		}
+		ok = ok && got >= want[id]
+	}
+	return ok, min(first, want[0]), nil
+}
+
+// placeAtLevel tries the level's domains in best-fit order and returns the
+// winning attempt, or nil after recording a LevelReport.
+func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt, error) {
+	li, err := p.s.index(ctx, l, p.class)
+	if err != nil {
+		return nil, err
+	}
+	rep := LevelReport{TopologyKey: l.Key, Domains: len(li.entries)}
+	var best *attempt
+	compared := 0
+	for i := li.from(p.need); i < len(li.entries); i++ {
+		e := li.entries[i]
+		left := e.free - p.need
+		if best != nil && (left > best.score.LeftoverDevices || compared >= p.s.cfg.CompareDomains || best.score.RailSets <= 1) {
+			break
+		}
+		if e.podsBound(p.perPod) < len(p.per) {
+			continue
+		}
+		ok, _, err := p.countFit(ctx, e.dom)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		rep.Candidates++
+		rep.Verified++
+		p.stats.DomainsVerified++
+		att, err := p.verify(ctx, e.dom)
+		if err != nil {
+			return nil, err
+		}
+		if att == nil {
+			continue
+		}
+		att.score.LeftoverDevices = left
+		compared++
+		if best == nil || att.score.RailSets < best.score.RailSets {
+			best = att
+		}
+	}
+	if best != nil {
+		return best, nil
+	}
+	if n := len(li.entries); n > 0 {
+		e := li.entries[n-1]
+		_, fit, err := p.countFit(ctx, e.dom)
+		if err != nil {
+			return nil, err
+		}
+		rep.Best = &DomainReport{ID: e.dom.ID, FreeDevices: e.free, PodsFit: fit}
+	}
+	p.reports = append(p.reports, rep)
+	return nil, nil
+}

@@ -1,0 +1,191 @@
+// Package placementtest builds API objects for placement tests and
+// benchmarks: nodes, GPU slices with nvlinkDomain/ibRail attributes,
+// fabric-domain pools, DeviceClasses, claims and pods. It is a test helper
+// package; production code must not import it.
+package placementtest
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// Namespace of every namespaced object the builders make.
+const Namespace = "default"
+
+// GPUSelector and FabricDomainSelector are the DeviceClasses' CEL selectors.
+const (
+	GPUSelector          = `device.driver == "gpufabric.dev" && device.attributes["gpufabric.dev"].type == "gpu"`
+	FabricDomainSelector = `device.driver == "gpufabric.dev" && device.attributes["gpufabric.dev"].type == "fabric-domain"`
+)
+
+func uid(kind, name string) types.UID { return types.UID(kind + "-" + name) }
+
+// Node returns a ready node with the given allocatable cpu and memory, 110
+// pods, and labels (kubernetes.io/hostname is added).
+func Node(name, cpu, memory string, labels map[string]string) *v1.Node {
+	l := map[string]string{"kubernetes.io/hostname": name}
+	for k, v := range labels {
+		l[k] = v
+	}
+	alloc := v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse(cpu),
+		v1.ResourceMemory: resource.MustParse(memory),
+		v1.ResourcePods:   resource.MustParse("110"),
+	}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid("node", name), Labels: l},
+		Status:     v1.NodeStatus{Allocatable: alloc, Capacity: alloc},
+	}
+}
+
+// GPU describes one GPU device of a node.
+type GPU struct {
+	NVLinkDomain string
+	Kind         topology.DomainKind
+	// Rail < 0 means no ibRail attribute.
+	Rail int64
+}
+
+// GPUSlice returns the node-local slice of a node (pool = node name) with
+// devices gpu-0..gpu-N-1.
+func GPUSlice(node string, gpus []GPU) *resourceapi.ResourceSlice {
+	devs := make([]resourceapi.Device, len(gpus))
+	for i, g := range gpus {
+		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			topology.AttrType:             {StringValue: ptrTo(topology.DeviceTypeGPU)},
+			topology.AttrIndex:            {IntValue: ptrTo(int64(i))},
+			topology.AttrNVLinkDomain:     {StringValue: ptrTo(g.NVLinkDomain)},
+			topology.AttrNVLinkDomainKind: {StringValue: ptrTo(string(g.Kind))},
+		}
+		if g.Rail >= 0 {
+			attrs[topology.AttrIBRail] = resourceapi.DeviceAttribute{IntValue: ptrTo(g.Rail)}
+		}
+		devs[i] = resourceapi.Device{
+			Name:       topology.GPUDeviceName(i),
+			Attributes: attrs,
+			Capacity:   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{topology.CapacityMemory: {Value: resource.MustParse("80Gi")}},
+		}
+	}
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpufabric.dev", UID: uid("slice", node)},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   topology.DriverName,
+			Pool:     resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			NodeName: ptrTo(node),
+			Devices:  devs,
+		},
+	}
+}
+
+// FabricDomainSlice returns the cluster-level pool of one NVLink domain: a
+// NodeSelector on kubernetes.io/hostname matching exactly the nodes, and channels channel-0..N-1.
+func FabricDomainSlice(domainID string, nodes []string, channels int) *resourceapi.ResourceSlice {
+	devs := make([]resourceapi.Device, channels)
+	for i := range devs {
+		devs[i] = resourceapi.Device{
+			Name: topology.ChannelDeviceName(i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				topology.AttrType:         {StringValue: ptrTo(topology.DeviceTypeFabricDomain)},
+				topology.AttrNVLinkDomain: {StringValue: ptrTo(domainID)},
+				topology.AttrNodeCount:    {IntValue: ptrTo(int64(len(nodes)))},
+			},
+		}
+	}
+	pool := topology.FabricDomainPoolName(domainID)
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: pool, UID: uid("slice", pool)},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: topology.DriverName,
+			Pool:   resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 1},
+			NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+				MatchExpressions: []v1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: nodes}},
+			}}},
+			Devices: devs,
+		},
+	}
+}
+
+// DeviceClasses returns the GPU and fabric-domain classes.
+func DeviceClasses() []*resourceapi.DeviceClass {
+	class := func(name, expr string) *resourceapi.DeviceClass {
+		return &resourceapi.DeviceClass{
+			ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid("class", name)},
+			Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}},
+		}
+	}
+	return []*resourceapi.DeviceClass{
+		class(topology.GPUDeviceClass, GPUSelector),
+		class(topology.FabricDomainDeviceClass, FabricDomainSelector),
+	}
+}
+
+// Claim returns an unallocated claim for exactly count devices of a class.
+func Claim(name, class string, count int64) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name, UID: uid("claim", name)},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "req",
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: class,
+				AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+				Count:           count,
+			},
+		}}}},
+	}
+}
+
+// GPUClaim is Claim for count GPUs.
+func GPUClaim(name string, count int64) *resourceapi.ResourceClaim {
+	return Claim(name, topology.GPUDeviceClass, count)
+}
+
+// AllocatedClaim returns a claim already allocated to devices of one pool
+// (existing load).
+func AllocatedClaim(name, pool string, devices ...string) *resourceapi.ResourceClaim {
+	c := GPUClaim(name, int64(len(devices)))
+	a := &resourceapi.AllocationResult{}
+	for _, d := range devices {
+		a.Devices.Results = append(a.Devices.Results, resourceapi.DeviceRequestAllocationResult{Request: "req", Driver: topology.DriverName, Pool: pool, Device: d})
+	}
+	c.Status.Allocation = a
+	return c
+}
+
+// Pod returns a pending pod requesting cpu and memory that uses the named
+// claims (by ResourceClaimName).
+func Pod(name, cpu, memory string, claims ...string) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name, UID: uid("pod", name)},
+		Spec: v1.PodSpec{
+			SchedulerName: topology.SchedulerName,
+			Containers: []v1.Container{{Name: "main", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+				v1.ResourceCPU:    resource.MustParse(cpu),
+				v1.ResourceMemory: resource.MustParse(memory),
+			}}}},
+		},
+	}
+	for _, c := range claims {
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, v1.PodResourceClaim{Name: c, ResourceClaimName: ptrTo(c)})
+	}
+	return p
+}
+
+// BoundPod is Pod already running on a node.
+func BoundPod(name, node, cpu, memory string) *v1.Pod {
+	p := Pod(name, cpu, memory)
+	p.Spec.NodeName = node
+	p.Status.Phase = v1.PodRunning
+	return p
+}
+
+// NodeName is the name of node i of a domain.
+func NodeName(prefix string, i int) string { return fmt.Sprintf("%s-n%02d", prefix, i) }
+
+func ptrTo[T any](v T) *T { return &v }

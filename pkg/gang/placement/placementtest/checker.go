@@ -1,0 +1,175 @@
+package placementtest
+
+import (
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// Checker validates decisions independently of the engine, keeping the
+// cluster's state across the decisions of several gangs.
+type Checker struct {
+	nodes    map[string]*v1.Node
+	domain   map[string]string // node → nvlinkDomain
+	used     map[string]string // driver/pool/device → user
+	cpu, mem map[string]int64
+	pods     map[string]int64
+}
+
+// NewChecker starts from the input's nodes, bound pods and allocations.
+func NewChecker(in placement.SnapshotInput) *Checker {
+	c := &Checker{nodes: map[string]*v1.Node{}, domain: map[string]string{}, used: map[string]string{},
+		cpu: map[string]int64{}, mem: map[string]int64{}, pods: map[string]int64{}}
+	for _, n := range in.Nodes {
+		c.nodes[n.Name] = n
+	}
+	for node, info := range topology.NodeGPUs(in.ResourceSlices) {
+		c.domain[node] = info.NVLinkDomain
+	}
+	for _, p := range in.Pods {
+		if p.Spec.NodeName != "" {
+			c.addPod(p, p.Spec.NodeName)
+		}
+	}
+	for _, cl := range in.ResourceClaims {
+		if a := cl.Status.Allocation; a != nil {
+			for _, r := range a.Devices.Results {
+				c.used[r.Driver+"/"+r.Pool+"/"+r.Device] = "existing " + cl.Name
+			}
+		}
+	}
+	return c
+}
+
+func (c *Checker) addPod(p *v1.Pod, node string) {
+	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	c.cpu[node] += req.Cpu().MilliValue()
+	c.mem[node] += req.Memory().Value()
+	c.pods[node]++
+}
+
+// Check validates one decision and records it: every member placed once on
+// a node that tolerates its taints and matches its node selector, within
+// the node's cpu, memory and pods, all in one domain of the decision's
+// level, every claim allocated with its count of devices that nobody else
+// uses, per-pod devices on the pod's own node, every node selector of the
+// pod's claims matched.
+func (c *Checker) Check(g *placement.Gang, d *placement.Decision) error {
+	if len(d.Pods) != len(g.Members) {
+		return fmt.Errorf("%d pods placed, gang has %d", len(d.Pods), len(g.Members))
+	}
+	var errs []error
+	domains := map[string]bool{}
+	for i, pp := range d.Pods {
+		m := g.Members[i]
+		n := c.nodes[pp.Node]
+		if n == nil || pp.Name != m.Pod.Name {
+			return fmt.Errorf("pod %s: bad placement %+v", m.Pod.Name, pp)
+		}
+		errs = append(errs, c.checkNode(m.Pod, n))
+		c.addPod(m.Pod, n.Name)
+		domains[c.domainOf(d.TopologyKey, n)] = true
+	}
+	if len(domains) != 1 {
+		errs = append(errs, fmt.Errorf("pods span %d domains of %s: %v", len(domains), d.TopologyKey, domains))
+	}
+	podNode := map[string]*v1.Node{}
+	for _, pp := range d.Pods {
+		podNode[pp.Name] = c.nodes[pp.Node]
+	}
+	for _, ca := range d.Claims {
+		errs = append(errs, c.checkClaim(g, d, ca, podNode))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Checker) checkNode(p *v1.Pod, n *v1.Node) error {
+	logger := klog.Background()
+	if _, bad := corev1helpers.FindMatchingUntoleratedTaint(logger, n.Spec.Taints, p.Spec.Tolerations, func(t *v1.Taint) bool {
+		return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
+	}, false); bad {
+		return fmt.Errorf("pod %s on %s: untolerated taint", p.Name, n.Name)
+	}
+	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(p).Match(n); !ok {
+		return fmt.Errorf("pod %s on %s: affinity mismatch", p.Name, n.Name)
+	}
+	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	a := n.Status.Allocatable
+	switch {
+	case c.cpu[n.Name]+req.Cpu().MilliValue() > a.Cpu().MilliValue():
+		return fmt.Errorf("pod %s on %s: cpu overcommitted", p.Name, n.Name)
+	case c.mem[n.Name]+req.Memory().Value() > a.Memory().Value():
+		return fmt.Errorf("pod %s on %s: memory overcommitted", p.Name, n.Name)
+	case c.pods[n.Name]+1 > a.Pods().Value():
+		return fmt.Errorf("pod %s on %s: too many pods", p.Name, n.Name)
+	}
+	return nil
+}
+
+func (c *Checker) domainOf(key string, n *v1.Node) string {
+	switch key {
+	case topology.TopologyKeyNVLinkDomain:
+		if d := c.domain[n.Name]; d != "" {
+			return d
+		}
+		return topology.NodeDomainID(topology.DomainKindNone, n.Name)
+	case topology.TopologyKeyCluster:
+		return topology.ClusterDomainID
+	default:
+		v, ok := n.Labels[key]
+		if !ok {
+			return "<missing " + key + " on " + n.Name + ">"
+		}
+		return v
+	}
+}
+
+func (c *Checker) checkClaim(g *placement.Gang, d *placement.Decision, ca placement.ClaimAllocation, podNode map[string]*v1.Node) error {
+	want := int64(0)
+	for _, m := range g.Members {
+		for _, cl := range m.Claims {
+			if cl.Name == ca.Name {
+				want = cl.Spec.Devices.Requests[0].Exactly.Count
+			}
+		}
+	}
+	for _, cl := range g.SharedClaims {
+		if cl.Name == ca.Name {
+			want = cl.Spec.Devices.Requests[0].Exactly.Count
+		}
+	}
+	if got := int64(len(ca.Allocation.Devices.Results)); got != want {
+		return fmt.Errorf("claim %s: %d devices, want %d", ca.Name, got, want)
+	}
+	var sel *nodeaffinity.NodeSelector
+	if ns := ca.Allocation.NodeSelector; ns != nil {
+		var err error
+		if sel, err = nodeaffinity.NewNodeSelector(ns); err != nil {
+			return fmt.Errorf("claim %s: %w", ca.Name, err)
+		}
+	}
+	for _, pp := range d.Pods {
+		if (ca.Shared || ca.Pod == pp.Name) && sel != nil && !sel.Match(podNode[pp.Name]) {
+			return fmt.Errorf("claim %s: pod %s on %s outside node selector", ca.Name, pp.Name, pp.Node)
+		}
+	}
+	for _, r := range ca.Allocation.Devices.Results {
+		id := r.Driver + "/" + r.Pool + "/" + r.Device
+		if prev, ok := c.used[id]; ok {
+			return fmt.Errorf("claim %s: device %s already used by %s", ca.Name, id, prev)
+		}
+		c.used[id] = ca.Name
+		if !ca.Shared && r.Pool != podNode[ca.Pod].Name {
+			return fmt.Errorf("claim %s: device %s not on the pod's node %s", ca.Name, id, podNode[ca.Pod].Name)
+		}
+	}
+	return nil
+}

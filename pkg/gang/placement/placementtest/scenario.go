@@ -1,0 +1,207 @@
+package placementtest
+
+import (
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// Scenario is a fabric, its existing load, and gangs to place in order.
+type Scenario struct {
+	// Levels are the node label levels above the NVLink domain.
+	Levels  []string     `json:"levels,omitempty"`
+	Domains []DomainSpec `json:"domains"`
+	Load    []LoadSpec   `json:"load,omitempty"`
+	Gangs   []GangSpec   `json:"gangs"`
+}
+
+// DomainSpec is a group of identical nodes. Kind mnnvl (default): the nodes
+// share one NVLink domain ID with a fabric-domain pool of Channels
+// channels; kind nvswitch: every node is its own NVLink domain.
+type DomainSpec struct {
+	ID          string            `json:"id"`
+	Kind        string            `json:"kind,omitempty"`
+	Nodes       int               `json:"nodes"`
+	GPUsPerNode int               `json:"gpusPerNode"`
+	Rails       []int64           `json:"rails,omitempty"` // per GPU index; default = index
+	Labels      map[string]string `json:"labels,omitempty"`
+	Channels    int               `json:"channels,omitempty"`
+	CPU         string            `json:"cpu,omitempty"`
+	Memory      string            `json:"memory,omitempty"`
+	Taints      []v1.Taint        `json:"taints,omitempty"`
+	// NodeLabels adds labels to single nodes, by index.
+	NodeLabels map[int]map[string]string `json:"nodeLabels,omitempty"`
+	// NodeRails overrides Rails for single nodes, by index.
+	NodeRails map[int][]int64 `json:"nodeRails,omitempty"`
+}
+
+// LoadSpec is an existing pod on a node using some GPUs.
+type LoadSpec struct {
+	Node   string `json:"node"`
+	GPUs   []int  `json:"gpus,omitempty"`
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
+}
+
+// GangSpec is a PodGroup of identical pods, each with a claim for
+// GPUsPerPod GPUs, and optionally a shared fabric-domain claim.
+type GangSpec struct {
+	Name                 string            `json:"name"`
+	Pods                 int               `json:"pods"`
+	GPUsPerPod           int64             `json:"gpusPerPod"`
+	CPU                  string            `json:"cpu,omitempty"`
+	Memory               string            `json:"memory,omitempty"`
+	TopologyKey          string            `json:"topologyKey,omitempty"`
+	PreferredTopologyKey string            `json:"preferredTopologyKey,omitempty"`
+	RailAlignment        string            `json:"railAlignment,omitempty"`
+	FabricClaim          bool              `json:"fabricClaim,omitempty"`
+	Tolerations          []v1.Toleration   `json:"tolerations,omitempty"`
+	NodeSelector         map[string]string `json:"nodeSelector,omitempty"`
+}
+
+// Built is a scenario as API objects.
+type Built struct {
+	Config placement.Config
+	Input  placement.SnapshotInput
+	Gangs  []*placement.Gang
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// Build turns a scenario into objects and gangs (via placement.NewGang).
+func Build(s Scenario) (*Built, error) {
+	b := &Built{Config: placement.Config{Tree: topology.TreeConfig{LabelLevels: s.Levels}}}
+	b.Input.DeviceClasses = DeviceClasses()
+	for _, d := range s.Domains {
+		b.addDomain(d)
+	}
+	for i, l := range s.Load {
+		name := fmt.Sprintf("load-%02d", i)
+		pod := BoundPod(name, l.Node, orDefault(l.CPU, "1"), orDefault(l.Memory, "1Gi"))
+		b.Input.Pods = append(b.Input.Pods, pod)
+		if len(l.GPUs) > 0 {
+			devs := make([]string, len(l.GPUs))
+			for j, g := range l.GPUs {
+				devs[j] = topology.GPUDeviceName(g)
+			}
+			b.Input.ResourceClaims = append(b.Input.ResourceClaims, AllocatedClaim(name, l.Node, devs...))
+		}
+	}
+	claims := map[string]*resourceapi.ResourceClaim{}
+	for _, c := range b.Input.ResourceClaims {
+		claims[c.Name] = c
+	}
+	for _, gs := range s.Gangs {
+		g, err := buildGang(gs, claims)
+		if err != nil {
+			return nil, err
+		}
+		b.Gangs = append(b.Gangs, g)
+	}
+	return b, nil
+}
+
+func (b *Built) addDomain(d DomainSpec) {
+	var names []string
+	for i := range d.Nodes {
+		name := NodeName(d.ID, i)
+		names = append(names, name)
+		labels := map[string]string{}
+		for k, v := range d.Labels {
+			labels[k] = v
+		}
+		for k, v := range d.NodeLabels[i] {
+			labels[k] = v
+		}
+		n := Node(name, orDefault(d.CPU, "64"), orDefault(d.Memory, "512Gi"), labels)
+		n.Spec.Taints = d.Taints
+		b.Input.Nodes = append(b.Input.Nodes, n)
+		domain, kind := d.ID, topology.DomainKindMNNVL
+		if d.Kind == string(topology.DomainKindNVSwitch) {
+			domain, kind = topology.NodeDomainID(topology.DomainKindNVSwitch, name), topology.DomainKindNVSwitch
+		}
+		rails := d.Rails
+		if r, ok := d.NodeRails[i]; ok {
+			rails = r
+		}
+		gpus := make([]GPU, d.GPUsPerNode)
+		for g := range gpus {
+			rail := int64(g)
+			if g < len(rails) {
+				rail = rails[g]
+			}
+			gpus[g] = GPU{NVLinkDomain: domain, Kind: kind, Rail: rail}
+		}
+		b.Input.ResourceSlices = append(b.Input.ResourceSlices, GPUSlice(name, gpus))
+	}
+	if d.Channels > 0 && d.Kind != string(topology.DomainKindNVSwitch) {
+		b.Input.ResourceSlices = append(b.Input.ResourceSlices, FabricDomainSlice(d.ID, names, d.Channels))
+	}
+}
+
+func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*placement.Gang, error) {
+	pg := &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: gs.Name, UID: uid("podgroup", gs.Name), Annotations: map[string]string{}},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(gs.Pods)},
+		}},
+	}
+	if gs.TopologyKey != "" {
+		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: gs.TopologyKey}}}
+	}
+	if gs.PreferredTopologyKey != "" {
+		pg.Annotations[topology.AnnotationPreferredTopologyKey] = gs.PreferredTopologyKey
+	}
+	if gs.RailAlignment != "" {
+		pg.Annotations[topology.AnnotationRailAlignment] = gs.RailAlignment
+	}
+	var shared []string
+	if gs.FabricClaim {
+		name := gs.Name + "-fabric"
+		claims[name] = Claim(name, topology.FabricDomainDeviceClass, 1)
+		pg.Spec.ResourceClaims = append(pg.Spec.ResourceClaims, schedulingv1beta1.PodGroupResourceClaim{Name: "fabric", ResourceClaimName: ptrTo(name)})
+		shared = append(shared, name)
+	}
+	var pods []*v1.Pod
+	for i := range gs.Pods {
+		name := fmt.Sprintf("%s-%02d", gs.Name, i)
+		use := append([]string(nil), shared...)
+		if gs.GPUsPerPod > 0 {
+			claims[name+"-gpu"] = GPUClaim(name+"-gpu", gs.GPUsPerPod)
+			use = append(use, name+"-gpu")
+		}
+		p := Pod(name, orDefault(gs.CPU, "1"), orDefault(gs.Memory, "1Gi"), use...)
+		p.Spec.Tolerations = gs.Tolerations
+		p.Spec.NodeSelector = gs.NodeSelector
+		p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptrTo(gs.Name)}
+		pods = append(pods, p)
+	}
+	return placement.NewGang(pg, pods, func(ns, name string) (*resourceapi.ResourceClaim, error) {
+		if c := claims[name]; c != nil {
+			return c, nil
+		}
+		return nil, fmt.Errorf("claim %s/%s not found", ns, name)
+	})
+}
+
+// SortedNodes returns node names of the input, sorted.
+func SortedNodes(in placement.SnapshotInput) []string {
+	out := make([]string, len(in.Nodes))
+	for i, n := range in.Nodes {
+		out[i] = n.Name
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,160 @@
+package placement_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// bfNode is a node as the brute force sees it.
+type bfNode struct {
+	domain, rack string
+	freeGPUs     int
+	freeMilliCPU int64
+	tainted      bool
+	channels     int
+}
+
+// randomCase builds a small random cluster (at most 6 nodes, 4 GPUs each,
+// random GPU and cpu occupancy, random taints and fabric channels) and one
+// homogeneous gang.
+func randomCase(r *rand.Rand) (placementtest.Scenario, []bfNode) {
+	taint := v1.Taint{Key: "maint", Value: "x", Effect: v1.TaintEffectNoSchedule}
+	sc := placementtest.Scenario{Levels: []string{"rack"}}
+	var nodes []bfNode
+	total := 1 + r.IntN(6)
+	for di := 0; total > 0; di++ {
+		n := 1 + r.IntN(total)
+		total -= n
+		d := placementtest.DomainSpec{
+			ID: fmt.Sprintf("d%d", di), Nodes: n, GPUsPerNode: 1 + r.IntN(4), CPU: "8",
+			Labels: map[string]string{"rack": fmt.Sprintf("r%d", r.IntN(2))}, Channels: r.IntN(2),
+		}
+		if r.IntN(5) == 0 {
+			d.Taints = []v1.Taint{taint}
+		}
+		sc.Domains = append(sc.Domains, d)
+		for i := range n {
+			bn := bfNode{domain: d.ID, rack: d.Labels["rack"], freeGPUs: d.GPUsPerNode, freeMilliCPU: 8000, tainted: d.Taints != nil, channels: d.Channels}
+			loadCPU := r.IntN(5)
+			load := placementtest.LoadSpec{Node: placementtest.NodeName(d.ID, i), CPU: fmt.Sprintf("%d", loadCPU)}
+			bn.freeMilliCPU -= 1000 * int64(loadCPU)
+			for g := range d.GPUsPerNode {
+				if r.IntN(3) == 0 {
+					load.GPUs = append(load.GPUs, g)
+					bn.freeGPUs--
+				}
+			}
+			sc.Load = append(sc.Load, load)
+			nodes = append(nodes, bn)
+		}
+	}
+	g := placementtest.GangSpec{Name: "g", Pods: 1 + r.IntN(6), GPUsPerPod: int64(1 + r.IntN(3)), CPU: fmt.Sprintf("%d", 1+r.IntN(3)), FabricClaim: r.IntN(3) == 0}
+	switch r.IntN(3) {
+	case 0:
+		g.TopologyKey = topology.TopologyKeyNVLinkDomain
+	case 1:
+		g.TopologyKey = "rack"
+	}
+	if r.IntN(2) == 0 {
+		g.Tolerations = []v1.Toleration{{Key: "maint", Operator: v1.TolerationOpExists}}
+	}
+	sc.Gangs = []placementtest.GangSpec{g}
+	return sc, nodes
+}
+
+// bruteForce enumerates every way to put the gang's identical pods on the
+// nodes of each possible domain and reports whether one fits.
+func bruteForce(g placementtest.GangSpec, nodes []bfNode) bool {
+	group := func(n bfNode) string {
+		switch {
+		case g.FabricClaim || g.TopologyKey == topology.TopologyKeyNVLinkDomain:
+			return n.domain // a fabric-domain claim pins to one NVLink domain
+		case g.TopologyKey == "rack":
+			return n.rack
+		default:
+			return "cluster"
+		}
+	}
+	groups := map[string][]bfNode{}
+	for _, n := range nodes {
+		if n.tainted && g.Tolerations == nil {
+			continue
+		}
+		if g.FabricClaim && n.channels == 0 {
+			continue
+		}
+		groups[group(n)] = append(groups[group(n)], n)
+	}
+	cpu := 1000 * int64(g.CPU[0]-'0')
+	for _, members := range groups {
+		if assign(members, g.Pods, int(g.GPUsPerPod), cpu) {
+			return true
+		}
+	}
+	return false
+}
+
+// assign tries every count of pods on the first node, recursively.
+func assign(nodes []bfNode, pods, gpus int, cpu int64) bool {
+	if pods == 0 {
+		return true
+	}
+	if len(nodes) == 0 {
+		return false
+	}
+	for c := 0; c <= pods; c++ {
+		if c*gpus > nodes[0].freeGPUs || int64(c)*cpu > nodes[0].freeMilliCPU {
+			break
+		}
+		if assign(nodes[1:], pods-c, gpus, cpu) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRandomVsBruteForce: on small random clusters a homogeneous gang is
+// placed iff brute force finds a placement, and every placement is valid.
+func TestRandomVsBruteForce(t *testing.T) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(1, 2))
+	cases := 400
+	if testing.Short() {
+		cases = 100
+	}
+	placed := 0
+	for i := range cases {
+		sc, nodes := randomCase(r)
+		b, err := placementtest.Build(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, u, err := snap.Place(ctx, b.Gangs[0])
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		want := bruteForce(sc.Gangs[0], nodes)
+		if got := d != nil; got != want {
+			t.Fatalf("case %d: placed = %v, brute force %v\nscenario: %+v\nunschedulable: %+v", i, got, want, sc, u)
+		}
+		if d != nil {
+			placed++
+			if err := placementtest.NewChecker(b.Input).Check(b.Gangs[0], d); err != nil {
+				t.Fatalf("case %d: invalid decision: %v\nscenario: %+v", i, err, sc)
+			}
+		}
+	}
+	t.Logf("%d of %d random gangs placed", placed, cases)
+}

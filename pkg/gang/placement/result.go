@@ -1,0 +1,154 @@
+package placement
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Decision is a placement for a whole gang.
+type Decision struct {
+	Gang string
+	// TopologyKey and Domain say where the gang landed.
+	TopologyKey string
+	Domain      string
+	// Pods in member order.
+	Pods []PodPlacement
+	// Claims: the shared claims first (gang order), then each member's.
+	Claims []ClaimAllocation
+	Score  Score
+	Stats  Stats
+}
+
+// PodPlacement binds one member to a node.
+type PodPlacement struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+	Node      string
+}
+
+// ClaimAllocation is the allocation to write into one claim's status.
+type ClaimAllocation struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+	// Shared claims are reserved for the PodGroup; the others for Pod.
+	Shared     bool
+	Pod        string
+	Allocation resourceapi.AllocationResult
+}
+
+// Score explains why the domain won. Lower is better, compared in field
+// order, then by domain id.
+type Score struct {
+	// LeftoverDevices of the gang's main device class in the domain after
+	// placement (best fit keeps large domains whole).
+	LeftoverDevices int
+	// RailSets is how many distinct sets of IB rails the members' GPUs use;
+	// 1 is aligned, 0 means no GPU has a rail.
+	RailSets int
+}
+
+// Stats are counters of one Place call.
+type Stats struct {
+	AllocateCalls   int
+	MaxAllocate     time.Duration
+	DomainsVerified int
+}
+
+func (st *Stats) record(d time.Duration) {
+	st.AllocateCalls++
+	st.MaxAllocate = max(st.MaxAllocate, d)
+}
+
+// Unschedulable says why a gang fits nowhere, with numbers.
+type Unschedulable struct {
+	Gang string
+	// Message is one line for a PodGroup condition or an event.
+	Message string
+	// Pods and Devices are what the gang needs: Devices of DeviceClass.
+	Pods        int
+	Devices     int
+	DeviceClass string
+	Levels      []LevelReport
+	// NodeChecks counts nodes rejected per check for the first member
+	// (static and load checks over all nodes; allocator and shared-claim
+	// refusals as seen while verifying domains). Sorted by Check.
+	NodeChecks []CheckCount
+	Stats      Stats
+}
+
+// LevelReport is what one tried level offered.
+type LevelReport struct {
+	TopologyKey string
+	Domains     int
+	// Candidates passed the free-device count filter; Verified were tried
+	// with real per-node checks.
+	Candidates int
+	Verified   int
+	// Best is the domain with the most free devices (then the most pods that
+	// fit by node checks), nil when the level has no domain.
+	Best *DomainReport
+}
+
+// DomainReport is one domain's free capacity.
+type DomainReport struct {
+	ID          string
+	FreeDevices int
+	// PodsFit is how many members fit by node checks and device counts.
+	PodsFit int
+}
+
+// CheckCount is how many nodes a check rejected.
+type CheckCount struct {
+	Check string
+	Nodes int
+}
+
+func sortedChecks(m map[string]int) []CheckCount {
+	out := make([]CheckCount, 0, len(m))
+	for c, n := range m {
+		out = append(out, CheckCount{Check: c, Nodes: n})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Check < out[j].Check })
+	return out
+}
+
+// message renders the one-line reason, e.g. "needs 16 pods with 64
+// gpu.gpufabric.dev devices in one gpufabric.dev/nvlinkDomain; best: 40 free
+// devices, room for 10 pods in nvl-a; nodes rejected: 3 untolerated taint".
+func (u *Unschedulable) message() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "needs %d pods", u.Pods)
+	if u.DeviceClass != "" {
+		fmt.Fprintf(&b, " with %d %s devices", u.Devices, u.DeviceClass)
+	}
+	for i, l := range u.Levels {
+		sep := " in one "
+		if i > 0 {
+			sep = "; in one "
+		}
+		fmt.Fprintf(&b, "%s%s: ", sep, l.TopologyKey)
+		if l.Best == nil {
+			b.WriteString("no domain")
+			continue
+		}
+		fmt.Fprintf(&b, "largest free %d devices with room for %d pods in %s (%d of %d domains passed counts, %d verified)",
+			l.Best.FreeDevices, l.Best.PodsFit, l.Best.ID, l.Candidates, l.Domains, l.Verified)
+	}
+	if len(u.NodeChecks) > 0 {
+		b.WriteString("; nodes rejected:")
+		for i, c := range u.NodeChecks {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, " %d %s", c.Nodes, c.Check)
+		}
+	}
+	return b.String()
+}

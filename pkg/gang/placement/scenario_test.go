@@ -1,0 +1,143 @@
+package placement_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/scenarios/*.golden")
+
+// outcome is the golden form of one gang's result.
+type outcome struct {
+	Gang          string   `json:"gang"`
+	TopologyKey   string   `json:"topologyKey,omitempty"`
+	Domain        string   `json:"domain,omitempty"`
+	Leftover      *int     `json:"leftoverDevices,omitempty"`
+	RailSets      *int     `json:"railSets,omitempty"`
+	Pods          []string `json:"pods,omitempty"`
+	Shared        []string `json:"shared,omitempty"`
+	Unschedulable string   `json:"unschedulable,omitempty"`
+}
+
+func render(d *placement.Decision, u *placement.Unschedulable, gang string) outcome {
+	if u != nil {
+		return outcome{Gang: gang, Unschedulable: u.Message}
+	}
+	o := outcome{Gang: gang, TopologyKey: d.TopologyKey, Domain: d.Domain, Leftover: &d.Score.LeftoverDevices, RailSets: &d.Score.RailSets}
+	devices := map[string][]string{}
+	for _, c := range d.Claims {
+		var names []string
+		for _, r := range c.Allocation.Devices.Results {
+			names = append(names, r.Device)
+		}
+		if c.Shared {
+			o.Shared = append(o.Shared, fmt.Sprintf("%s: %s/%s", c.Name, c.Allocation.Devices.Results[0].Pool, strings.Join(names, ",")))
+			continue
+		}
+		devices[c.Pod] = append(devices[c.Pod], names...)
+	}
+	for _, p := range d.Pods {
+		o.Pods = append(o.Pods, fmt.Sprintf("%s: %s [%s]", p.Name, p.Node, strings.Join(devices[p.Name], ",")))
+	}
+	return o
+}
+
+// runScenario places the gangs in order on one snapshot, assuming each
+// decision, and checks every decision with placementtest.Checker.
+func runScenario(t *testing.T, sc placementtest.Scenario) []outcome {
+	t.Helper()
+	ctx := context.Background()
+	b, err := placementtest.Build(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checker := placementtest.NewChecker(b.Input)
+	var out []outcome
+	for _, g := range b.Gangs {
+		d, u, err := snap.Place(ctx, g)
+		if err != nil {
+			t.Fatalf("gang %s: %v", g.Key(), err)
+		}
+		if d != nil {
+			if err := checker.Check(g, d); err != nil {
+				t.Errorf("gang %s: invalid decision: %v", g.Key(), err)
+			}
+			if err := snap.Assume(ctx, g, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = append(out, render(d, u, g.Name))
+	}
+	return out
+}
+
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/scenarios/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sc placementtest.Scenario
+			if err := yaml.UnmarshalStrict(raw, &sc); err != nil {
+				t.Fatal(err)
+			}
+			got, err := yaml.Marshal(runScenario(t, sc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := strings.TrimSuffix(file, ".yaml") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("outcome differs from %s (-want +got):\n%s", golden, diff)
+			}
+		})
+	}
+}
+
+// TestDeterministic places the same scenario twice on fresh snapshots.
+func TestDeterministic(t *testing.T) {
+	raw, err := os.ReadFile("testdata/scenarios/nvl72-gang.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc placementtest.Scenario
+	if err := yaml.UnmarshalStrict(raw, &sc); err != nil {
+		t.Fatal(err)
+	}
+	first := runScenario(t, sc)
+	for range 3 {
+		if diff := cmp.Diff(first, runScenario(t, sc)); diff != "" {
+			t.Fatalf("second run differs (-first +again):\n%s", diff)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package placement
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+)
+
+// shape is what the engine needs of one member; members with equal
+// signatures are interchangeable.
+type shape struct {
+	sig      string
+	pod      *v1.Pod
+	req      resList
+	resNames []v1.ResourceName // sorted
+	affinity nodeaffinity.RequiredNodeAffinity
+	// pinned are node selectors of the member's already allocated claims.
+	pinned []*nodeaffinity.NodeSelector
+	// claims to allocate (unallocated), and all classes they use.
+	claims     []*resourceapi.ResourceClaim
+	allClasses []string
+	// need is a lower bound of devices per class; classes lists its keys.
+	need    map[string]int
+	classes []string
+}
+
+// newShape derives a member's shape. Requests with a count bound are
+// exactCount requests without admin access; others only go through the
+// allocator.
+func newShape(m Member) (*shape, error) {
+	sh := &shape{pod: m.Pod, req: podRequests(m.Pod), affinity: nodeaffinity.GetRequiredNodeAffinity(m.Pod), need: map[string]int{}}
+	for name := range sh.req {
+		sh.resNames = append(sh.resNames, name)
+	}
+	sort.Slice(sh.resNames, func(i, j int) bool { return sh.resNames[i] < sh.resNames[j] })
+	var specs []resourceapi.ResourceClaimSpec
+	var pins []*v1.NodeSelector
+	for _, c := range m.Claims {
+		if a := c.Status.Allocation; a != nil {
+			if a.NodeSelector != nil {
+				sel, err := nodeaffinity.NewNodeSelector(a.NodeSelector)
+				if err != nil {
+					return nil, fmt.Errorf("claim %s/%s: node selector: %w", c.Namespace, c.Name, err)
+				}
+				sh.pinned = append(sh.pinned, sel)
+				pins = append(pins, a.NodeSelector)
+			}
+			continue
+		}
+		sh.claims = append(sh.claims, c)
+		specs = append(specs, c.Spec)
+		addNeed(sh.need, c)
+	}
+	for class := range sh.need {
+		sh.classes = append(sh.classes, class)
+	}
+	sort.Strings(sh.classes)
+	sh.allClasses = claimClasses(sh.claims)
+	sig, err := json.Marshal(struct {
+		Req          resList
+		Tolerations  []v1.Toleration
+		NodeSelector map[string]string
+		Affinity     *v1.NodeSelector
+		Claims       []resourceapi.ResourceClaimSpec
+		Pins         []*v1.NodeSelector
+	}{sh.req, m.Pod.Spec.Tolerations, m.Pod.Spec.NodeSelector, requiredAffinity(m.Pod), specs, pins})
+	if err != nil {
+		return nil, fmt.Errorf("member signature: %w", err)
+	}
+	sh.sig = string(sig)
+	return sh, nil
+}
+
+func requiredAffinity(p *v1.Pod) *v1.NodeSelector {
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		return a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	return nil
+}
+
+func addNeed(need map[string]int, c *resourceapi.ResourceClaim) {
+	for _, r := range c.Spec.Devices.Requests {
+		e := r.Exactly
+		if e == nil || (e.AdminAccess != nil && *e.AdminAccess) {
+			continue
+		}
+		if e.AllocationMode != "" && e.AllocationMode != resourceapi.DeviceAllocationModeExactCount {
+			continue
+		}
+		count := int(e.Count)
+		if count == 0 {
+			count = 1
+		}
+		need[e.DeviceClassName] += count
+	}
+}
+
+// gangShapes returns each member's shape (members with equal signatures
+// share one) and the distinct shapes in order of first appearance.
+func gangShapes(g *Gang) ([]*shape, []*shape, error) {
+	bySig := map[string]*shape{}
+	var per, distinct []*shape
+	for _, m := range g.Members {
+		sh, err := newShape(m)
+		if err != nil {
+			return nil, nil, err
+		}
+		if prev := bySig[sh.sig]; prev != nil {
+			// Same signature, own claims: keep the member's claims but the
+			// shared checks' cache key.
+			sh.sig = prev.sig
+		} else {
+			bySig[sh.sig] = sh
+			distinct = append(distinct, sh)
+		}
+		per = append(per, sh)
+	}
+	return per, distinct, nil
+}
+
+// primaryClass is the class the gang needs the most devices of (ties by
+// name), with the total; "" when no request has a count bound.
+func primaryClass(per []*shape) (string, int) {
+	total := map[string]int{}
+	for _, sh := range per {
+		for c, n := range sh.need {
+			total[c] += n
+		}
+	}
+	best, bestN := "", 0
+	for c, n := range total {
+		if n > bestN || (n == bestN && c < best) {
+			best, bestN = c, n
+		}
+	}
+	return best, bestN
+}
