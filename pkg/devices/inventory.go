@@ -1,0 +1,178 @@
+package devices
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// NoRail is the Rail of a GPU that has no HCA on its node.
+const NoRail = -1
+
+// Inventory is what discovery found on one node: the devices to publish and,
+// per device, what a CDI spec needs (host paths of device nodes, UUIDs, IB
+// device names).
+type Inventory struct {
+	NodeName string
+	// DriverVersion is the NVIDIA driver version as NVML reports it.
+	DriverVersion string
+	// GPUs are sorted by minor number, NICs by IB device name.
+	GPUs []GPU
+	NICs []NIC
+}
+
+// GPU is one full GPU.
+type GPU struct {
+	// Name is the published device name, gpu-<minor>.
+	Name  string
+	Minor int
+	Index int
+	UUID  string
+	// ProductName, Architecture and CUDAComputeCapability ("9.0") are empty
+	// when NVML failed to report them (the GPU is then tainted).
+	ProductName           string
+	Architecture          string
+	CUDAComputeCapability string
+	MemoryBytes           uint64
+	MIGEnabled            bool
+	// PCI is empty when the GPU's PCI address is unknown.
+	PCI PCIInfo
+	// NVLink is the GPU's NVLink domain.
+	NVLink NVLinkInfo
+	// IBRail and IBDevice name the nearest HCA (NoRail and "" without one).
+	IBRail   int
+	IBDevice string
+	// DeviceNodes are host paths: /dev/nvidia<minor> followed by the
+	// control nodes (nvidiactl, nvidia-uvm, nvidia-uvm-tools).
+	DeviceNodes []string
+	// Taints say what is wrong with the GPU; empty when healthy.
+	Taints []resourceapi.DeviceTaint
+}
+
+// NIC is one RDMA device (an HCA port) from /sys/class/infiniband.
+type NIC struct {
+	// Name is the published device name, nic-<ibdev>.
+	Name string
+	// IBDevice is the kernel's RDMA device name, e.g. mlx5_3.
+	IBDevice string
+	Rail     int
+	Port     int
+	// PortState and PhysState are the names from sysfs ("ACTIVE",
+	// "LinkUp"); LinkLayer is "InfiniBand" or "Ethernet".
+	PortState string
+	PhysState string
+	LinkLayer string
+	// RateGbps is zero when sysfs did not say.
+	RateGbps int
+	NodeGUID string
+	PCI      PCIInfo
+	// PCIClass is the device's PCI class (0x020700 for IB-mode, 0x020000
+	// for Ethernet-mode ConnectX).
+	PCIClass string
+	// DeviceNodes are host paths: /dev/infiniband/uverbsN (when sysfs names
+	// one) and /dev/infiniband/rdma_cm.
+	DeviceNodes []string
+	Taints      []resourceapi.DeviceTaint
+}
+
+// PCIInfo is where a device sits on the PCI tree.
+type PCIInfo struct {
+	// BusID is the extended BDF, "0000:1b:00.0"; empty when unknown.
+	BusID string
+	// Path is the device's directory relative to the sysfs root,
+	// "devices/pci0000:00/.../0000:1b:00.0"; empty when unresolved.
+	Path string
+	// Root is the PCIe root complex, "pci0000:00"; empty when unresolved.
+	Root string
+	// NUMANode is nil when the device has no NUMA affinity or sysfs did not
+	// say.
+	NUMANode *int
+}
+
+// NVLinkInfo is a GPU's NVLink domain.
+type NVLinkInfo struct {
+	// Domain is the published nvlinkDomain (topology.MNNVLDomainID or
+	// topology.NodeDomainID).
+	Domain string
+	Kind   topology.DomainKind
+	// ClusterUUID and CliqueID are set for multi-node NVLink.
+	ClusterUUID string
+	CliqueID    uint32
+	// ActiveLinks out of TotalLinks NVLinks are up.
+	ActiveLinks int
+	TotalLinks  int
+}
+
+// Discover reads the node's GPUs and HCAs from b and returns its inventory.
+// Rules: only a failure to use NVML at all (Init, device count) or to read
+// the driver version fails the call. A GPU whose handle, minor number or
+// UUID cannot be read is skipped; any other NVML error taints the GPU. A bad
+// HCA is skipped or tainted (see discoverNICs). Both are logged with the
+// reason.
+func Discover(ctx context.Context, b Backend, nodeName string) (*Inventory, error) {
+	logger := klog.FromContext(ctx).WithValues("node", klog.KRef("", nodeName))
+	ctx = klog.NewContext(ctx, logger)
+	lib := b.NVML()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("init nvml: %w", ret)
+	}
+	defer func() {
+		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+			logger.Error(ret, "Shutting down NVML failed")
+		}
+	}()
+	driver, ret := lib.SystemGetDriverVersion()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("get driver version: %w", ret)
+	}
+	nics := discoverNICs(ctx, b.SysfsRoot(), b.DevRoot())
+	gpus, err := discoverGPUs(ctx, b, nodeName)
+	if err != nil {
+		return nil, err
+	}
+	assignRails(ctx, gpus, nics)
+	inv := &Inventory{NodeName: nodeName, DriverVersion: driver, GPUs: gpus, NICs: nics}
+	logger.V(2).Info("Discovered devices", "gpus", len(gpus), "nics", len(nics))
+	return inv, nil
+}
+
+// ControlDeviceNodes are the NVIDIA control device nodes every GPU user
+// needs, as host paths under devRoot.
+func ControlDeviceNodes(devRoot string) []string {
+	return []string{
+		devRoot + "/nvidiactl",
+		devRoot + "/nvidia-uvm",
+		devRoot + "/nvidia-uvm-tools",
+	}
+}
+
+// GPUByUUID returns the GPU with the given UUID.
+func (inv *Inventory) GPUByUUID(uuid string) (GPU, bool) {
+	for _, g := range inv.GPUs {
+		if g.UUID == uuid {
+			return g, true
+		}
+	}
+	return GPU{}, false
+}
+
+// Device returns the GPU or NIC published under a device name (exactly one
+// of the results is non-nil, or both are nil).
+func (inv *Inventory) Device(name string) (*GPU, *NIC) {
+	for i := range inv.GPUs {
+		if inv.GPUs[i].Name == name {
+			return &inv.GPUs[i], nil
+		}
+	}
+	for i := range inv.NICs {
+		if inv.NICs[i].Name == name {
+			return nil, &inv.NICs[i]
+		}
+	}
+	return nil, nil
+}

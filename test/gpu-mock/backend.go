@@ -1,0 +1,130 @@
+package gpumock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/gpufabric/gpufabric/pkg/devices"
+)
+
+// Backend is one node of a fabric as discovery sees it: a mock NVML and a
+// fake sysfs and /dev tree on disk.
+type Backend struct {
+	server    *server.Server
+	sysfsRoot string
+	devRoot   string
+}
+
+var _ devices.Backend = (*Backend)(nil)
+
+// NVML implements devices.Backend.
+func (b *Backend) NVML() nvml.Interface { return b.server }
+
+// SysfsRoot implements devices.Backend.
+func (b *Backend) SysfsRoot() string { return b.sysfsRoot }
+
+// DevRoot implements devices.Backend.
+func (b *Backend) DevRoot() string { return b.devRoot }
+
+// GPUFabricInfo implements devices.Backend through the device's
+// GetGpuFabricInfo (V1) call, which the mock sets.
+func (b *Backend) GPUFabricInfo(dev nvml.Device) (devices.FabricInfo, nvml.Return) {
+	info, ret := dev.GetGpuFabricInfo()
+	if ret != nvml.SUCCESS {
+		return devices.FabricInfo{}, ret
+	}
+	return devices.FabricInfoFromV1(info), nvml.SUCCESS
+}
+
+// Server is the mock NVML server, for tests that change a call.
+func (b *Backend) Server() *server.Server { return b.server }
+
+// Backend builds the named node: it writes the fake trees to <dir>/sys and
+// <dir>/dev (which must not exist yet) and returns a Backend over them.
+func (f *Fabric) Backend(nodeName, dir string) (*Backend, error) {
+	n, ok := f.index[nodeName]
+	if !ok {
+		return nil, fmt.Errorf("%s: node %s: not in the fabric", f.path, nodeName)
+	}
+	sys, dev := filepath.Join(dir, "sys"), filepath.Join(dir, "dev")
+	for _, p := range []string{sys, dev} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("node %s: fake tree %s already exists", nodeName, p)
+		}
+	}
+	lay := n.layout()
+	if err := n.writeSysfs(sys, lay); err != nil {
+		return nil, fmt.Errorf("node %s: %w", nodeName, err)
+	}
+	if err := n.writeDev(dev); err != nil {
+		return nil, fmt.Errorf("node %s: %w", nodeName, err)
+	}
+	return &Backend{server: n.newServer(lay), sysfsRoot: sys, devRoot: dev}, nil
+}
+
+// NodeResources is one node of a fabric after discovery: its Node object
+// (labels, allocatable), inventory, DriverResources and ResourceSlices.
+type NodeResources struct {
+	Node      *corev1.Node
+	Inventory *devices.Inventory
+	Resources *resourceslice.DriverResources
+	Slices    []resourceapi.ResourceSlice
+}
+
+// DiscoverNode builds the node under <dir>/<nodeName> and runs discovery
+// on it.
+func (f *Fabric) DiscoverNode(ctx context.Context, nodeName, dir string) (*NodeResources, error) {
+	b, err := f.Backend(nodeName, filepath.Join(dir, nodeName))
+	if err != nil {
+		return nil, err
+	}
+	inv, err := devices.Discover(ctx, b, nodeName)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: discover: %w", nodeName, err)
+	}
+	dr := inv.DriverResources()
+	return &NodeResources{
+		Node:      f.nodeObject(nodeName),
+		Inventory: inv,
+		Resources: dr,
+		Slices:    devices.ResourceSlices(nodeName, dr),
+	}, nil
+}
+
+// DiscoverAll runs DiscoverNode for every node, in file order. dir holds
+// one subdirectory per node (use t.TempDir()).
+func (f *Fabric) DiscoverAll(ctx context.Context, dir string) ([]NodeResources, error) {
+	out := make([]NodeResources, 0, len(f.nodes))
+	for _, n := range f.nodes {
+		nr, err := f.DiscoverNode(ctx, n.name, dir)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *nr)
+	}
+	return out, nil
+}
+
+// nodeObject is the node's Node: labels from the file plus
+// kubernetes.io/hostname, capacity = allocatable from the file or model.
+func (f *Fabric) nodeObject(name string) *corev1.Node {
+	n := f.index[name]
+	return &corev1.Node{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: n.nodeLabels()},
+		Status: corev1.NodeStatus{
+			Capacity:    n.allocatable.DeepCopy(),
+			Allocatable: n.allocatable.DeepCopy(),
+		},
+	}
+}

@@ -1,0 +1,288 @@
+package gpumock_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/klog/v2/ktesting"
+
+	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+)
+
+const goodGroup = `
+nodeGroups:
+- name: n%02d
+  count: 2
+  gpus: {model: GB200}
+  nvlink: {kind: mnnvl, clusterUUID: 5e0a7b3c-1d2f-4a6b-8c9d-e0f1a2b3c4d5, cliqueID: 1}
+  hcas: {count: 4}
+`
+
+// TestParseErrors checks that every malformed or inconsistent fabric file
+// fails with an error naming the file, the node (or group) and the field.
+func TestParseErrors(t *testing.T) {
+	tests := map[string]struct {
+		yaml string
+		want []string // substrings of the error
+	}{
+		"unknown top-level field": {
+			yaml: goodGroup + "extra: 1\n",
+			want: []string{"bad.yaml", `unknown field "extra"`},
+		},
+		"unknown nested field": {
+			yaml: strings.Replace(goodGroup, "count: 4}", "count: 4, speed: 9}", 1),
+			want: []string{"bad.yaml", `unknown field "nodeGroups[0].hcas.speed"`},
+		},
+		"no node groups": {
+			yaml: "nodeGroups: []\n",
+			want: []string{"bad.yaml", "nodeGroups", "at least one"},
+		},
+		"unknown gpu model": {
+			yaml: strings.Replace(goodGroup, "GB200", "GB300", 1),
+			want: []string{"bad.yaml", "nodeGroups[0] (n%02d)", "gpus.model", `unknown GPU model "GB300"`},
+		},
+		"duplicate node": {
+			yaml: goodGroup + `- name: n02
+  gpus: {model: H100}
+  nvlink: {kind: nvswitch}
+`,
+			want: []string{"bad.yaml", "node n02", "nodeGroups[1].name", "duplicate node (also in nodeGroups[0])"},
+		},
+		"rail that does not exist": {
+			yaml: strings.Replace(goodGroup, "count: 4}", "count: 4, gpuRails: [0, 1, 2, 4]}", 1),
+			want: []string{"bad.yaml", "nodeGroups[0] (n%02d)", "hcas.gpuRails[3]", "rail 4 does not exist (the node has 4 HCAs)"},
+		},
+		"gpus claim two cliques": {
+			yaml: strings.Replace(goodGroup, "cliqueID: 1}", "gpuCliqueIDs: [1, 1, 2, 2]}", 1),
+			want: []string{"bad.yaml", "nodeGroups[0] (n%02d)", "nvlink.gpuCliqueIDs", "two cliques (1 and 2)"},
+		},
+		"clique id disagrees with gpu clique ids": {
+			yaml: strings.Replace(goodGroup, "cliqueID: 1}", "cliqueID: 3, gpuCliqueIDs: [1, 1, 1, 1]}", 1),
+			want: []string{"nvlink.gpuCliqueIDs", "two cliques (1 and 3)"},
+		},
+		"mnnvl without cluster uuid": {
+			yaml: strings.Replace(goodGroup, "clusterUUID: 5e0a7b3c-1d2f-4a6b-8c9d-e0f1a2b3c4d5, ", "", 1),
+			want: []string{"nvlink.clusterUUID", "non-zero UUID"},
+		},
+		"mnnvl on a100": {
+			yaml: strings.Replace(goodGroup, "GB200", "A100", 1),
+			want: []string{"nvlink.kind", "A100 cannot join a multi-node NVLink fabric"},
+		},
+		"clique on nvswitch": {
+			yaml: "nodeGroups:\n- name: a\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch, cliqueID: 2}\n",
+			want: []string{"nodeGroups[0] (a)", "nvlink", "only for kind mnnvl"},
+		},
+		"bad nvlink kind": {
+			yaml: "nodeGroups:\n- name: a\n  gpus: {model: H100}\n  nvlink: {kind: nvl72}\n",
+			want: []string{"nvlink.kind", `got "nvl72"`},
+		},
+		"count without pattern": {
+			yaml: "nodeGroups:\n- name: a\n  count: 3\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n",
+			want: []string{"nodeGroups[0] (a)", "name", "needs a name pattern"},
+		},
+		"pattern with two verbs": {
+			yaml: "nodeGroups:\n- name: a%d-%d\n  count: 3\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n",
+			want: []string{"name", "exactly one %d verb"},
+		},
+		"invalid node name": {
+			yaml: "nodeGroups:\n- name: Node_%d\n  count: 1\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n",
+			want: []string{"node Node_1", "nodeGroups[0].name"},
+		},
+		"bad label": {
+			yaml: "nodeGroups:\n- name: a\n  labels: {rack: 'two words'}\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n",
+			want: []string{"labels.rack", "two words"},
+		},
+		"too many gpus": {
+			yaml: "nodeGroups:\n- name: a\n  gpus: {model: H100, count: 17}\n  nvlink: {kind: nvswitch}\n",
+			want: []string{"gpus.count", "1..16"},
+		},
+		"unknown link layer": {
+			yaml: "nodeGroups:\n- name: a\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n  hcas: {count: 1, linkLayer: OmniPath}\n",
+			want: []string{"hcas.linkLayer", "OmniPath"},
+		},
+		"bad allocatable": {
+			yaml: "nodeGroups:\n- name: a\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n  allocatable: {cpu: lots}\n",
+			want: []string{"allocatable.cpu"},
+		},
+		"fault on unknown node": {
+			yaml: goodGroup + "faults:\n- node: n09\n  portDown: {rail: 0}\n",
+			want: []string{"bad.yaml", "faults[0]", `unknown node "n09"`},
+		},
+		"fault on a rail that does not exist": {
+			yaml: goodGroup + "faults:\n- node: n01\n  portDown: {rail: 4}\n",
+			want: []string{"bad.yaml", "node n01", "faults[0].portDown.rail", "rail 4 does not exist"},
+		},
+		"fault on a gpu that does not exist": {
+			yaml: goodGroup + "faults:\n- node: n02\n  nvlinkDegraded: {gpu: 4, linksDown: 1}\n",
+			want: []string{"node n02", "faults[0].nvlinkDegraded.gpu", "GPU 4 does not exist"},
+		},
+		"too many links down": {
+			yaml: goodGroup + "faults:\n- node: n02\n  nvlinkDegraded: {gpu: 1, linksDown: 19}\n",
+			want: []string{"node n02", "nvlinkDegraded.linksDown", "1..18"},
+		},
+		"fault naming nothing": {
+			yaml: goodGroup + "faults:\n- node: n02\n",
+			want: []string{"node n02", "faults[0]", "names no fault"},
+		},
+		"unknown nvml call": {
+			yaml: goodGroup + "faults:\n- node: n02\n  nvmlError: {gpu: 0, call: GetPowerUsage}\n",
+			want: []string{"nvmlError.call", "GetPowerUsage"},
+		},
+		"unknown fabric state": {
+			yaml: goodGroup + "faults:\n- node: n02\n  fabricNotCompleted: {state: Sleeping}\n",
+			want: []string{"fabricNotCompleted.state", "Sleeping"},
+		},
+		"fabric fault on a100": {
+			yaml: "nodeGroups:\n- name: a\n  gpus: {model: A100}\n  nvlink: {kind: nvswitch}\nfaults:\n- node: a\n  fabricNotCompleted: {}\n",
+			want: []string{"node a", "fabricNotCompleted", "no fabric registration"},
+		},
+		"unknown sysfs breakage": {
+			yaml: goodGroup + "faults:\n- node: n02\n  sysfs: {rail: 0, break: melted}\n",
+			want: []string{"sysfs.break", "melted"},
+		},
+		"not yaml": {
+			yaml: "nodeGroups: [",
+			want: []string{"bad.yaml"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := gpumock.Parse("bad.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatal("Parse succeeded, want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadFileNamesFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "broken.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(goodGroup, "GB200", "X1", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := gpumock.LoadFile(path)
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("error %v does not name %s", err, path)
+	}
+}
+
+// TestFixturesNodes checks the fixture fabrics expand to the nodes the
+// issue asks for.
+func TestFixturesNodes(t *testing.T) {
+	type shape struct {
+		Nodes, GPUs, HCAs int
+		Models            string
+	}
+	tests := map[string]shape{
+		"gb200-nvl72x2.yaml": {Nodes: 36, GPUs: 144, HCAs: 144, Models: "GB200"},
+		"hgx-h100x8.yaml":    {Nodes: 8, GPUs: 64, HCAs: 64, Models: "H100"},
+		"mixed.yaml":         {Nodes: 8, GPUs: 60, HCAs: 41, Models: "A100,A100-40GB,A100-PCIE,B200,H200"},
+		"faults.yaml":        {Nodes: 6, GPUs: 32, HCAs: 32, Models: "GB200,H100"},
+	}
+	for file, want := range tests {
+		t.Run(file, func(t *testing.T) {
+			f, err := gpumock.LoadFile(filepath.Join("fabrics", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got shape
+			models := map[string]bool{}
+			for _, n := range f.Nodes() {
+				got.Nodes++
+				got.GPUs += n.GPUs
+				got.HCAs += n.HCAs
+				models[n.GPUModel] = true
+			}
+			var names []string
+			for m := range models {
+				names = append(names, m)
+			}
+			slices.Sort(names)
+			got.Models = strings.Join(names, ",")
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestMockSetsOnlyWhatDiscoveryCalls checks that the mock keeps the
+// library's behaviour for calls discovery does not make: they panic.
+func TestMockSetsOnlyWhatDiscoveryCalls(t *testing.T) {
+	f, err := gpumock.LoadFile("fabrics/hgx-h100x8.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.Backend("h100-n01", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, ret := b.NVML().DeviceGetHandleByIndex(3)
+	if ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	pci, _ := dev.GetPciInfo()
+	var busID []byte
+	for _, c := range pci.BusId {
+		if c == 0 {
+			break
+		}
+		busID = append(busID, byte(c))
+	}
+	if diff := cmp.Diff("00000000:2C:00.0", string(busID)); diff != "" {
+		t.Errorf("bus id (-want +got):\n%s", diff)
+	}
+	if _, err := os.Lstat(filepath.Join(b.SysfsRoot(), "bus/pci/devices/0000:2c:00.0")); err != nil {
+		t.Errorf("bus id not in the fake sysfs: %v", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("GetPowerUsage did not panic; the mock must leave calls discovery does not make unset")
+		}
+	}()
+	dev.GetPowerUsage()
+}
+
+// TestDiscoverAll checks the helper scheduler tests use: one entry per
+// node with its labels and slices.
+func TestDiscoverAll(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, err := gpumock.LoadFile("fabrics/faults.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := f.DiscoverAll(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		Node, Rack string
+		Devices    int
+		Slices     int
+	}
+	var got []row
+	for _, nr := range all {
+		n := 0
+		for _, s := range nr.Slices {
+			n += len(s.Spec.Devices)
+		}
+		got = append(got, row{nr.Node.Name, nr.Node.Labels["topology.gpufabric.dev/rack"], n, len(nr.Slices)})
+	}
+	want := []row{
+		{"gb200-n01", "rack-1", 8, 1}, {"gb200-n02", "rack-1", 8, 1}, {"gb200-n03", "rack-1", 8, 1},
+		{"gb200-n04", "rack-1", 8, 1}, {"h100-n01", "rack-2", 14, 1}, {"h100-n02", "rack-2", 15, 1},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

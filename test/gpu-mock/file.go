@@ -1,0 +1,97 @@
+package gpumock
+
+// The fabric file as written. See the package doc and docs/fabric-file.md.
+
+// fileSpec is a whole fabric file.
+type fileSpec struct {
+	NodeGroups []groupSpec `json:"nodeGroups"`
+	Faults     []faultSpec `json:"faults,omitempty"`
+}
+
+// groupSpec is a set of identical nodes.
+type groupSpec struct {
+	// Name is a node name, or a printf pattern with one %d verb
+	// ("gb200-r1-n%02d") expanded Count times from Start.
+	Name  string `json:"name"`
+	Count *int   `json:"count,omitempty"`
+	Start *int   `json:"start,omitempty"`
+	// Labels are the nodes' labels (kubernetes.io/hostname is added).
+	Labels        map[string]string `json:"labels,omitempty"`
+	GPUs          gpuSpec           `json:"gpus"`
+	NVLink        nvlinkSpec        `json:"nvlink"`
+	HCAs          hcaSpec           `json:"hcas,omitempty"`
+	DriverVersion string            `json:"driverVersion,omitempty"`
+	NUMANodes     *int              `json:"numaNodes,omitempty"`
+	Allocatable   map[string]string `json:"allocatable,omitempty"`
+}
+
+type gpuSpec struct {
+	Model string `json:"model"`
+	Count *int   `json:"count,omitempty"`
+}
+
+type nvlinkSpec struct {
+	// Kind is mnnvl, nvswitch or none.
+	Kind        string `json:"kind"`
+	ClusterUUID string `json:"clusterUUID,omitempty"`
+	CliqueID    *int64 `json:"cliqueID,omitempty"`
+	// GPUCliqueIDs optionally gives each GPU's clique; all must be equal.
+	GPUCliqueIDs []int64 `json:"gpuCliqueIDs,omitempty"`
+}
+
+type hcaSpec struct {
+	Count     int    `json:"count,omitempty"`
+	LinkLayer string `json:"linkLayer,omitempty"`
+	RateGbps  int    `json:"rateGbps,omitempty"`
+	// GPURails gives the rail of the HCA that shares a PCIe switch with
+	// each GPU; default spreads GPUs evenly over the rails in order.
+	GPURails []int `json:"gpuRails,omitempty"`
+}
+
+// faultSpec breaks something on one node. At least one fault kind is set.
+type faultSpec struct {
+	Node               string           `json:"node"`
+	FabricNotCompleted *fabricFaultSpec `json:"fabricNotCompleted,omitempty"`
+	NVLinkDegraded     *nvlinkFaultSpec `json:"nvlinkDegraded,omitempty"`
+	PortDown           *portFaultSpec   `json:"portDown,omitempty"`
+	NVMLError          *nvmlFaultSpec   `json:"nvmlError,omitempty"`
+	MIGEnabled         *gpuSetFaultSpec `json:"migEnabled,omitempty"`
+	Sysfs              *sysfsFaultSpec  `json:"sysfs,omitempty"`
+}
+
+type gpuSetFaultSpec struct {
+	// GPUs are GPU indexes; empty means every GPU of the node.
+	GPUs []int `json:"gpus,omitempty"`
+}
+
+type fabricFaultSpec struct {
+	GPUs []int `json:"gpus,omitempty"`
+	// State is NotStarted, InProgress (default) or Failed (completed with
+	// an error status).
+	State string `json:"state,omitempty"`
+}
+
+type nvlinkFaultSpec struct {
+	GPU       int `json:"gpu"`
+	LinksDown int `json:"linksDown"`
+}
+
+type portFaultSpec struct {
+	Rail      int    `json:"rail"`
+	State     string `json:"state,omitempty"`
+	PhysState string `json:"physState,omitempty"`
+}
+
+type nvmlFaultSpec struct {
+	GPU   int    `json:"gpu"`
+	Call  string `json:"call,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// sysfsFaultSpec breaks the fake sysfs tree of one HCA.
+type sysfsFaultSpec struct {
+	Rail int `json:"rail"`
+	// Break is one of: no-port, no-device-link, no-verbs, garbage-state,
+	// garbage-rate, no-rate, garbage-guid, no-numa.
+	Break string `json:"break"`
+}
