@@ -2,7 +2,8 @@
 // subcommand dispatcher: each subcommand lives in its own file and
 // registers itself in subcommands().
 //
-//	kubelet-plugin discover --mock-fabric F --node N    print a node's ResourceSlices
+//	kubelet-plugin run --node N [--backend mock --mock-fabric F]   the DaemonSet's command
+//	kubelet-plugin discover --mock-fabric F --node N                print a node's ResourceSlices
 package main
 
 import (
@@ -31,6 +32,7 @@ type subcommand struct {
 // subcommands lists every verb. Add a new one here and in its own file.
 func subcommands() []subcommand {
 	return []subcommand{
+		{name: "run", summary: "run the kubelet plugin: publish this node's devices and prepare claims", run: runPlugin},
 		{name: "discover", summary: "discover this node's GPUs and HCAs and print its ResourceSlices as YAML", run: runDiscover},
 	}
 }

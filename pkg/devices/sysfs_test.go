@@ -123,7 +123,7 @@ func TestBadSysfs(t *testing.T) {
 			if len(inv.GPUs) != 8 {
 				t.Errorf("got %d GPUs, want 8", len(inv.GPUs))
 			}
-			_, nic := inv.Device("nic-mlx5_0")
+			_, nic := inv.Device("nic-mlx5-0")
 			got := []any{len(inv.NICs), viewNIC(nic), inv.GPUs[0].IBRail, inv.GPUs[0].PCI.Root}
 			want := []any{tc.wantNICs, tc.wantNIC, tc.wantRail, tc.wantRoot}
 			if diff := cmp.Diff(want, got); diff != "" {

@@ -114,8 +114,21 @@ func NodeDomainID(kind DomainKind, nodeName string) string {
 
 // Device names as published in a node's pool and in fabric-domain pools.
 func GPUDeviceName(minor int) string       { return fmt.Sprintf("gpu-%d", minor) }
-func NICDeviceName(ibDevice string) string { return "nic-" + ibDevice }
+func NICDeviceName(ibDevice string) string { return "nic-" + dnsLabelPart(ibDevice) }
 func ChannelDeviceName(n int) string       { return fmt.Sprintf("channel-%d", n) }
+
+// dnsLabelPart lowercases s and replaces every character a DNS label does
+// not allow with '-': device names must be RFC 1123 labels, and RDMA device
+// names are not ("mlx5_0" becomes "mlx5-0").
+func dnsLabelPart(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
 
 // FabricDomainPoolName is the pool name of the cluster-level pool that holds
 // the channels of one NVLink domain.

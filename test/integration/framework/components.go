@@ -109,10 +109,14 @@ func EnsureServiceAccount(ctx context.Context, client kubernetes.Interface, name
 }
 
 func writeKubeconfig(path, host string, k *pki) error {
+	return writeKubeconfigFor(path, host, k.caFile(), k.adminCertFile(), k.adminKeyFile())
+}
+
+func writeKubeconfigFor(path, host, caFile, certFile, keyFile string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["gpufabric"] = &clientcmdapi.Cluster{Server: host, CertificateAuthority: k.caFile()}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificate: k.adminCertFile(), ClientKey: k.adminKeyFile()}
-	cfg.Contexts["gpufabric"] = &clientcmdapi.Context{Cluster: "gpufabric", AuthInfo: "admin"}
+	cfg.Clusters["gpufabric"] = &clientcmdapi.Cluster{Server: host, CertificateAuthority: caFile}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
+	cfg.Contexts["gpufabric"] = &clientcmdapi.Context{Cluster: "gpufabric", AuthInfo: "user"}
 	cfg.CurrentContext = "gpufabric"
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		return fmt.Errorf("write kubeconfig: %w", err)

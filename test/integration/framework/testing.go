@@ -97,3 +97,25 @@ func LoadRules(relPath string) ([]rbacv1.PolicyRule, error) {
 	}
 	return doc.Rules, nil
 }
+
+// KubeconfigWithRules is ClientWithRules for another process: it grants
+// rules to a new user and writes a kubeconfig authenticating as that user.
+// Returns the kubeconfig's path.
+func (cp *ControlPlane) KubeconfigWithRules(t testing.TB, user string, rules []rbacv1.PolicyRule) string {
+	t.Helper()
+	cp.ClientWithRules(t, user, rules)
+	certPEM, keyPEM, err := cp.pki.ClientCert(user)
+	if err != nil {
+		t.Fatalf("issue client certificate for %s: %v", user, err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	if err := writePair(certFile, certPEM, keyFile, keyPEM); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := writeKubeconfigFor(path, cp.host, cp.pki.caFile(), certFile, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+)
+
+const (
+	gb200Fabric = "test/gpu-mock/fabrics/gb200-nvl72x2.yaml"
+	hgxFabric   = "test/gpu-mock/fabrics/hgx-h100x8.yaml"
+)
+
+func hasTaint(d resourceapi.Device, key string) bool {
+	for _, t := range d.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPluginPublishesSlices runs two real plugin processes (a GB200 tray and
+// an 8-GPU HGX node) with the plugin's shipped RBAC rules: their pools show
+// up with fabric attributes, follow a fault injected into the fabric file,
+// and one node's plugin never touches the other node's slices.
+func TestPluginPublishesSlices(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{})
+	ctx := t.Context()
+	admin := cp.AdminClient(t)
+	rules, err := framework.LoadRules(pluginRulesFile)
+	must(t, "load plugin rules", err)
+	kubeconfig := cp.KubeconfigWithRules(t, "gpufabric-plugin", rules)
+	for _, n := range []string{"gb200-r1-n01", "h100-n01"} {
+		_, err := admin.CoreV1().Nodes().Create(ctx, node(n, nil), metav1.CreateOptions{})
+		must(t, "create node", err)
+	}
+	pluginBinary(t) // build before timing
+
+	gb := newPlugin(t, kubeconfig, gb200Fabric, "gb200-r1-n01")
+	hgx := newPlugin(t, kubeconfig, hgxFabric, "h100-n01")
+	start := time.Now()
+	hgx.start()
+	hgxSlices := waitSlices(t, admin, "h100-n01", func(s []resourceapi.ResourceSlice) bool { return len(devicesOf(s)) == 16 })
+	t.Logf("8-GPU node: slices visible %v after the plugin process started", time.Since(start).Round(time.Millisecond))
+	gb.start()
+	gbDevs := devicesOf(waitSlices(t, admin, "gb200-r1-n01", func(s []resourceapi.ResourceSlice) bool { return len(devicesOf(s)) == 8 }))
+
+	// Fabric attributes: one multi-node NVLink domain for the tray's GPUs,
+	// one rail per GPU; the HGX node is its own NVSwitch domain.
+	domains := map[string]bool{}
+	for i := range 4 {
+		d := gbDevs[topology.GPUDeviceName(i)]
+		domains[ptr.Deref(d.Attributes[topology.AttrNVLinkDomain].StringValue, "")] = true
+		if kind := ptr.Deref(d.Attributes[topology.AttrNVLinkDomainKind].StringValue, ""); kind != string(topology.DomainKindMNNVL) {
+			t.Errorf("gpu-%d nvlinkDomainKind = %q, want mnnvl", i, kind)
+		}
+		if rail := d.Attributes[topology.AttrIBRail].IntValue; rail == nil || *rail != int64(i) {
+			t.Errorf("gpu-%d ibRail = %v, want %d", i, rail, i)
+		}
+	}
+	if len(domains) != 1 || domains[""] {
+		t.Errorf("GB200 tray GPUs carry nvlinkDomain values %v, want exactly one", domains)
+	}
+	hgxGPU := devicesOf(hgxSlices)[topology.GPUDeviceName(0)]
+	if want := topology.NodeDomainID(topology.DomainKindNVSwitch, "h100-n01"); ptr.Deref(hgxGPU.Attributes[topology.AttrNVLinkDomain].StringValue, "") != want {
+		t.Errorf("HGX gpu-0 nvlinkDomain = %v, want %s", hgxGPU.Attributes[topology.AttrNVLinkDomain].StringValue, want)
+	}
+	hgxVersions := map[string]string{}
+	for _, s := range hgxSlices {
+		hgxVersions[s.Name] = s.ResourceVersion
+	}
+
+	// Inject faults into the tray's fabric file: the plugin re-reads it.
+	fabric, err := os.ReadFile(gb.fabric)
+	must(t, "read fabric", err)
+	writeFile(t, gb.fabric, string(fabric)+"faults:\n- node: gb200-r1-n01\n  nvlinkDegraded: {gpu: 2, linksDown: 2}\n  portDown: {rail: 3}\n")
+	waitSlices(t, admin, "gb200-r1-n01", func(s []resourceapi.ResourceSlice) bool {
+		devs := devicesOf(s)
+		return hasTaint(devs["gpu-2"], topology.TaintNVLinkDegraded) && !hasTaint(devs["gpu-1"], topology.TaintNVLinkDegraded) &&
+			hasTaint(devs[topology.NICDeviceName("mlx5_3")], topology.TaintPortDown)
+	})
+	// Repaired: the taints go away.
+	writeFile(t, gb.fabric, string(fabric))
+	waitSlices(t, admin, "gb200-r1-n01", func(s []resourceapi.ResourceSlice) bool {
+		for _, d := range devicesOf(s) {
+			if len(d.Taints) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	// The other node's slices were never rewritten.
+	after, err := nodeSlices(ctx, admin, "h100-n01")
+	must(t, "list hgx slices", err)
+	for _, s := range after {
+		if hgxVersions[s.Name] != s.ResourceVersion {
+			t.Errorf("slice %s of h100-n01 changed (resourceVersion %s → %s) while only gb200-r1-n01 changed", s.Name, hgxVersions[s.Name], s.ResourceVersion)
+		}
+	}
+	if len(after) != len(hgxVersions) {
+		t.Errorf("h100-n01 has %d slices, had %d", len(after), len(hgxVersions))
+	}
+}
