@@ -30,16 +30,19 @@ control-plane:
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	cd test/kubeletdra && $(GO) vet ./...
 	$(TOOLS_DIR)/staticcheck $(PKGS)
 	$(TOOLS_DIR)/logcheck -check-contextual -check-deprecations=false $(PKGS)
 
 unit:
 	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /test/integration)
 
-# integration runs against a real etcd + kube-apiserver v1.37.1.
+# integration runs against a real etcd + kube-apiserver v1.37.1; the
+# kubeletdra module drives the plugin with the real kubelet DRA manager.
 integration: control-plane
-	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) \
-		$(GO) test -timeout $(TEST_TIMEOUT) ./test/integration/...
+	export GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1); \
+	$(GO) test -timeout $(TEST_TIMEOUT) ./test/integration/... && \
+	cd test/kubeletdra && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
 test: lint build unit integration
 

@@ -42,15 +42,15 @@ func TestPluginPublishesSlices(t *testing.T) {
 		_, err := admin.CoreV1().Nodes().Create(ctx, node(n, nil), metav1.CreateOptions{})
 		must(t, "create node", err)
 	}
-	pluginBinary(t) // build before timing
+	framework.PluginBinary(t) // build before timing
 
-	gb := newPlugin(t, kubeconfig, gb200Fabric, "gb200-r1-n01")
-	hgx := newPlugin(t, kubeconfig, hgxFabric, "h100-n01")
+	gb := framework.NewPlugin(t, kubeconfig, gb200Fabric, "gb200-r1-n01")
+	hgx := framework.NewPlugin(t, kubeconfig, hgxFabric, "h100-n01")
 	start := time.Now()
-	hgx.start()
+	hgx.Start()
 	hgxSlices := waitSlices(t, admin, "h100-n01", func(s []resourceapi.ResourceSlice) bool { return len(devicesOf(s)) == 16 })
 	t.Logf("8-GPU node: slices visible %v after the plugin process started", time.Since(start).Round(time.Millisecond))
-	gb.start()
+	gb.Start()
 	gbDevs := devicesOf(waitSlices(t, admin, "gb200-r1-n01", func(s []resourceapi.ResourceSlice) bool { return len(devicesOf(s)) == 8 }))
 
 	// Fabric attributes: one multi-node NVLink domain for the tray's GPUs,
@@ -79,16 +79,16 @@ func TestPluginPublishesSlices(t *testing.T) {
 	}
 
 	// Inject faults into the tray's fabric file: the plugin re-reads it.
-	fabric, err := os.ReadFile(gb.fabric)
+	fabric, err := os.ReadFile(gb.Fabric)
 	must(t, "read fabric", err)
-	writeFile(t, gb.fabric, string(fabric)+"faults:\n- node: gb200-r1-n01\n  nvlinkDegraded: {gpu: 2, linksDown: 2}\n  portDown: {rail: 3}\n")
+	framework.WriteFile(t, gb.Fabric, string(fabric)+"faults:\n- node: gb200-r1-n01\n  nvlinkDegraded: {gpu: 2, linksDown: 2}\n  portDown: {rail: 3}\n")
 	waitSlices(t, admin, "gb200-r1-n01", func(s []resourceapi.ResourceSlice) bool {
 		devs := devicesOf(s)
 		return hasTaint(devs["gpu-2"], topology.TaintNVLinkDegraded) && !hasTaint(devs["gpu-1"], topology.TaintNVLinkDegraded) &&
 			hasTaint(devs[topology.NICDeviceName("mlx5_3")], topology.TaintPortDown)
 	})
 	// Repaired: the taints go away.
-	writeFile(t, gb.fabric, string(fabric))
+	framework.WriteFile(t, gb.Fabric, string(fabric))
 	waitSlices(t, admin, "gb200-r1-n01", func(s []resourceapi.ResourceSlice) bool {
 		for _, d := range devicesOf(s) {
 			if len(d.Taints) > 0 {

@@ -62,8 +62,8 @@ func claimRef(c *resourceapi.ResourceClaim) *drapb.Claim {
 	return &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}
 }
 
-func cdiSpecPath(p *pluginProc, uid types.UID) string {
-	return filepath.Join(p.cdiRoot(), topology.DriverName+"-claim_"+string(uid)+".json")
+func cdiSpecPath(p *framework.Plugin, uid types.UID) string {
+	return filepath.Join(p.CDIRoot(), topology.DriverName+"-claim_"+string(uid)+".json")
 }
 
 func prepare(t *testing.T, dra drapb.DRAPluginClient, claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodePrepareResourceResponse {
@@ -102,8 +102,8 @@ func TestPluginPrepareOverGRPC(t *testing.T) {
 	const nodeName = "gb200-r1-n01"
 	_, err = admin.CoreV1().Nodes().Create(ctx, node(nodeName, nil), metav1.CreateOptions{})
 	must(t, "create node", err)
-	p := newPlugin(t, cp.KubeconfigWithRules(t, "gpufabric-plugin", rules), gb200Fabric, nodeName)
-	p.start()
+	p := framework.NewPlugin(t, cp.KubeconfigWithRules(t, "gpufabric-plugin", rules), gb200Fabric, nodeName)
+	p.Start()
 	devs := devicesOf(waitSlices(t, admin, nodeName, func(s []resourceapi.ResourceSlice) bool { return len(devicesOf(s)) == 8 }))
 	domain := *devs["gpu-0"].Attributes[topology.AttrNVLinkDomain].StringValue
 	dra := kubeletClients(t, p)
@@ -147,8 +147,8 @@ func TestPluginPrepareOverGRPC(t *testing.T) {
 	}
 
 	t.Run("restart between prepare and unprepare", func(t *testing.T) {
-		p.stop()
-		p.start()
+		p.Stop()
+		p.Start()
 		dra = kubeletClients(outer, p)
 		if r := unprepare(t, dra, worker)[string(worker.UID)]; r.Error != "" {
 			t.Fatalf("unprepare after restart: %s", r.Error)
@@ -167,11 +167,11 @@ func TestPluginPrepareOverGRPC(t *testing.T) {
 		if r := prepare(t, dra, worker)[string(worker.UID)]; r.Error != "" {
 			t.Fatalf("prepare worker: %s", r.Error)
 		}
-		p.stop()
-		writeFile(t, filepath.Join(p.stateDir(), "checkpoint.json"), "{ this is not a checkpoint")
-		p.start()
+		p.Stop()
+		framework.WriteFile(t, filepath.Join(p.StateDir(), "checkpoint.json"), "{ this is not a checkpoint")
+		p.Start()
 		dra = kubeletClients(outer, p)
-		moved, _ := filepath.Glob(filepath.Join(p.stateDir(), "checkpoint.json.corrupt-*"))
+		moved, _ := filepath.Glob(filepath.Join(p.StateDir(), "checkpoint.json.corrupt-*"))
 		if len(moved) != 1 {
 			t.Errorf("corrupt checkpoint moved aside: found %v, want one file", moved)
 		}
@@ -185,11 +185,11 @@ func TestPluginPrepareOverGRPC(t *testing.T) {
 	})
 
 	t.Run("reboot", func(t *testing.T) {
-		p.stop()
+		p.Stop()
 		// /var/run is a tmpfs: a reboot loses the CDI specs, and the boot id changes.
-		must(t, "wipe cdi root", os.RemoveAll(p.cdiRoot()))
-		writeFile(t, p.bootIDFile(), "22222222-2222-2222-2222-222222222222\n")
-		p.start()
+		must(t, "wipe cdi root", os.RemoveAll(p.CDIRoot()))
+		framework.WriteFile(t, p.BootIDFile(), "22222222-2222-2222-2222-222222222222\n")
+		p.Start()
 		kubeletClients(outer, p) // serving again means recovery is done
 		for _, c := range []*resourceapi.ResourceClaim{group, worker} {
 			if _, err := os.Stat(cdiSpecPath(p, c.UID)); err != nil {

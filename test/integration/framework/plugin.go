@@ -1,0 +1,153 @@
+package framework
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// PluginRulesFile holds the RBAC rules the chart ships for the plugin.
+const PluginRulesFile = "deployments/helm/gpufabric/files/rbac/kubelet-plugin.yaml"
+
+var pluginBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// PluginBinary builds cmd/kubelet-plugin once per test process (or uses
+// $GPUFABRIC_PLUGIN_BIN), so tests run the real binary as the DaemonSet does.
+func PluginBinary(t testing.TB) string {
+	t.Helper()
+	pluginBuild.once.Do(func() {
+		if p := os.Getenv("GPUFABRIC_PLUGIN_BIN"); p != "" {
+			pluginBuild.path = p
+			return
+		}
+		root, err := RepoRoot()
+		if err != nil {
+			pluginBuild.err = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "gpufabric-plugin-bin-")
+		if err != nil {
+			pluginBuild.err = err
+			return
+		}
+		pluginBuild.path = filepath.Join(dir, "kubelet-plugin")
+		cmd := exec.Command("go", "build", "-o", pluginBuild.path, "./cmd/kubelet-plugin")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			pluginBuild.err = fmt.Errorf("build kubelet-plugin: %w\n%s", err, out)
+		}
+	})
+	if pluginBuild.err != nil {
+		t.Fatal(pluginBuild.err)
+	}
+	return pluginBuild.path
+}
+
+// Plugin is one kubelet-plugin process in mock mode with its own
+// directories, as on one node. Its dirs survive restarts (Start again).
+type Plugin struct {
+	t          testing.TB
+	Node       string
+	kubeconfig string
+	// Fabric is the plugin's own copy of the fabric file; edit it to inject
+	// faults (the plugin re-reads it every second).
+	Fabric string
+	dir    string // root of all its dirs
+	cmd    *exec.Cmd
+	done   chan struct{}
+}
+
+func (p *Plugin) RegistrarDir() string { return filepath.Join(p.dir, "registry") }
+func (p *Plugin) PluginDir() string    { return filepath.Join(p.dir, "plugin") }
+func (p *Plugin) CDIRoot() string      { return filepath.Join(p.dir, "cdi") }
+func (p *Plugin) StateDir() string     { return filepath.Join(p.dir, "state") }
+func (p *Plugin) BootIDFile() string   { return filepath.Join(p.dir, "boot_id") }
+func (p *Plugin) LogFile() string      { return filepath.Join(p.dir, "plugin.log") }
+
+// NewPlugin prepares (but does not start) a plugin for node, authenticated
+// by kubeconfig, with its own copy of fabricFile (relative to the repo root).
+func NewPlugin(t testing.TB, kubeconfig, fabricFile, node string) *Plugin {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Plugin{t: t, Node: node, kubeconfig: kubeconfig, dir: t.TempDir()}
+	data, err := os.ReadFile(filepath.Join(root, fabricFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Fabric = filepath.Join(p.dir, "fabric.yaml")
+	WriteFile(t, p.Fabric, string(data))
+	WriteFile(t, p.BootIDFile(), "11111111-1111-1111-1111-111111111111\n")
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// Start starts the process.
+func (p *Plugin) Start() {
+	p.t.Helper()
+	log, err := os.OpenFile(p.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer log.Close()
+	p.cmd = exec.Command(PluginBinary(p.t), "run",
+		"--node="+p.Node, "--kubeconfig="+p.kubeconfig,
+		"--backend=mock", "--mock-fabric="+p.Fabric,
+		"--plugin-data-dir="+p.PluginDir(), "--registrar-dir="+p.RegistrarDir(),
+		"--cdi-root="+p.CDIRoot(), "--state-dir="+p.StateDir(),
+		"--boot-id-path="+p.BootIDFile(), "--health-interval=1s", "-v=1")
+	p.cmd.Stdout, p.cmd.Stderr = log, log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatalf("start plugin: %v", err)
+	}
+	p.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(p.cmd, p.done)
+}
+
+// Stop ends the plugin (SIGTERM, then SIGKILL). Idempotent. A failed
+// test gets the tail of the plugin's log.
+func (p *Plugin) Stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+	if p.t.Failed() {
+		data, _ := os.ReadFile(p.LogFile())
+		p.t.Logf("plugin %s log:\n%s", p.Node, tail(string(data), 4000))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// WriteFile writes data to path or fails the test.
+func WriteFile(t testing.TB, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
