@@ -37,7 +37,7 @@ type plugin struct {
 // newPlugin discovers the node, starts the claim driver and the kubelet
 // sockets, and publishes the pool. onFatal is called for unrecoverable
 // errors (it should stop the process).
-func newPlugin(ctx context.Context, o *runOptions, client kubernetes.Interface, onFatal func(error)) (*plugin, error) {
+func newPlugin(ctx context.Context, o *runOptions, client kubernetes.Interface, registry *prometheus.Registry, onFatal func(error)) (*plugin, error) {
 	for _, dir := range []string{o.pluginDir, o.registrarDir, o.cdiRoot, o.stateDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
@@ -48,7 +48,7 @@ func newPlugin(ctx context.Context, o *runOptions, client kubernetes.Interface, 
 		return nil, err
 	}
 	p := &plugin{
-		opts: o, client: client, registry: newRegistry(),
+		opts: o, client: client, registry: registry,
 		resolver: newInventoryResolver(backend.DevRoot(), inv),
 		health:   make(chan kubeletplugin.DeviceHealthReport, 1),
 	}

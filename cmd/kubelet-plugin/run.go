@@ -49,7 +49,7 @@ func (o *runOptions) flags(args []string) error {
 	str(&o.kubeconfig, "kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty: in-cluster config")
 	str(&o.backend, "backend", "GPUFABRIC_BACKEND", "nvml", "hardware backend: nvml or mock")
 	str(&o.mockFabric, "mock-fabric", "GPUFABRIC_MOCK_FABRIC", "", "fabric file (mock backend); re-read every health interval")
-	str(&o.mockDir, "mock-dir", "GPUFABRIC_MOCK_DIR", "", "directory for the mock node's fake sysfs and /dev (mock backend; default under --state-dir)")
+	str(&o.mockDir, "mock-dir", "GPUFABRIC_MOCK_DIR", "", "directory for the mock node's fake sysfs and /dev, rewritten at every discovery (mock backend; default: a new temporary directory per process)")
 	str(&o.sysfsRoot, "sysfs-root", "GPUFABRIC_SYSFS_ROOT", "/sys", "sysfs root (nvml backend)")
 	str(&o.devRoot, "dev-root", "GPUFABRIC_DEV_ROOT", "/dev", "host device nodes as the plugin sees them (nvml backend)")
 	str(&o.pluginDir, "plugin-data-dir", "GPUFABRIC_PLUGIN_DATA_DIR", "/var/lib/kubelet/plugins/"+topology.DriverName, "directory for the DRA socket")
@@ -73,7 +73,13 @@ func (o *runOptions) flags(args []string) error {
 	case o.healthInterval < time.Second:
 		return fmt.Errorf("%w: --health-interval must be at least 1s, got %s", errUsage, o.healthInterval)
 	case o.backend == "mock" && o.mockDir == "":
-		o.mockDir = o.stateDir + "/mock"
+		// Per process: two instances during a rolling update must not
+		// rewrite each other's fake tree.
+		dir, err := os.MkdirTemp("", "gpufabric-mock-"+o.node+"-")
+		if err != nil {
+			return fmt.Errorf("create mock dir: %w", err)
+		}
+		o.mockDir = dir
 	}
 	return nil
 }
@@ -100,14 +106,18 @@ func runPlugin(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, err := newPlugin(ctx, &o, client, func(err error) { cancel(err) })
+	if o.backend == "mock" {
+		defer os.RemoveAll(o.mockDir)
+	}
+	registry := newRegistry()
+	if o.metricsAddress != "" {
+		go serveMetrics(ctx, o.metricsAddress, registry)
+	}
+	p, err := newPlugin(ctx, &o, client, registry, func(err error) { cancel(err) })
 	if err != nil {
 		return err
 	}
 	defer p.helper.Stop()
-	if o.metricsAddress != "" {
-		go serveMetrics(ctx, o.metricsAddress, p.registry)
-	}
 	p.loop(ctx, o.healthInterval)
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
@@ -152,6 +162,7 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
+	klog.FromContext(ctx).Info("Serving metrics", "address", addr)
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		klog.FromContext(ctx).Error(err, "Metrics server stopped", "address", addr)
 	}

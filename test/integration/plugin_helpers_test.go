@@ -19,8 +19,6 @@ import (
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
-const pluginRulesFile = framework.PluginRulesFile
-
 // nodeSlices returns the node-local slices of gpufabric.dev for node.
 func nodeSlices(ctx context.Context, c kubernetes.Interface, node string) ([]resourceapi.ResourceSlice, error) {
 	list, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
@@ -62,7 +60,13 @@ func devicesOf(slices []resourceapi.ResourceSlice) map[string]resourceapi.Device
 // GetInfo on the registration socket names the DRA endpoint.
 func kubeletClients(t *testing.T, p *framework.Plugin) drapb.DRAPluginClient {
 	t.Helper()
-	regSock := filepath.Join(p.RegistrarDir(), topology.DriverName+"-reg.sock")
+	return kubeletClientsAt(t, filepath.Join(p.RegistrarDir(), topology.DriverName+"-reg.sock"))
+}
+
+// kubeletClientsAt is kubeletClients for a given registration socket (a
+// plugin started with --pod-uid names its socket after the UID).
+func kubeletClientsAt(t *testing.T, regSock string) drapb.DRAPluginClient {
+	t.Helper()
 	var info *registerapi.PluginInfo
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		conn, err := grpc.NewClient("unix://"+regSock, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestPluginPublishesSlices(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{})
 	ctx := t.Context()
 	admin := cp.AdminClient(t)
-	rules, err := framework.LoadRules(pluginRulesFile)
+	rules, err := framework.LoadRules(framework.PluginRulesFile)
 	must(t, "load plugin rules", err)
 	kubeconfig := cp.KubeconfigWithRules(t, "gpufabric-plugin", rules)
 	for _, n := range []string{"gb200-r1-n01", "h100-n01"} {
@@ -97,6 +98,17 @@ func TestPluginPublishesSlices(t *testing.T) {
 		}
 		return true
 	})
+
+	// Hardware that disappears leaves no stale devices: two GPUs go away.
+	writeFabric := strings.Replace(string(fabric), "gpus: {model: GB200, count: 4}", "gpus: {model: GB200, count: 2}", 1)
+	framework.WriteFile(t, gb.Fabric, writeFabric)
+	waitSlices(t, admin, "gb200-r1-n01", func(s []resourceapi.ResourceSlice) bool {
+		devs := devicesOf(s)
+		_, gone := devs["gpu-2"]
+		return len(devs) == 6 && !gone
+	})
+	framework.WriteFile(t, gb.Fabric, string(fabric))
+	waitSlices(t, admin, "gb200-r1-n01", func(s []resourceapi.ResourceSlice) bool { return len(devicesOf(s)) == 8 })
 
 	// The other node's slices were never rewritten.
 	after, err := nodeSlices(ctx, admin, "h100-n01")

@@ -97,7 +97,7 @@ func TestPluginPrepareOverGRPC(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{})
 	ctx := t.Context()
 	admin := cp.AdminClient(t)
-	rules, err := framework.LoadRules(pluginRulesFile)
+	rules, err := framework.LoadRules(framework.PluginRulesFile)
 	must(t, "load plugin rules", err)
 	const nodeName = "gb200-r1-n01"
 	_, err = admin.CoreV1().Nodes().Create(ctx, node(nodeName, nil), metav1.CreateOptions{})

@@ -62,9 +62,11 @@ type Plugin struct {
 	// Fabric is the plugin's own copy of the fabric file; edit it to inject
 	// faults (the plugin re-reads it every second).
 	Fabric string
-	dir    string // root of all its dirs
-	cmd    *exec.Cmd
-	done   chan struct{}
+	// ExtraArgs are appended to the command line at the next Start.
+	ExtraArgs []string
+	dir       string // root of all its dirs
+	cmd       *exec.Cmd
+	done      chan struct{}
 }
 
 func (p *Plugin) RegistrarDir() string { return filepath.Join(p.dir, "registry") }
@@ -94,6 +96,15 @@ func NewPlugin(t testing.TB, kubeconfig, fabricFile, node string) *Plugin {
 	return p
 }
 
+// Twin is a second plugin on the same node and directories, as the new pod
+// of a DaemonSet rolling update (surge) is. Start it with its own --pod-uid.
+func (p *Plugin) Twin() *Plugin {
+	twin := *p
+	twin.cmd, twin.done, twin.ExtraArgs = nil, nil, nil
+	p.t.Cleanup(twin.Stop)
+	return &twin
+}
+
 // Start starts the process.
 func (p *Plugin) Start() {
 	p.t.Helper()
@@ -108,6 +119,7 @@ func (p *Plugin) Start() {
 		"--plugin-data-dir="+p.PluginDir(), "--registrar-dir="+p.RegistrarDir(),
 		"--cdi-root="+p.CDIRoot(), "--state-dir="+p.StateDir(),
 		"--boot-id-path="+p.BootIDFile(), "--health-interval=1s", "-v=1")
+	p.cmd.Args = append(p.cmd.Args, p.ExtraArgs...)
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -133,7 +145,7 @@ func (p *Plugin) Stop() {
 	p.cmd = nil
 	if p.t.Failed() {
 		data, _ := os.ReadFile(p.LogFile())
-		p.t.Logf("plugin %s log:\n%s", p.Node, tail(string(data), 4000))
+		p.t.Logf("plugin %s log:\n%s", p.Node, tail(string(data), 8000))
 	}
 }
 
