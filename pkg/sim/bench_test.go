@@ -1,0 +1,51 @@
+package sim
+
+import (
+	"context"
+	"testing"
+)
+
+// BenchmarkSim5000 replays a trace on 5,000 HGX nodes (40,000 GPUs, 16
+// nodes per rack, 8 racks per leaf) with the gpufabric engine and, in the
+// same run, the baselines: 1,200 gangs of 1–512 GPUs at load 2 with a
+// 30-minute mean duration, so the cluster fills in the last third of the
+// run and departures force snapshot rebuilds. One iteration is one whole
+// replay; run it with -benchtime 1x. Reports the decision latency
+// percentiles, the mean snapshot rebuild time, and the run's outcome.
+func BenchmarkSim5000(b *testing.B) {
+	f, err := GenerateFabric(FabricSpec{Kind: KindHGX, Size: 5000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultTraceConfig(1, f)
+	cfg.Gangs, cfg.Load, cfg.MeanDuration = 1200, 2, 1800
+	tr, err := GenerateTrace(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{PolicyGPUFabric, PolicyFirstFit, PolicyTAS, PolicyBestFit} {
+		b.Run(name, func(b *testing.B) {
+			var res *Result
+			for b.Loop() {
+				p, err := NewPolicy(name, f, PolicyOptions{Key: LabelLeaf})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res, err = Run(context.Background(), f, tr, p, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s := res.Summary()
+			b.ReportMetric(s.LatP50ms, "p50-ms")
+			b.ReportMetric(s.LatP99ms, "p99-ms")
+			b.ReportMetric(float64(s.Decisions), "decisions")
+			if res.Syncs > 0 {
+				b.ReportMetric(float64(res.SyncTime.Milliseconds())/float64(res.Syncs), "rebuild-ms")
+				b.ReportMetric(float64(res.Syncs), "rebuilds")
+			}
+			b.ReportMetric(float64(s.Placed), "placed")
+			b.ReportMetric(s.BusyPct, "busy-%")
+			b.ReportMetric(s.AllocAtRefusalPct, "alloc-at-refusal-%")
+		})
+	}
+}

@@ -1,0 +1,18 @@
+// Package sim is gpufabric's placement simulator: it replays a trace of gang
+// arrivals and departures on a fabric, once per placement policy, each
+// policy on its own copy of the cluster state, and reports what each policy
+// achieved.
+//
+// Files: fabric.go (generated clusters, fabric files), trace.go (trace
+// generation, save and load), cluster.go (the simulator's cluster state),
+// baselines.go (pod-by-pod first fit, kube-scheduler topology-aware
+// workload scheduling, Kueue TAS BestFit), engine.go (the gpufabric
+// placement engine as a policy), sim.go (the discrete-event loop),
+// metrics.go (per-policy results), report.go (markdown table), svg.go
+// (occupancy chart).
+//
+// Rules: pure and deterministic — no client-go, no clocks except to measure
+// decision latency, no randomness except the trace generator's seeded PCG.
+//
+// See docs/design/simulator.md.
+package sim

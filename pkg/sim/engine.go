@@ -1,0 +1,184 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// EnginePolicy is the gpufabric placement engine. It keeps one Snapshot:
+// a placement is Assumed into it, and a departure marks it stale so the
+// next Sync rebuilds it from the fabric plus the pods and allocated claims
+// of the running gangs (with a MatchCache, so CEL class matching is not
+// redone). Gangs carry no topology key (the smallest level that fits
+// wins), except with RequireNVLink.
+type EnginePolicy struct {
+	// RequireNVLink gives every gang that fits in the largest NVLink
+	// domain the required topology key gpufabric.dev/nvlinkDomain, as a
+	// user who wants NVLink would set it; larger gangs get no key.
+	RequireNVLink bool
+	fabric        *Fabric
+	cfg           placement.Config
+	snap          *placement.Snapshot
+	gangs         map[int]*placement.Gang
+	running       map[int]*boundGang
+	// Rebuilds counts snapshot builds.
+	Rebuilds int
+}
+
+// boundGang is what a running gang adds to the snapshot input.
+type boundGang struct {
+	pods   []*v1.Pod
+	claims []*resourceapi.ResourceClaim
+}
+
+// NewEnginePolicy returns the engine on fabric f.
+func NewEnginePolicy(f *Fabric) *EnginePolicy {
+	cfg := placement.Config{MatchCache: placement.NewMatchCache()}
+	cfg.Tree.LabelLevels = f.Levels[1:]
+	return &EnginePolicy{fabric: f, cfg: cfg, gangs: map[int]*placement.Gang{}, running: map[int]*boundGang{}}
+}
+
+func (e *EnginePolicy) Name() string {
+	if e.RequireNVLink {
+		return PolicyGPUFabricNVLink
+	}
+	return PolicyGPUFabric
+}
+func (*EnginePolicy) PodByPod() bool { return false }
+
+// Sync rebuilds the snapshot when a gang left since the last build, and
+// warms it up with the Place of a one-GPU gang (not assumed): that fills
+// the per-node free-device counts (CEL class matching, mostly served by
+// the MatchCache), which is snapshot preparation, not a decision.
+func (e *EnginePolicy) Sync(ctx context.Context) (bool, error) {
+	if e.snap != nil {
+		return false, nil
+	}
+	in := e.fabric.Input
+	in.Pods = append([]*v1.Pod(nil), in.Pods...)
+	in.ResourceClaims = append([]*resourceapi.ResourceClaim(nil), in.ResourceClaims...)
+	ids := make([]int, 0, len(e.running))
+	for id := range e.running {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	for _, id := range ids {
+		in.Pods = append(in.Pods, e.running[id].pods...)
+		in.ResourceClaims = append(in.ResourceClaims, e.running[id].claims...)
+	}
+	snap, err := placement.NewSnapshot(ctx, e.cfg, in)
+	if err != nil {
+		return false, fmt.Errorf("snapshot: %w", err)
+	}
+	warm, err := e.gang(TraceGang{ID: -1, Pods: 1, GPUsPerPod: 1})
+	if err != nil {
+		return false, err
+	}
+	if _, _, err := snap.Place(ctx, warm); err != nil {
+		return false, fmt.Errorf("warm-up: %w", err)
+	}
+	e.snap = snap
+	return true, nil
+}
+
+// Release drops a gang's pods and claims; the snapshot is rebuilt on the
+// next Sync.
+func (e *EnginePolicy) Release(_ context.Context, id int) error {
+	if _, ok := e.running[id]; !ok {
+		return fmt.Errorf("gang %d is not running", id)
+	}
+	delete(e.running, id)
+	e.snap = nil
+	return nil
+}
+
+// Place runs Snapshot.Place and, on success, Assumes the decision.
+func (e *EnginePolicy) Place(ctx context.Context, _ *Cluster, g TraceGang, nodes []int) ([]int, error) {
+	if _, err := e.Sync(ctx); err != nil {
+		return nil, err
+	}
+	gang, err := e.gang(g)
+	if err != nil {
+		return nil, err
+	}
+	d, _, err := e.snap.Place(ctx, gang)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	if err := e.snap.Assume(ctx, gang, d); err != nil {
+		return nil, fmt.Errorf("assume gang %d: %w", g.ID, err)
+	}
+	out := append([]int(nil), nodes...)
+	bound := &boundGang{}
+	for i, pp := range d.Pods {
+		n, ok := e.fabric.NodeIndex[pp.Node]
+		if !ok {
+			return nil, fmt.Errorf("gang %d placed on unknown node %s", g.ID, pp.Node)
+		}
+		out[i] = n
+		pod := *gang.Members[i].Pod
+		pod.Spec.NodeName = pp.Node
+		pod.Status.Phase = v1.PodRunning
+		bound.pods = append(bound.pods, &pod)
+	}
+	for _, ca := range d.Claims {
+		alloc := ca.Allocation
+		bound.claims = append(bound.claims, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ca.Namespace, Name: ca.Name, UID: ca.UID},
+			Status:     resourceapi.ResourceClaimStatus{Allocation: &alloc},
+		})
+	}
+	e.running[g.ID] = bound
+	delete(e.gangs, g.ID)
+	return out, nil
+}
+
+// gang builds (once) the PodGroup of a trace gang: pods g%05d-%03d with one
+// claim each for GPUsPerPod GPUs of gpu.gpufabric.dev.
+func (e *EnginePolicy) gang(g TraceGang) (*placement.Gang, error) {
+	if pg := e.gangs[g.ID]; pg != nil {
+		return pg, nil
+	}
+	name := fmt.Sprintf("g%05d", g.ID)
+	pg := &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: placementtest.Namespace, Name: name, UID: types.UID("podgroup-" + name)},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(g.Pods)},
+		}},
+	}
+	if e.RequireNVLink && g.GPUs() <= e.fabric.MaxNVLinkGPUs {
+		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
+			Topology: []schedulingv1beta1.TopologyConstraint{{Key: topology.TopologyKeyNVLinkDomain}},
+		}
+	}
+	claims := map[string]*resourceapi.ResourceClaim{}
+	pods := make([]*v1.Pod, g.Pods)
+	for i := range pods {
+		pod := fmt.Sprintf("%s-%03d", name, i)
+		claims[pod+"-gpu"] = placementtest.GPUClaim(pod+"-gpu", int64(g.GPUsPerPod))
+		pods[i] = placementtest.Pod(pod, "1", "1Gi", pod+"-gpu")
+		pods[i].Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: &pg.Name}
+	}
+	gang, err := placement.NewGang(pg, pods, func(_, name string) (*resourceapi.ResourceClaim, error) {
+		if c := claims[name]; c != nil {
+			return c, nil
+		}
+		return nil, fmt.Errorf("claim %s not found", name)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gang %d: %w", g.ID, err)
+	}
+	e.gangs[g.ID] = gang
+	return gang, nil
+}

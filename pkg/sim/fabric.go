@@ -1,0 +1,266 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// Fabric kinds that GenerateFabric builds.
+const (
+	// KindNVL72: domains of 18 nodes × 4 GPUs sharing one multi-node NVLink
+	// domain; one domain is one rack; RacksPerLeaf racks per IB leaf.
+	KindNVL72 = "nvl72"
+	// KindHGX: 8-GPU nodes, each its own NVSwitch domain; NodesPerRack
+	// nodes per rack, RacksPerLeaf racks per leaf.
+	KindHGX = "hgx"
+)
+
+// Node label keys of the generated fabrics, innermost first.
+const (
+	LabelRack = "rack"
+	LabelLeaf = "leaf"
+)
+
+// FabricSpec describes a generated cluster.
+type FabricSpec struct {
+	Kind string `json:"kind"`
+	// Size is the number of NVL72 domains (nvl72) or of nodes (hgx).
+	Size         int `json:"size"`
+	NodesPerRack int `json:"nodesPerRack,omitempty"` // hgx only; default 16
+	RacksPerLeaf int `json:"racksPerLeaf,omitempty"` // default 8
+}
+
+// Fabric is a cluster as API objects plus the indexes the simulator uses.
+// Nodes are indexed by position in name order.
+type Fabric struct {
+	Name  string
+	Input placement.SnapshotInput // Nodes, ResourceSlices, DeviceClasses
+	Tree  *topology.Tree
+	// Levels are the tree's levels below the cluster: 0 is the NVLink
+	// domain, then the label levels.
+	Levels    []string
+	NodeNames []string
+	NodeIndex map[string]int
+	GPUs      []int // per node
+	TotalGPUs int
+	// Busy GPUs per node of the existing load (allocated claims on the
+	// node's local pools).
+	Busy []int
+	// DomainOf[l][n] is node n's domain index at level l, -1 when none.
+	DomainOf [][]int
+	// Domains[l] lists level l's domains (ids sorted, node indexes sorted).
+	Domains [][]Domain
+	// MaxNVLinkGPUs is the size of the largest NVLink domain.
+	MaxNVLinkGPUs int
+}
+
+// Domain is one domain of a level.
+type Domain struct {
+	ID    string
+	Nodes []int
+	GPUs  int
+}
+
+// GenerateFabric builds a cluster from a spec.
+func GenerateFabric(spec FabricSpec) (*Fabric, error) {
+	if spec.Size <= 0 {
+		return nil, fmt.Errorf("fabric size %d: must be positive", spec.Size)
+	}
+	rpl := spec.RacksPerLeaf
+	if rpl <= 0 {
+		rpl = 8
+	}
+	sc := placementtest.Scenario{Levels: []string{LabelRack, LabelLeaf}}
+	var name string
+	switch spec.Kind {
+	case KindNVL72:
+		name = fmt.Sprintf("%d NVL72 domains (18 nodes × 4 GPUs), %d racks/leaf", spec.Size, rpl)
+		for d := range spec.Size {
+			id := fmt.Sprintf("nvl%03d", d)
+			sc.Domains = append(sc.Domains, placementtest.DomainSpec{
+				ID: id, Nodes: 18, GPUsPerNode: 4, CPU: "144", Memory: "1Ti",
+				Labels: map[string]string{LabelRack: id, LabelLeaf: fmt.Sprintf("leaf%02d", d/rpl)},
+			})
+		}
+	case KindHGX:
+		npr := spec.NodesPerRack
+		if npr <= 0 {
+			npr = 16
+		}
+		name = fmt.Sprintf("%d HGX nodes × 8 GPUs, %d nodes/rack, %d racks/leaf", spec.Size, npr, rpl)
+		for rack := 0; rack*npr < spec.Size; rack++ {
+			id := fmt.Sprintf("r%03d", rack)
+			sc.Domains = append(sc.Domains, placementtest.DomainSpec{
+				ID: id, Kind: string(topology.DomainKindNVSwitch), Nodes: min(npr, spec.Size-rack*npr), GPUsPerNode: 8,
+				CPU: "128", Memory: "2Ti",
+				Labels: map[string]string{LabelRack: id, LabelLeaf: fmt.Sprintf("leaf%02d", rack/rpl)},
+			})
+		}
+	default:
+		return nil, fmt.Errorf("unknown fabric kind %q", spec.Kind)
+	}
+	built, err := placementtest.Build(sc)
+	if err != nil {
+		return nil, fmt.Errorf("build fabric: %w", err)
+	}
+	return NewFabric(name, sc.Levels, built.Input)
+}
+
+// FabricFile is the YAML (or JSON) form of a cluster: node label levels
+// innermost first, Nodes, and ResourceSlices of driver gpufabric.dev.
+// Optional Pods (bound) and allocated ResourceClaims are existing load that
+// stays for the whole run.
+type FabricFile struct {
+	Levels         []string                    `json:"levels,omitempty"`
+	Nodes          []v1.Node                   `json:"nodes"`
+	ResourceSlices []resourceapi.ResourceSlice `json:"resourceSlices"`
+	Pods           []v1.Pod                    `json:"pods,omitempty"`
+	ResourceClaims []resourceapi.ResourceClaim `json:"resourceClaims,omitempty"`
+}
+
+// LoadFabric reads a FabricFile.
+func LoadFabric(path string) (*Fabric, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read fabric: %w", err)
+	}
+	var ff FabricFile
+	if err := yaml.UnmarshalStrict(data, &ff); err != nil {
+		return nil, fmt.Errorf("parse fabric %s: %w", path, err)
+	}
+	return NewFabric(path, ff.Levels, placement.SnapshotInput{
+		Nodes: pointers(ff.Nodes), ResourceSlices: pointers(ff.ResourceSlices),
+		Pods: pointers(ff.Pods), ResourceClaims: pointers(ff.ResourceClaims),
+	})
+}
+
+func pointers[T any](v []T) []*T {
+	out := make([]*T, len(v))
+	for i := range v {
+		out[i] = &v[i]
+	}
+	return out
+}
+
+// NewFabric indexes a cluster with the fabric tree: in.Nodes and
+// in.ResourceSlices, plus existing load (in.Pods, allocated
+// in.ResourceClaims). Without DeviceClasses, the GPU and fabric-domain
+// classes are used.
+func NewFabric(name string, levels []string, in placement.SnapshotInput) (*Fabric, error) {
+	tree, err := topology.BuildTree(topology.TreeConfig{LabelLevels: levels}, in.Nodes, in.ResourceSlices)
+	if err != nil {
+		return nil, fmt.Errorf("fabric tree: %w", err)
+	}
+	if len(in.DeviceClasses) == 0 {
+		in.DeviceClasses = placementtest.DeviceClasses()
+	}
+	f := &Fabric{Name: name, Input: in, Tree: tree, NodeIndex: map[string]int{}}
+	for _, n := range in.Nodes {
+		f.NodeNames = append(f.NodeNames, n.Name)
+	}
+	sort.Strings(f.NodeNames)
+	for i, n := range f.NodeNames {
+		if _, dup := f.NodeIndex[n]; dup {
+			return nil, fmt.Errorf("node %s listed twice", n)
+		}
+		f.NodeIndex[n] = i
+		g := tree.NodeGPUCount(n)
+		f.GPUs = append(f.GPUs, g)
+		f.TotalGPUs += g
+	}
+	if f.TotalGPUs == 0 {
+		return nil, fmt.Errorf("fabric %s has no GPUs", name)
+	}
+	f.Busy = busyGPUs(f, in)
+	for _, l := range tree.Levels[:len(tree.Levels)-1] {
+		f.addLevel(l)
+	}
+	for _, d := range f.Domains[0] {
+		f.MaxNVLinkGPUs = max(f.MaxNVLinkGPUs, d.GPUs)
+	}
+	return f, nil
+}
+
+func (f *Fabric) addLevel(l *topology.Level) {
+	of := make([]int, len(f.NodeNames))
+	for i := range of {
+		of[i] = -1
+	}
+	var doms []Domain
+	for di, d := range l.Domains {
+		dom := Domain{ID: d.ID, GPUs: d.GPUs}
+		for _, n := range d.Nodes {
+			i := f.NodeIndex[n]
+			of[i] = di
+			dom.Nodes = append(dom.Nodes, i)
+		}
+		sort.Ints(dom.Nodes)
+		doms = append(doms, dom)
+	}
+	f.Levels = append(f.Levels, l.Key)
+	f.DomainOf = append(f.DomainOf, of)
+	f.Domains = append(f.Domains, doms)
+}
+
+// Level returns the index of a level key, or -1.
+func (f *Fabric) Level(key string) int {
+	for i, k := range f.Levels {
+		if k == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// GPUsPerNode is the most common GPU count of a node (for pod sizes).
+func (f *Fabric) GPUsPerNode() int {
+	count := map[int]int{}
+	best := 0
+	for _, g := range f.GPUs {
+		count[g]++
+		if g > 0 && (count[g] > count[best] || count[g] == count[best] && g > best) {
+			best = g
+		}
+	}
+	return best
+}
+
+// busyGPUs counts the GPUs of node-local pools allocated by in's claims.
+func busyGPUs(f *Fabric, in placement.SnapshotInput) []int {
+	busy := make([]int, len(f.NodeNames))
+	poolNode := map[[2]string]int{}
+	for _, sl := range in.ResourceSlices {
+		if sl.Spec.NodeName != nil {
+			if i, ok := f.NodeIndex[*sl.Spec.NodeName]; ok {
+				poolNode[[2]string{sl.Spec.Driver, sl.Spec.Pool.Name}] = i
+			}
+		}
+	}
+	gpus := topology.NodeGPUs(in.ResourceSlices)
+	for _, c := range in.ResourceClaims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			i, ok := poolNode[[2]string{r.Driver, r.Pool}]
+			if !ok {
+				continue
+			}
+			for _, g := range gpus[f.NodeNames[i]].Devices {
+				if g.Pool == r.Pool && g.Device == r.Device {
+					busy[i]++
+				}
+			}
+		}
+	}
+	return busy
+}

@@ -1,0 +1,84 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"k8s.io/klog/v2"
+)
+
+// Report is the results of several policies on one fabric and trace.
+type Report struct {
+	Fabric    string
+	TotalGPUs int
+	Trace     TraceConfig
+	Gangs     int
+	Options   Options
+	Key       string
+	Results   []*Result
+}
+
+// RunAll replays the trace once per policy, each on its own cluster.
+func RunAll(ctx context.Context, f *Fabric, tr *Trace, names []string, popt PolicyOptions, opt Options) (*Report, error) {
+	logger := klog.FromContext(ctx)
+	if opt.Timeout <= 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	rep := &Report{Fabric: f.Name, TotalGPUs: f.TotalGPUs, Trace: tr.Config, Gangs: len(tr.Gangs), Options: opt, Key: popt.Key}
+	for _, name := range names {
+		p, err := NewPolicy(name, f, popt)
+		if err != nil {
+			return nil, err
+		}
+		res, err := Run(ctx, f, tr, p, opt)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: %w", name, err)
+		}
+		rep.Options.Horizon = res.Horizon
+		logger.V(2).Info("Policy done", "policy", name, "placed", res.Placed, "decisions", len(res.Latencies), "sync", res.SyncTime)
+		rep.Results = append(rep.Results, res)
+	}
+	return rep, nil
+}
+
+// Summaries returns each result's Summary.
+func (rep *Report) Summaries() []Summary {
+	out := make([]Summary, len(rep.Results))
+	for i, r := range rep.Results {
+		out[i] = r.Summary()
+	}
+	return out
+}
+
+// Markdown writes the header lines and the results table.
+func (rep *Report) Markdown(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Fabric: %s (%d GPUs). Trace: seed %d, %d gangs, load %.2f, mean duration %.0f s, horizon %.1f h. Baseline key: %s; partial-gang timeout %d s.\n\n",
+		rep.Fabric, rep.TotalGPUs, rep.Trace.Seed, rep.Gangs, rep.Trace.Load, rep.Trace.MeanDuration,
+		float64(rep.Options.Horizon)/3600, rep.Key, rep.Options.Timeout)
+	b.WriteString("| policy | gangs placed | in one NVLink domain: all / fit one / had room | GPU alloc at 1st refusal | refusals | busy GPUs | wait mean / p99 (min) | decision p50 / p99 (ms) | decisions |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range rep.Summaries() {
+		refusal := fmt.Sprintf("%.1f%%", s.AllocAtRefusalPct)
+		if s.NoRefusal {
+			refusal = "none"
+		}
+		if s.Teardowns > 0 {
+			refusal += fmt.Sprintf(" (%d teardowns)", s.Teardowns)
+		}
+		fmt.Fprintf(&b, "| %s | %d / %d | %.1f%% / %.1f%% / %.1f%% | %s | %d | %.1f%% | %.1f / %.1f | %.3f / %.3f | %d |\n",
+			s.Policy, s.Placed, s.Gangs, s.InDomainPct, s.FitInDomainPct, s.RoomInDomainPct, refusal, s.Refusals,
+			s.BusyPct, s.WaitMeanMin, s.WaitP99Min, s.LatP50ms, s.LatP99ms, s.Decisions)
+	}
+	for _, r := range rep.Results {
+		if r.SyncTime > 0 {
+			fmt.Fprintf(&b, "\n%s: %d snapshot rebuilds after departures, %.1f ms each on average (not in decision latency).",
+				r.Policy, r.Syncs, float64(r.SyncTime.Microseconds())/1000/float64(max(1, r.Syncs)))
+		}
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,212 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func generate(t testing.TB, spec FabricSpec, seed uint64, gangs int) (*Fabric, *Trace) {
+	t.Helper()
+	f, err := GenerateFabric(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultTraceConfig(seed, f)
+	if gangs > 0 {
+		cfg.Gangs = gangs
+	}
+	tr, err := GenerateTrace(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, tr
+}
+
+// wallClock are the Result fields that are not deterministic.
+var wallClock = cmpopts.IgnoreFields(Result{}, "Latencies", "SyncTime")
+
+func TestDeterministic(t *testing.T) {
+	ctx := context.Background()
+	f, tr := generate(t, FabricSpec{Kind: KindNVL72, Size: 8, RacksPerLeaf: 4}, 7, 200)
+	path := filepath.Join(t.TempDir(), "trace.yaml")
+	if err := SaveTrace(path, tr); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := LoadTrace(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(tr, loaded); diff != "" {
+		t.Fatalf("trace after save and load (-want +got):\n%s", diff)
+	}
+	_, again := generate(t, FabricSpec{Kind: KindNVL72, Size: 8, RacksPerLeaf: 4}, 7, 200)
+	opts := PolicyOptions{Key: LabelLeaf}
+	first, err := RunAll(ctx, f, tr, PolicyNames(), opts, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, trace := range map[string]*Trace{"same seed": again, "loaded": loaded} {
+		second, err := RunAll(ctx, f, trace, PolicyNames(), opts, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(first, second, wallClock); diff != "" {
+			t.Errorf("%s: report differs (-first +second):\n%s", name, diff)
+		}
+	}
+	if first.Results[0].FirstRefusal == nil {
+		t.Errorf("trace too light: gpufabric never refused a gang")
+	}
+}
+
+// TestDefaultTraceTargets checks the targets on the default trace
+// (seed 1, 32 NVL72 domains): gpufabric places in one NVLink domain every
+// gang for which one had room, and allocates at least 97% of the GPUs
+// before refusing a gang that fits in the free GPUs; with the NVLink
+// domain required for gangs that fit one, 100% of those land in one.
+func TestDefaultTraceTargets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the default trace")
+	}
+	f, tr := generate(t, FabricSpec{Kind: KindNVL72, Size: 32}, 1, 0)
+	rep, err := RunAll(context.Background(), f, tr, []string{PolicyGPUFabric, PolicyGPUFabricNVLink}, PolicyOptions{Key: LabelLeaf}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, nvl := rep.Results[0], rep.Results[1]
+	if eng.FirstRefusal == nil {
+		t.Fatalf("default trace never reaches a refusal")
+	}
+	if eng.RoomInDomain != eng.Room {
+		t.Errorf("gpufabric: %d of %d gangs with room in an NVLink domain placed in one", eng.RoomInDomain, eng.Room)
+	}
+	if a := eng.FirstRefusal.AllocatedPct; a < 97 {
+		t.Errorf("gpufabric: first refusal at %.1f%% allocation, want ≥ 97%%: %+v", a, *eng.FirstRefusal)
+	}
+	if nvl.FitDomainInDomain != nvl.FitDomain {
+		t.Errorf("nvlink required: %d of %d gangs that fit a domain placed in one", nvl.FitDomainInDomain, nvl.FitDomain)
+	}
+}
+
+// TestFirstFitTeardown: a gang that first fit can only place in part holds
+// two nodes until the timeout tears it down, again and again.
+func TestFirstFitTeardown(t *testing.T) {
+	f := tinyFabric(t, map[string]int{"a": 3}, nil)
+	tr := &Trace{Gangs: []TraceGang{
+		{ID: 0, Arrival: 0, Duration: 10000, Pods: 1, GPUsPerPod: 4},
+		{ID: 1, Arrival: 1, Duration: 100, Pods: 3, GPUsPerPod: 4},
+		{ID: 2, Arrival: 2000, Duration: 100, Pods: 1, GPUsPerPod: 4},
+	}}
+	type outcome struct {
+		Placed, Teardowns, Refusals int
+		Last                        Sample
+	}
+	want := map[string]outcome{
+		PolicyFirstFit:  {Placed: 1, Teardowns: 3, Last: Sample{T: 1, Busy: 4, Held: 8}}, // torn down and re-placed in the same instants
+		PolicyGPUFabric: {Placed: 2, Last: Sample{T: 2000, Busy: 8}},
+	}
+	got := map[string]outcome{}
+	for name := range want {
+		p, err := NewPolicy(name, f, PolicyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(context.Background(), f, tr, p, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[name] = outcome{res.Placed, res.Teardowns, res.Refusals, res.Series[len(res.Series)-1]}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+}
+
+func TestReportOutputs(t *testing.T) {
+	f, tr := generate(t, FabricSpec{Kind: KindHGX, Size: 64, NodesPerRack: 4, RacksPerLeaf: 4}, 3, 120)
+	rep, err := RunAll(context.Background(), f, tr, PolicyNames(), PolicyOptions{Key: LabelRack}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md, svg bytes.Buffer
+	if err := rep.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.SVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	if rows := strings.Count(md.String(), "\n| "); rows != len(PolicyNames())+1 {
+		t.Errorf("markdown has %d table rows, want header + %d:\n%s", rows, len(PolicyNames()), md.String())
+	}
+	lines := 0
+	dec := xml.NewDecoder(&svg)
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("svg: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+			lines++
+		}
+	}
+	if lines < len(PolicyNames()) {
+		t.Errorf("svg has %d polylines, want at least %d", lines, len(PolicyNames()))
+	}
+}
+
+func TestLoadFabric(t *testing.T) {
+	want := tinyFabric(t, map[string]int{"a": 2, "b": 3}, map[string]int{"b-n01": 2})
+	ff := FabricFile{Levels: []string{LabelRack, LabelLeaf}}
+	for _, n := range want.Input.Nodes {
+		ff.Nodes = append(ff.Nodes, *n)
+	}
+	for _, s := range want.Input.ResourceSlices {
+		ff.ResourceSlices = append(ff.ResourceSlices, *s)
+	}
+	for _, c := range want.Input.ResourceClaims {
+		ff.ResourceClaims = append(ff.ResourceClaims, *c)
+	}
+	data, err := yaml.Marshal(ff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fabric.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadFabric(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignore := cmpopts.IgnoreFields(Fabric{}, "Name", "Input", "Tree")
+	if diff := cmp.Diff(want, got, ignore, cmpopts.IgnoreTypes([]*v1.Pod(nil), []*resourceapi.ResourceClaim(nil))); diff != "" {
+		t.Errorf("fabric (-want +got):\n%s", diff)
+	}
+}
+
+func TestBuckets(t *testing.T) {
+	r := &Result{Horizon: 30, Series: []Sample{{T: 0, Busy: 3}, {T: 10, Busy: 6, Held: 3}, {T: 25, Busy: 0}}}
+	busy, held := r.buckets(3)
+	if diff := cmp.Diff([]float64{3, 6, 3}, busy); diff != "" {
+		t.Errorf("busy (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]float64{3, 9, 4.5}, held); diff != "" {
+		t.Errorf("held (-want +got):\n%s", diff)
+	}
+}
