@@ -275,3 +275,47 @@ func insecureClient() *http.Client {
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // health probe only
 	}
 }
+
+// StartProcess runs another program (a gpufabric binary) under this control
+// plane: its output goes to <Dir>/<name>.log, its PID is recorded so that a
+// later Start stops it if this process dies, and Stop ends it. Names must be
+// unique within the control plane.
+func (cp *ControlPlane) StartProcess(name, binaryPath string, args ...string) error {
+	abs, err := filepath.EvalSymlinks(binaryPath)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", binaryPath, err)
+	}
+	p, err := startProcess(cp.dir, name, abs, args, nil)
+	if err != nil {
+		return err
+	}
+	cp.mu.Lock()
+	cp.procs = append(cp.procs, p)
+	cp.mu.Unlock()
+	return nil
+}
+
+// ProcessLog is the log file of a process started by StartProcess.
+func (cp *ControlPlane) ProcessLog(name string) string {
+	return filepath.Join(cp.dir, name+".log")
+}
+
+// WriteUserKubeconfig writes a kubeconfig authenticating as user (client
+// certificate, groups as organizations) into the state dir and returns its
+// path. RBAC for the user is the caller's business.
+func (cp *ControlPlane) WriteUserKubeconfig(user string, groups ...string) (string, error) {
+	certPEM, keyPEM, err := cp.pki.ClientCert(user, groups...)
+	if err != nil {
+		return "", fmt.Errorf("issue client certificate for %s: %w", user, err)
+	}
+	dir := filepath.Join(cp.dir, "users", user)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create user dir: %w", err)
+	}
+	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	if err := writePair(certFile, certPEM, keyFile, keyPEM); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, writeKubeconfigFor(path, cp.host, cp.pki.caFile(), certFile, keyFile)
+}

@@ -50,19 +50,8 @@ func (cp *ControlPlane) AdminClient(t testing.TB) kubernetes.Interface {
 // else is granted to it.
 func (cp *ControlPlane) ClientWithRules(t testing.TB, user string, rules []rbacv1.PolicyRule) kubernetes.Interface {
 	t.Helper()
-	ctx := t.Context()
-	admin := cp.AdminClient(t)
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}
-	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create cluster role %s: %v", user, err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-	}
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create cluster role binding %s: %v", user, err)
+	if err := GrantRules(t.Context(), cp.AdminClient(t), user, rules); err != nil {
+		t.Fatal(err)
 	}
 	cfg, err := cp.UserConfig(user)
 	if err != nil {
@@ -73,6 +62,24 @@ func (cp *ControlPlane) ClientWithRules(t testing.TB, user string, rules []rbacv
 		t.Fatalf("build client for %s: %v", user, err)
 	}
 	return c
+}
+
+// GrantRules creates a ClusterRole named user with rules and binds it to
+// the user of that name.
+func GrantRules(ctx context.Context, admin kubernetes.Interface, user string, rules []rbacv1.PolicyRule) error {
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create cluster role %s: %w", user, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create cluster role binding %s: %w", user, err)
+	}
+	return nil
 }
 
 // LoadRules reads a YAML list of RBAC rules (the chart's files/rbac/*.yaml)
@@ -104,17 +111,8 @@ func LoadRules(relPath string) ([]rbacv1.PolicyRule, error) {
 func (cp *ControlPlane) KubeconfigWithRules(t testing.TB, user string, rules []rbacv1.PolicyRule) string {
 	t.Helper()
 	cp.ClientWithRules(t, user, rules)
-	certPEM, keyPEM, err := cp.pki.ClientCert(user)
+	path, err := cp.WriteUserKubeconfig(user)
 	if err != nil {
-		t.Fatalf("issue client certificate for %s: %v", user, err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
-	if err := writePair(certFile, certPEM, keyFile, keyPEM); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "kubeconfig")
-	if err := writeKubeconfigFor(path, cp.host, cp.pki.caFile(), certFile, keyFile); err != nil {
 		t.Fatal(err)
 	}
 	return path
