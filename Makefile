@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 20m
 BENCH ?= .
 BENCHTIME ?= 1x
 
-.PHONY: all build test unit integration lint tools control-plane bench clean
+.PHONY: all build test unit integration lint tools control-plane bench demo clean
 
 all: build
 
@@ -32,7 +32,7 @@ lint: tools
 	$(GO) vet $(PKGS)
 	cd test/kubeletdra && $(GO) vet ./...
 	$(TOOLS_DIR)/staticcheck $(PKGS)
-	$(TOOLS_DIR)/logcheck -check-contextual -check-deprecations=false $(PKGS)
+	$(TOOLS_DIR)/logcheck -check-contextual -check-deprecations=false -config hack/logcheck.conf $(PKGS)
 
 unit:
 	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /test/integration)
@@ -45,6 +45,12 @@ integration: control-plane
 	cd test/kubeletdra && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
 test: lint build unit integration
+
+# demo runs the main job on an embedded control plane (see README).
+# FABRIC=path uses another fabric file; KEEP=1 keeps the cluster running.
+demo: build control-plane
+	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) \
+		$(GO) run ./hack/demo $(if $(FABRIC),--fabric=$(FABRIC)) $(if $(KEEP),--keep)
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem $(PKGS)

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+const ns = "demo"
+
+// conditionType is the PodGroup condition the scheduler maintains.
+const conditionType = "PodGroupInitiallyScheduled"
+
+// waitSettled waits until every demo pod is bound, or its gang has been
+// found unschedulable.
+func (d *demo) waitSettled(ctx context.Context, timeout time.Duration) error {
+	var pending []string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pods, err := d.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) == 0 {
+			return false, nil
+		}
+		pending = pending[:0]
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" && !d.gangRefused(ctx, &p) {
+				pending = append(pending, p.Name)
+			}
+		}
+		return len(pending) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("jobs did not settle in %s; still pending: %v", timeout, pending)
+	}
+	return nil
+}
+
+func (d *demo) gangRefused(ctx context.Context, p *corev1.Pod) bool {
+	if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
+		return false
+	}
+	pg, err := d.client.SchedulingV1beta1().PodGroups(ns).Get(ctx, *p.Spec.SchedulingGroup.PodGroupName, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	c := apimeta.FindStatusCondition(pg.Status.Conditions, conditionType)
+	return c != nil && c.Status == metav1.ConditionFalse
+}
+
+// report prints where every pod went, which claims are reserved for what,
+// why waiting gangs wait, and one pod's prepared CDI devices.
+func (d *demo) report(ctx context.Context, out io.Writer) error {
+	pods, err := d.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
+	domainOf, err := d.nodeDomains(ctx)
+	if err != nil {
+		return err
+	}
+	d.printPods(out, pods.Items, domainOf)
+	if err := d.printClaims(ctx, out); err != nil {
+		return err
+	}
+	if err := d.printGroups(ctx, out); err != nil {
+		return err
+	}
+	return d.printCDI(ctx, out, pods.Items)
+}
+
+// nodeDomains maps each node to its NVLink domain, from the published slices.
+func (d *demo) nodeDomains(ctx context.Context) (map[string]string, error) {
+	list, err := d.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list slices: %w", err)
+	}
+	out := map[string]string{}
+	for _, s := range list.Items {
+		for _, dev := range s.Spec.Devices {
+			if v := dev.Attributes[topology.AttrNVLinkDomain].StringValue; v != nil && s.Spec.NodeName != nil {
+				out[*s.Spec.NodeName] = *v
+			}
+		}
+	}
+	return out, nil
+}
+
+func (d *demo) printPods(out io.Writer, pods []corev1.Pod, domainOf map[string]string) {
+	step(out, "Where every pod went")
+	byGroup := map[string][]corev1.Pod{}
+	for _, p := range pods {
+		g := p.Name
+		if p.Spec.SchedulingGroup != nil && p.Spec.SchedulingGroup.PodGroupName != nil {
+			g = *p.Spec.SchedulingGroup.PodGroupName
+		}
+		byGroup[g] = append(byGroup[g], p)
+	}
+	for _, g := range sortedKeys(byGroup) {
+		bound, domains := 0, map[string]bool{}
+		for _, p := range byGroup[g] {
+			if p.Spec.NodeName != "" {
+				bound++
+				domains[domainOf[p.Spec.NodeName]] = true
+			}
+		}
+		fmt.Fprintf(out, "\n%s: %d/%d pods bound, in %d NVLink domain(s) %v\n", g, bound, len(byGroup[g]), len(domains), sortedKeys(domains))
+		fmt.Fprintf(out, "  %-14s %-16s %-10s %s\n", "POD", "NODE", "PHASE", "NVLINK DOMAIN")
+		for _, p := range byGroup[g] {
+			node := p.Spec.NodeName
+			if node == "" {
+				node = "<none>"
+			}
+			fmt.Fprintf(out, "  %-14s %-16s %-10s %s\n", p.Name, node, p.Status.Phase, domainOf[p.Spec.NodeName])
+		}
+	}
+}
+
+func (d *demo) printClaims(ctx context.Context, out io.Writer) error {
+	claims, err := d.client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list claims: %w", err)
+	}
+	step(out, "\nClaims (allocated devices → reserved for)")
+	for _, c := range claims.Items {
+		fmt.Fprintf(out, "  %-34s %-46s → %s\n", c.Name, devicesOf(&c), reservedFor(&c))
+	}
+	return nil
+}
+
+func devicesOf(c *resourceapi.ResourceClaim) string {
+	if c.Status.Allocation == nil {
+		return "(not allocated)"
+	}
+	var devs []string
+	for _, r := range c.Status.Allocation.Devices.Results {
+		devs = append(devs, r.Pool+"/"+r.Device)
+	}
+	return strings.Join(devs, ",")
+}
+
+func reservedFor(c *resourceapi.ResourceClaim) string {
+	var refs []string
+	for _, r := range c.Status.ReservedFor {
+		kind := "pod"
+		if r.Resource == "podgroups" {
+			kind = "PodGroup"
+		}
+		refs = append(refs, kind+" "+r.Name)
+	}
+	if len(refs) == 0 {
+		return "-"
+	}
+	return strings.Join(refs, ", ")
+}
+
+func (d *demo) printGroups(ctx context.Context, out io.Writer) error {
+	groups, err := d.client.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list pod groups: %w", err)
+	}
+	step(out, "\nPodGroup conditions")
+	for _, g := range groups.Items {
+		printCondition(out, &g)
+	}
+	return nil
+}
+
+func printCondition(out io.Writer, g *schedulingv1beta1.PodGroup) {
+	c := apimeta.FindStatusCondition(g.Status.Conditions, conditionType)
+	if c == nil {
+		fmt.Fprintf(out, "  %s: no %s condition yet\n", g.Name, conditionType)
+		return
+	}
+	fmt.Fprintf(out, "  %s: %s=%s (%s)\n    %s\n", g.Name, c.Type, c.Status, c.Reason, c.Message)
+}
+
+// printCDI asks the node of the first bound training pod to prepare the
+// pod's claims, as the kubelet does before starting the pod, and prints
+// what the container would get.
+func (d *demo) printCDI(ctx context.Context, out io.Writer, pods []corev1.Pod) error {
+	var pod *corev1.Pod
+	for i := range pods {
+		if pods[i].Spec.NodeName != "" && strings.HasPrefix(pods[i].Name, "llm-train") {
+			pod = &pods[i]
+			break
+		}
+	}
+	if pod == nil {
+		return fmt.Errorf("no bound training pod to show")
+	}
+	step(out, "\nWhat the kubelet on %s gets for pod %s (NodePrepareResources over the plugin's socket)", pod.Spec.NodeName, pod.Name)
+	var claims []*resourceapi.ResourceClaim
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName == nil {
+			continue
+		}
+		c, err := d.client.ResourceV1().ResourceClaims(ns).Get(ctx, *st.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get claim %s: %w", *st.ResourceClaimName, err)
+		}
+		claims = append(claims, c)
+	}
+	results, err := prepareOnNode(ctx, filepath.Join(d.nodeDir(pod.Spec.NodeName), "registry"), claims)
+	if err != nil {
+		return err
+	}
+	for _, c := range claims {
+		r := results[string(c.UID)]
+		if r.GetError() != "" {
+			fmt.Fprintf(out, "  claim %s: error %s\n", c.Name, r.GetError())
+			continue
+		}
+		fmt.Fprintf(out, "  claim %s:\n", c.Name)
+		for _, dev := range r.GetDevices() {
+			fmt.Fprintf(out, "    %s/%s → CDI %s\n", dev.PoolName, dev.DeviceName, strings.Join(dev.CdiDeviceIds, ","))
+		}
+		printSpec(out, filepath.Join(d.nodeDir(pod.Spec.NodeName), "cdi", topology.DriverName+"-claim_"+string(c.UID)+".json"))
+	}
+	return nil
+}
+
+func printSpec(out io.Writer, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintf(out, "    (no CDI spec: %v)\n", err)
+		return
+	}
+	var spec cdispec.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		fmt.Fprintf(out, "    (bad CDI spec %s: %v)\n", path, err)
+		return
+	}
+	seen := map[string]bool{}
+	for _, dev := range spec.Devices {
+		for _, e := range dev.ContainerEdits.Env {
+			if !seen[e] {
+				seen[e] = true
+				fmt.Fprintf(out, "      env %s\n", e)
+			}
+		}
+		for _, n := range dev.ContainerEdits.DeviceNodes {
+			if !seen[n.Path] {
+				seen[n.Path] = true
+				fmt.Fprintf(out, "      dev %s\n", n.Path)
+			}
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
