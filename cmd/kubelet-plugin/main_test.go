@@ -32,7 +32,7 @@ func TestDispatch(t *testing.T) {
 		"discover mock node": {
 			args:     []string{"discover", "--mock-fabric", fabric, "--node", "h100-n03"},
 			wantCode: 0,
-			wantOut:  []string{"kind: ResourceSlice", "name: h100-n03-gpufabric.dev-0-0", "name: gpu-7", "name: nic-mlx5_7", "string: nvswitch.h100-n03"},
+			wantOut:  []string{"kind: ResourceSlice", "name: h100-n03-gpufabric.dev-0-0", "name: gpu-7", "name: nic-mlx5-7", "string: nvswitch.h100-n03"},
 		},
 	}
 	for name, tc := range tests {

@@ -9,13 +9,13 @@ import (
 
 // Chart geometry and colors (one per policy, in report order).
 const (
-	chartW, chartH           = 960, 400
-	padL, padR, padT, padB   = 60, 230, 40, 50
+	chartW, chartH           = 1000, 400
+	padL, padR, padT, padB   = 60, 250, 40, 50
 	chartBuckets             = 320
 	plotW, plotH             = chartW - padL - padR, chartH - padT - padB
 	chartColors              = "#1f77b4,#d62728,#2ca02c,#ff7f0e,#9467bd,#8c564b"
 	chartFont                = `font-family="sans-serif" font-size="12"`
-	chartHeldNote            = "dashed: incl. GPUs held by partial gangs"
+	chartHeldNote            = "dashed: + GPUs held by partial gangs"
 	chartTitleFormat         = "GPUs in running gangs (%% of %d) over simulated time — %s"
 	chartGridStrokeAttribute = `stroke="#ddd"`
 )
