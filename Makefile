@@ -40,6 +40,7 @@ unit:
 # integration runs against a real etcd + kube-apiserver v1.37.1; the
 # kubeletdra module drives the plugin with the real kubelet DRA manager.
 integration: control-plane
+	@hack/install-tools.sh helm >/dev/null
 	export GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1); \
 	$(GO) test -timeout $(TEST_TIMEOUT) ./test/integration/... && \
 	cd test/kubeletdra && $(GO) test -timeout $(TEST_TIMEOUT) ./...

@@ -35,24 +35,27 @@ func (r *inventoryResolver) ContainerEdits(deviceName string) (claims.Edits, err
 	gpu, nic := r.inv.Load().Device(deviceName)
 	switch {
 	case gpu != nil:
-		return claims.Edits{GPUUUID: gpu.UUID, DeviceNodes: r.deviceNodes(gpu.DeviceNodes)}, nil
+		return r.withNodes(claims.Edits{GPUUUID: gpu.UUID}, gpu.DeviceNodes), nil
 	case nic != nil:
-		return claims.Edits{IBDevice: nic.IBDevice, DeviceNodes: r.deviceNodes(nic.DeviceNodes)}, nil
+		return r.withNodes(claims.Edits{IBDevice: nic.IBDevice}, nic.DeviceNodes), nil
 	}
 	return claims.Edits{}, fmt.Errorf("device %q on node %s: %w", deviceName, r.inv.Load().NodeName, claims.ErrUnknownDevice)
 }
 
-// deviceNodes maps host paths under devRoot to container paths under /dev.
-func (r *inventoryResolver) deviceNodes(hostPaths []string) []claims.DeviceNode {
-	out := make([]claims.DeviceNode, 0, len(hostPaths))
+// withNodes adds the device nodes. On a real host they are device nodes.
+// The mock's are regular files in its fake tree, which container runtimes
+// refuse as CDI device nodes, so they are bind-mounted to the same /dev
+// paths instead.
+func (r *inventoryResolver) withNodes(e claims.Edits, hostPaths []string) claims.Edits {
 	for _, host := range hostPaths {
-		node := claims.DeviceNode{Path: host}
-		if rel, ok := strings.CutPrefix(host, r.devRoot+"/"); ok && r.devRoot != "/dev" {
-			node = claims.DeviceNode{Path: "/dev/" + rel, HostPath: host}
+		rel, mock := strings.CutPrefix(host, r.devRoot+"/")
+		if !mock || r.devRoot == "/dev" {
+			e.DeviceNodes = append(e.DeviceNodes, claims.DeviceNode{Path: host})
+			continue
 		}
-		out = append(out, node)
+		e.Mounts = append(e.Mounts, claims.Mount{HostPath: host, ContainerPath: "/dev/" + rel})
 	}
-	return out
+	return e
 }
 
 // localDomain is the node's NVLink domain: that of its first GPU.

@@ -49,7 +49,7 @@ func (o *runOptions) flags(args []string) error {
 	str(&o.kubeconfig, "kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty: in-cluster config")
 	str(&o.backend, "backend", "GPUFABRIC_BACKEND", "nvml", "hardware backend: nvml or mock")
 	str(&o.mockFabric, "mock-fabric", "GPUFABRIC_MOCK_FABRIC", "", "fabric file (mock backend); re-read every health interval")
-	str(&o.mockDir, "mock-dir", "GPUFABRIC_MOCK_DIR", "", "directory for the mock node's fake sysfs and /dev, rewritten at every discovery (mock backend; default: a new temporary directory per process)")
+	str(&o.mockDir, "mock-dir", "GPUFABRIC_MOCK_DIR", "", "base directory for the mock node's fake sysfs and /dev; each process writes its own subdirectory (mock backend; default: the temp dir). In a container, use a host path mounted at the same path, so the runtime can bind-mount the fake device files")
 	str(&o.sysfsRoot, "sysfs-root", "GPUFABRIC_SYSFS_ROOT", "/sys", "sysfs root (nvml backend)")
 	str(&o.devRoot, "dev-root", "GPUFABRIC_DEV_ROOT", "/dev", "host device nodes as the plugin sees them (nvml backend)")
 	str(&o.pluginDir, "plugin-data-dir", "GPUFABRIC_PLUGIN_DATA_DIR", "/var/lib/kubelet/plugins/"+topology.DriverName, "directory for the DRA socket")
@@ -72,10 +72,15 @@ func (o *runOptions) flags(args []string) error {
 		return fmt.Errorf("%w: --node (or NODE_NAME) is required", errUsage)
 	case o.healthInterval < time.Second:
 		return fmt.Errorf("%w: --health-interval must be at least 1s, got %s", errUsage, o.healthInterval)
-	case o.backend == "mock" && o.mockDir == "":
+	case o.backend == "mock":
 		// Per process: two instances during a rolling update must not
 		// rewrite each other's fake tree.
-		dir, err := os.MkdirTemp("", "gpufabric-mock-"+o.node+"-")
+		if o.mockDir != "" {
+			if err := os.MkdirAll(o.mockDir, 0o755); err != nil {
+				return fmt.Errorf("create mock dir: %w", err)
+			}
+		}
+		dir, err := os.MkdirTemp(o.mockDir, "gpufabric-mock-"+o.node+"-")
 		if err != nil {
 			return fmt.Errorf("create mock dir: %w", err)
 		}

@@ -259,6 +259,12 @@ func printSpec(out io.Writer, path string) {
 				fmt.Fprintf(out, "      dev %s\n", n.Path)
 			}
 		}
+		for _, m := range dev.ContainerEdits.Mounts {
+			if !seen[m.ContainerPath] {
+				seen[m.ContainerPath] = true
+				fmt.Fprintf(out, "      dev %s (mock: bind mount of %s)\n", m.ContainerPath, m.HostPath)
+			}
+		}
 	}
 }
 

@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+# The gpufabric kubelet plugin. Build from the repository root:
+#   docker build -f deployments/images/kubelet-plugin.Dockerfile -t gpufabric/kubelet-plugin:dev .
+# go-nvml needs cgo, so the binary links glibc dynamically: builder and
+# runtime are the same Debian release (trixie = Debian 13). NVML itself
+# (libnvidia-ml.so.1) is not in the image; the chart mounts the host's driver
+# at /driver-root and points LD_LIBRARY_PATH at it.
+ARG GO_IMAGE=golang:1.26-trixie
+ARG RUNTIME_IMAGE=gcr.io/distroless/base-debian13
+
+FROM ${GO_IMAGE} AS build
+WORKDIR /src
+ENV CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations GOFLAGS=-trimpath
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY cmd/ cmd/
+COPY pkg/ pkg/
+# The mock backend (values-mock.yaml) is part of the binary.
+COPY test/gpu-mock/ test/gpu-mock/
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    go build -ldflags="-s -w" -o /out/gpufabric-kubelet-plugin ./cmd/kubelet-plugin
+
+FROM ${RUNTIME_IMAGE}
+LABEL org.opencontainers.image.title="gpufabric kubelet plugin" \
+      org.opencontainers.image.source="https://github.com/gpufabric/gpufabric"
+COPY --from=build /out/gpufabric-kubelet-plugin /usr/bin/gpufabric-kubelet-plugin
+# Root: it writes the kubelet's plugin dirs and the CDI dir on the host.
+USER 0:0
+ENTRYPOINT ["/usr/bin/gpufabric-kubelet-plugin"]
+CMD ["run"]

@@ -1,0 +1,26 @@
+# syntax=docker/dockerfile:1
+# gpufabric-scheduler (gang scheduler + fabric-domain controller). Build from
+# the repository root:
+#   docker build -f deployments/images/scheduler.Dockerfile -t gpufabric/scheduler:dev .
+# Pure Go (no cgo): cross-compiled on the build platform, static runtime.
+ARG GO_IMAGE=golang:1.26-trixie
+ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian13:nonroot
+
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
+ARG TARGETOS
+ARG TARGETARCH
+WORKDIR /src
+ENV CGO_ENABLED=0 GOFLAGS=-trimpath
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY cmd/ cmd/
+COPY pkg/ pkg/
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/gpufabric-scheduler ./cmd/scheduler
+
+FROM ${RUNTIME_IMAGE}
+LABEL org.opencontainers.image.title="gpufabric scheduler" \
+      org.opencontainers.image.source="https://github.com/gpufabric/gpufabric"
+COPY --from=build /out/gpufabric-scheduler /usr/bin/gpufabric-scheduler
+USER 65532:65532
+ENTRYPOINT ["/usr/bin/gpufabric-scheduler"]

@@ -1,0 +1,370 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
+
+	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+)
+
+// Names of the chart's objects for release "gpufabric".
+const (
+	pluginName    = "gpufabric-kubelet-plugin"
+	schedName     = "gpufabric-scheduler"
+	pluginUser    = "system:serviceaccount:" + chartNamespace + ":" + pluginName
+	schedulerUser = "system:serviceaccount:" + chartNamespace + ":" + schedName
+)
+
+// TestChartLint runs helm lint --strict with the default and the mock values.
+func TestChartLint(t *testing.T) {
+	helm, root := helmTool(t)
+	for _, values := range [][]string{nil, {mockValuesFile}} {
+		t.Run(strings.Join(append([]string{"default"}, values...), "+"), func(t *testing.T) {
+			args := []string{"lint", chartDir, "--strict", "--kube-version", chartKubeVersion}
+			for _, f := range values {
+				args = append(args, "--values", f)
+			}
+			if _, err := runHelm(t.Context(), helm, root, args...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// chartProfile is a set of values and what the rendered chart must contain.
+type chartProfile struct {
+	name              string
+	values            []string
+	mock              bool
+	privileged        bool
+	leaderElect       bool
+	replicas          int32
+	deviceClasses     bool
+	policy            bool
+	metrics           bool
+	gpuNodeLabel      string
+	schedulerArgsWant []string
+}
+
+// TestChartTemplate renders the chart with each profile and checks what
+// the issue asks of every object; every object decodes strictly.
+func TestChartTemplate(t *testing.T) {
+	helm, root := helmTool(t)
+	custom := filepath.Join(t.TempDir(), "custom.yaml")
+	if err := os.WriteFile(custom, []byte(`
+deviceClasses: {create: false}
+kubeletPlugin:
+  restrictResourceSlices: false
+  gpuNodeSelectorTerms:
+  - matchExpressions: [{key: nvidia.com/gpu.present, operator: In, values: ["true"]}]
+  metrics: {enabled: false, port: 9000}
+scheduler:
+  replicas: 1
+  leaderElection: {enabled: false, leaseName: x}
+  antiAffinity: required
+  metrics: {enabled: false, port: 9000}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	profiles := []chartProfile{
+		{
+			name: "default", privileged: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
+			gpuNodeLabel:      "gpufabric.dev/gpu-node",
+			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--metrics-address=:8080"},
+		},
+		{
+			name: "mock", values: []string{mockValuesFile}, mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
+			gpuNodeLabel:      "gpufabric.dev/gpu-node",
+			schedulerArgsWant: []string{"--topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf", "--domain-channels=4"},
+		},
+		{
+			name: "custom", values: []string{custom}, privileged: true, replicas: 1,
+			gpuNodeLabel:      "nvidia.com/gpu.present",
+			schedulerArgsWant: []string{"--leader-elect=false", "--metrics-address="},
+		},
+	}
+	for _, p := range profiles {
+		t.Run(p.name, func(t *testing.T) {
+			r, err := renderChart(t.Context(), helm, root, p.values, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRBAC(t, r)
+			checkPlugin(t, r, root, p)
+			checkScheduler(t, r, root, p)
+			checkClusterObjects(t, r, p)
+		})
+	}
+}
+
+// checkRBAC: each identity gets exactly the rules of its files/rbac file.
+func checkRBAC(t *testing.T, r *rendered) {
+	for _, c := range []struct{ name, file string }{{pluginName, pluginRulesFile}, {schedName, schedulerRulesFile}} {
+		want, err := framework.LoadRules(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		role := get[*rbacv1.ClusterRole](t, r, "ClusterRole", c.name)
+		if diff := cmp.Diff(want, role.Rules); diff != "" {
+			t.Errorf("ClusterRole %s rules differ from %s (-want +got):\n%s", c.name, c.file, diff)
+		}
+		binding := get[*rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", c.name)
+		wantSubjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: c.name, Namespace: chartNamespace}}
+		if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" || binding.RoleRef.Name != c.name {
+			t.Errorf("ClusterRoleBinding %s: roleRef %s, subjects (-want +got):\n%s", c.name, binding.RoleRef.Name, diff)
+		}
+		get[*corev1.ServiceAccount](t, r, "ServiceAccount", c.name)
+	}
+}
+
+func checkPlugin(t *testing.T, r *rendered, root string, p chartProfile) {
+	ds := get[*appsv1.DaemonSet](t, r, "DaemonSet", pluginName)
+	spec := ds.Spec.Template.Spec
+	ru := ds.Spec.UpdateStrategy.RollingUpdate
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil ||
+		ru.MaxSurge.String() != "1" || ru.MaxUnavailable.String() != "0" {
+		t.Errorf("update strategy: %+v, want RollingUpdate maxSurge 1 maxUnavailable 0", ds.Spec.UpdateStrategy)
+	}
+	if spec.ServiceAccountName != pluginName {
+		t.Errorf("service account %q, want %q", spec.ServiceAccountName, pluginName)
+	}
+	if got := nodeAffinityKeys(spec.Affinity); !slices.Equal(got, []string{p.gpuNodeLabel}) {
+		t.Errorf("node affinity keys %v, want [%s]", got, p.gpuNodeLabel)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	for name, path := range map[string]string{"NODE_NAME": "spec.nodeName", "POD_UID": "metadata.uid"} {
+		if e := env[name]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
+			t.Errorf("env %s: %+v, want fieldRef %s", name, e, path)
+		}
+	}
+	// Every variable is one the plugin reads (its flags' twins in run.go).
+	runGo := readFile(t, filepath.Join(root, "cmd/kubelet-plugin/run.go"))
+	for name := range env {
+		if name != "LD_LIBRARY_PATH" && !strings.Contains(runGo, `"`+name+`"`) {
+			t.Errorf("env %s is not read by cmd/kubelet-plugin/run.go", name)
+		}
+	}
+	wantBackend := map[bool]string{true: "mock", false: "nvml"}[p.mock]
+	if got := env["GPUFABRIC_BACKEND"].Value; got != wantBackend {
+		t.Errorf("GPUFABRIC_BACKEND %q, want %q", got, wantBackend)
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	// Host directories the kubelet and the runtime read: same path inside.
+	for path, readOnly := range map[string]bool{
+		"/var/lib/kubelet/plugins/gpufabric.dev": false, "/var/lib/kubelet/plugins_registry": false,
+		"/var/run/cdi": false, "/var/lib/gpufabric": false, "/dev": true, "/sys": true,
+	} {
+		m, ok := mounts[path]
+		if !ok || hostPaths[m.Name] != path || m.ReadOnly != readOnly {
+			t.Errorf("mount %s: %+v (host path %q), want host path %s readOnly=%v", path, m, hostPaths[m.Name], path, readOnly)
+		}
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged != p.privileged {
+		t.Errorf("securityContext %+v, want privileged=%v", sc, p.privileged)
+	} else if !p.privileged && (sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"})) {
+		t.Errorf("unprivileged plugin keeps capabilities: %+v", sc.Capabilities)
+	}
+	if p.mock {
+		checkMockFabric(t, r, spec, env["GPUFABRIC_MOCK_FABRIC"].Value, mounts)
+	}
+}
+
+// checkMockFabric: the fabric file reaches the plugin through a ConfigMap
+// mounted where GPUFABRIC_MOCK_FABRIC points, and is a valid fabric.
+func checkMockFabric(t *testing.T, r *rendered, spec corev1.PodSpec, path string, mounts map[string]corev1.VolumeMount) {
+	m, ok := mounts[filepath.Dir(path)]
+	if !ok {
+		t.Fatalf("GPUFABRIC_MOCK_FABRIC=%q is not in a mounted volume", path)
+	}
+	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+	if i < 0 || spec.Volumes[i].ConfigMap == nil {
+		t.Fatalf("volume %s is not a ConfigMap", m.Name)
+	}
+	cm := get[*corev1.ConfigMap](t, r, "ConfigMap", spec.Volumes[i].ConfigMap.Name)
+	data, ok := cm.Data[filepath.Base(path)]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key %s", cm.Name, filepath.Base(path))
+	}
+	if _, err := gpumock.Parse("values-mock.yaml", []byte(data)); err != nil {
+		t.Errorf("mock fabric: %v", err)
+	}
+}
+
+func checkScheduler(t *testing.T, r *rendered, root string, p chartProfile) {
+	d := get[*appsv1.Deployment](t, r, "Deployment", schedName)
+	spec := d.Spec.Template.Spec
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != p.replicas {
+		t.Errorf("replicas %v, want %d", d.Spec.Replicas, p.replicas)
+	}
+	if spec.ServiceAccountName != schedName {
+		t.Errorf("service account %q, want %q", spec.ServiceAccountName, schedName)
+	}
+	if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil {
+		t.Errorf("no pod anti-affinity")
+	}
+	args := spec.Containers[0].Args
+	for _, want := range p.schedulerArgsWant {
+		if !slices.Contains(args, want) {
+			t.Errorf("scheduler args %q lack %q", args, want)
+		}
+	}
+	// Every flag is one the scheduler defines.
+	optionsGo := readFile(t, filepath.Join(root, "cmd/scheduler/options.go"))
+	flagName := regexp.MustCompile(`^--?([a-z-]+)`)
+	for _, a := range args {
+		m := flagName.FindStringSubmatch(a)
+		if m == nil || !strings.Contains(optionsGo, `"`+m[1]+`"`) {
+			t.Errorf("scheduler arg %q is not a flag of cmd/scheduler/options.go", a)
+		}
+	}
+}
+
+// checkClusterObjects: DeviceClasses, the admission policy, metrics Services.
+func checkClusterObjects(t *testing.T, r *rendered, p chartProfile) {
+	classes := 0
+	for _, typ := range []string{"gpu", "nic", "fabric-domain"} {
+		key := "DeviceClass/" + typ + ".gpufabric.dev"
+		if _, ok := r.typed[key]; !ok {
+			continue
+		}
+		classes++
+		dc := get[*resourceapi.DeviceClass](t, r, "DeviceClass", typ+".gpufabric.dev")
+		want := `device.driver == "gpufabric.dev" && device.attributes["gpufabric.dev"].type == "` + typ + `"`
+		if len(dc.Spec.Selectors) != 1 || dc.Spec.Selectors[0].CEL == nil || dc.Spec.Selectors[0].CEL.Expression != want {
+			t.Errorf("%s selectors %+v, want CEL %s", key, dc.Spec.Selectors, want)
+		}
+	}
+	if want := map[bool]int{true: 3, false: 0}[p.deviceClasses]; classes != want {
+		t.Errorf("%d DeviceClasses, want %d", classes, want)
+	}
+	policyName := pluginName + "-resourceslices"
+	_, hasPolicy := r.typed["ValidatingAdmissionPolicy/"+policyName]
+	_, hasBinding := r.typed["ValidatingAdmissionPolicyBinding/"+policyName]
+	if hasPolicy != p.policy || hasBinding != p.policy {
+		t.Errorf("admission policy %v, binding %v, want %v", hasPolicy, hasBinding, p.policy)
+	}
+	if p.policy {
+		vap := get[*admissionregistrationv1.ValidatingAdmissionPolicy](t, r, "ValidatingAdmissionPolicy", policyName)
+		want := `request.userInfo.username == "` + pluginUser + `"`
+		if len(vap.Spec.MatchConditions) != 1 || vap.Spec.MatchConditions[0].Expression != want {
+			t.Errorf("policy match conditions %+v, want %s", vap.Spec.MatchConditions, want)
+		}
+	}
+	for _, c := range []struct{ name, workload string }{{pluginName, "DaemonSet"}, {schedName, "Deployment"}} {
+		key := "Service/" + c.name + "-metrics"
+		if _, ok := r.typed[key]; ok != p.metrics {
+			t.Errorf("%s rendered %v, want %v", key, ok, p.metrics)
+			continue
+		}
+		if !p.metrics {
+			continue
+		}
+		svc := get[*corev1.Service](t, r, "Service", c.name+"-metrics")
+		tmpl := podTemplate(t, r, c.workload, c.name)
+		for k, v := range svc.Spec.Selector {
+			if tmpl.Labels[k] != v {
+				t.Errorf("%s selector %s=%s does not match the pods' labels %v", key, k, v, tmpl.Labels)
+			}
+		}
+		if !slices.ContainsFunc(tmpl.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" }) {
+			t.Errorf("%s targets port metrics, which %s does not expose", key, c.name)
+		}
+	}
+}
+
+func podTemplate(t *testing.T, r *rendered, kind, name string) corev1.PodTemplateSpec {
+	if kind == "DaemonSet" {
+		return get[*appsv1.DaemonSet](t, r, kind, name).Spec.Template
+	}
+	return get[*appsv1.Deployment](t, r, kind, name).Spec.Template
+}
+
+func nodeAffinityKeys(a *corev1.Affinity) []string {
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return nil
+	}
+	var keys []string
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			keys = append(keys, e.Key)
+		}
+	}
+	return keys
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// TestChartSchemaRejects: values that violate values.schema.json fail helm
+// template, and the error names the offending value.
+func TestChartSchemaRejects(t *testing.T) {
+	helm, root := helmTool(t)
+	cases := []struct {
+		name   string
+		values []string
+		sets   []string
+		want   string
+	}{
+		{name: "unknown backend", sets: []string{"kubeletPlugin.backend=cuda"}, want: "/kubeletPlugin/backend"},
+		{name: "unknown value", sets: []string{"kubeletPlugin.replicas=2"}, want: "additional properties 'replicas' not allowed"},
+		{name: "misspelled top-level value", sets: []string{"schedular.replicas=2"}, want: "additional properties 'schedular' not allowed"},
+		{name: "no replicas", sets: []string{"scheduler.replicas=0"}, want: "/scheduler/replicas"},
+		{name: "replicas not a number", sets: []string{"scheduler.replicas=two"}, want: "/scheduler/replicas"},
+		{name: "two schedulers without leader election", sets: []string{"scheduler.leaderElection.enabled=false"}, want: "/scheduler/replicas"},
+		{name: "port out of range", sets: []string{"scheduler.metrics.port=70000"}, want: "/scheduler/metrics/port"},
+		{name: "bad anti-affinity", sets: []string{"scheduler.antiAffinity=always"}, want: "/scheduler/antiAffinity"},
+		{name: "bad topology label key", sets: []string{"scheduler.topologyLevels[0]=not a label"}, want: "/scheduler/topologyLevels/0"},
+		{name: "bad health interval", sets: []string{"kubeletPlugin.healthInterval=soon"}, want: "/kubeletPlugin/healthInterval"},
+		{name: "relative state dir", sets: []string{"kubeletPlugin.stateDir=var/lib/x"}, want: "/kubeletPlugin/stateDir"},
+		{name: "bad pull policy", sets: []string{"scheduler.image.pullPolicy=Sometimes"}, want: "/scheduler/image/pullPolicy"},
+		{name: "bad toleration", sets: []string{"kubeletPlugin.tolerations[0].operator=Maybe"}, want: "/kubeletPlugin/tolerations/0/operator"},
+		{name: "mock without fabric", values: []string{mockValuesFile}, sets: []string{"kubeletPlugin.mock.fabric="}, want: "/kubeletPlugin/mock/fabric"},
+		{name: "bad resource quantity", sets: []string{"scheduler.resources.limits.memory=lots"}, want: "/scheduler/resources/limits/memory"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := renderChart(t.Context(), helm, root, c.values, c.sets)
+			if err == nil {
+				t.Fatalf("helm template succeeded, want a schema error at %s", c.want)
+			}
+			if !strings.Contains(err.Error(), "values don't meet the specifications of the schema") || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("want a schema error mentioning %q, got:\n%v", c.want, err)
+			}
+		})
+	}
+}
