@@ -19,6 +19,22 @@ import (
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
+// pluginEnv starts a control plane, creates nodes, and grants the plugin's
+// shipped RBAC rules to a plugin identity. It returns the admin client and
+// the plugin's kubeconfig.
+func pluginEnv(t *testing.T, nodes ...string) (*framework.ControlPlane, kubernetes.Interface, string) {
+	t.Helper()
+	cp := framework.StartT(t, framework.Options{})
+	admin := cp.AdminClient(t)
+	rules, err := framework.LoadRules(framework.PluginRulesFile)
+	must(t, "load plugin rules", err)
+	for _, n := range nodes {
+		_, err := admin.CoreV1().Nodes().Create(t.Context(), node(n, nil), metav1.CreateOptions{})
+		must(t, "create node "+n, err)
+	}
+	return cp, admin, cp.KubeconfigWithRules(t, "gpufabric-plugin", rules)
+}
+
 // nodeSlices returns the node-local slices of gpufabric.dev for node.
 func nodeSlices(ctx context.Context, c kubernetes.Interface, node string) ([]resourceapi.ResourceSlice, error) {
 	list, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -33,16 +32,8 @@ func hasTaint(d resourceapi.Device, key string) bool {
 // up with fabric attributes, follow a fault injected into the fabric file,
 // and one node's plugin never touches the other node's slices.
 func TestPluginPublishesSlices(t *testing.T) {
-	cp := framework.StartT(t, framework.Options{})
+	_, admin, kubeconfig := pluginEnv(t, "gb200-r1-n01", "h100-n01")
 	ctx := t.Context()
-	admin := cp.AdminClient(t)
-	rules, err := framework.LoadRules(framework.PluginRulesFile)
-	must(t, "load plugin rules", err)
-	kubeconfig := cp.KubeconfigWithRules(t, "gpufabric-plugin", rules)
-	for _, n := range []string{"gb200-r1-n01", "h100-n01"} {
-		_, err := admin.CoreV1().Nodes().Create(ctx, node(n, nil), metav1.CreateOptions{})
-		must(t, "create node", err)
-	}
 	framework.PluginBinary(t) // build before timing
 
 	gb := framework.NewPlugin(t, kubeconfig, gb200Fabric, "gb200-r1-n01")

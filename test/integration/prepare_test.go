@@ -94,15 +94,10 @@ func unprepare(t *testing.T, dra drapb.DRAPluginClient, claims ...*resourceapi.R
 // TestPluginPrepareOverGRPC drives the plugin as the kubelet does, over its
 // registration and DRA sockets, for claims allocated in the real apiserver.
 func TestPluginPrepareOverGRPC(t *testing.T) {
-	cp := framework.StartT(t, framework.Options{})
-	ctx := t.Context()
-	admin := cp.AdminClient(t)
-	rules, err := framework.LoadRules(framework.PluginRulesFile)
-	must(t, "load plugin rules", err)
 	const nodeName = "gb200-r1-n01"
-	_, err = admin.CoreV1().Nodes().Create(ctx, node(nodeName, nil), metav1.CreateOptions{})
-	must(t, "create node", err)
-	p := framework.NewPlugin(t, cp.KubeconfigWithRules(t, "gpufabric-plugin", rules), gb200Fabric, nodeName)
+	_, admin, kubeconfig := pluginEnv(t, nodeName)
+	ctx := t.Context()
+	p := framework.NewPlugin(t, kubeconfig, gb200Fabric, nodeName)
 	p.Start()
 	devs := devicesOf(waitSlices(t, admin, nodeName, func(s []resourceapi.ResourceSlice) bool { return len(devicesOf(s)) == 8 }))
 	domain := *devs["gpu-0"].Attributes[topology.AttrNVLinkDomain].StringValue

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -25,16 +24,10 @@ import (
 // kubelet, they share one view of prepared claims (no double booking across
 // instances), and the new one carries on alone when the old one stops.
 func TestPluginRollingUpdate(t *testing.T) {
-	cp := framework.StartT(t, framework.Options{})
-	ctx := t.Context()
-	admin := cp.AdminClient(t)
-	rules, err := framework.LoadRules(framework.PluginRulesFile)
-	must(t, "load plugin rules", err)
 	const nodeName = "gb200-r1-n01"
-	_, err = admin.CoreV1().Nodes().Create(ctx, node(nodeName, nil), metav1.CreateOptions{})
-	must(t, "create node", err)
-
-	old := framework.NewPlugin(t, cp.KubeconfigWithRules(t, "gpufabric-plugin", rules), gb200Fabric, nodeName)
+	_, admin, kubeconfig := pluginEnv(t, nodeName)
+	ctx := t.Context()
+	old := framework.NewPlugin(t, kubeconfig, gb200Fabric, nodeName)
 	old.ExtraArgs = []string{"--pod-uid=uid-old"}
 	old.Start()
 	waitSlices(t, admin, nodeName, func(s []resourceapi.ResourceSlice) bool { return len(devicesOf(s)) == 8 })
