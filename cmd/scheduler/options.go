@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// options are the command-line settings.
+type options struct {
+	kubeconfig     string
+	topologyLevels string
+	domainChannels int
+	leaderElect    bool
+	leNamespace    string
+	leName         string
+	leIdentity     string
+	metricsAddress string
+}
+
+// envTwins maps flags to their environment variables.
+var envTwins = map[string]string{
+	"kubeconfig":              "KUBECONFIG",
+	"topology-levels":         "GPUFABRIC_TOPOLOGY_LEVELS",
+	"domain-channels":         "GPUFABRIC_DOMAIN_CHANNELS",
+	"leader-elect":            "GPUFABRIC_LEADER_ELECT",
+	"leader-elect-namespace":  "GPUFABRIC_LEADER_ELECT_NAMESPACE",
+	"leader-elect-lease-name": "GPUFABRIC_LEADER_ELECT_LEASE_NAME",
+	"leader-elect-identity":   "GPUFABRIC_LEADER_ELECT_IDENTITY",
+	"metrics-address":         "GPUFABRIC_METRICS_ADDRESS",
+	"v":                       "GPUFABRIC_V",
+}
+
+func bindFlags(fs *flag.FlagSet) *options {
+	o := &options{}
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
+	fs.StringVar(&o.topologyLevels, "topology-levels", "", "comma-separated node label keys of the fabric levels above the NVLink domain, innermost first")
+	fs.IntVar(&o.domainChannels, "domain-channels", 8, "channels per fabric-domain pool (PodGroups that can share one NVLink domain); 0 disables the publisher")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease")
+	fs.StringVar(&o.leNamespace, "leader-elect-namespace", "kube-system", "namespace of the Lease")
+	fs.StringVar(&o.leName, "leader-elect-lease-name", topology.SchedulerName, "name of the Lease")
+	fs.StringVar(&o.leIdentity, "leader-elect-identity", "", "identity in the Lease; default: hostname")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of the /metrics endpoint; empty disables it")
+	return o
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment twin.
+func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for name, env := range envTwins {
+		v, ok := lookup(env)
+		if !ok || given[name] || fs.Lookup(name) == nil {
+			continue
+		}
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("environment %s for --%s: %w", env, name, err)
+		}
+	}
+	return nil
+}
+
+func (o *options) restConfig() (*rest.Config, error) {
+	if o.kubeconfig == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+}
+
+func (o *options) levels() []string {
+	var out []string
+	for _, l := range strings.Split(o.topologyLevels, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// run wires clients, metrics and leader election, and schedules until ctx
+// is done.
+func (o *options) run(ctx context.Context) error {
+	restCfg, err := o.restConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	restCfg.UserAgent = topology.SchedulerName
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := scheduler.NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if err := o.serveMetrics(ctx, reg); err != nil {
+		return err
+	}
+	cfg := scheduler.Config{
+		Client:         client,
+		Tree:           topology.TreeConfig{LabelLevels: o.levels()},
+		DomainChannels: o.domainChannels,
+		Metrics:        metrics,
+	}
+	if !o.leaderElect {
+		s, err := scheduler.New(cfg)
+		if err != nil {
+			return err
+		}
+		return s.Run(ctx)
+	}
+	id := o.leIdentity
+	if id == "" {
+		if id, err = os.Hostname(); err != nil {
+			return fmt.Errorf("leader election identity: %w", err)
+		}
+	}
+	return scheduler.RunWithLeaderElection(ctx, cfg, scheduler.LeaderElection{Namespace: o.leNamespace, Name: o.leName, Identity: id})
+}
+
+func (o *options) serveMetrics(ctx context.Context, reg *prometheus.Registry) error {
+	if o.metricsAddress == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", o.metricsAddress)
+	if err != nil {
+		return fmt.Errorf("listen for metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Metrics server failed")
+		}
+	}()
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	return nil
+}

@@ -1,0 +1,31 @@
+// Package scheduler is gpufabric-scheduler's control loop around the pure
+// placement engine (pkg/gang/placement): informers, one queue of gangs, the
+// commit protocol that writes a Decision to the API, recovery of commits a
+// crash left half done, status conditions, events, metrics and leader
+// election.
+//
+// Files: config.go (Config, defaults), scheduler.go (Scheduler, Run),
+// informers.go (informers and the events that requeue gangs), queue.go
+// (backoff and parking), cycle.go (one scheduling attempt), snapshot.go
+// (snapshot input and the assume cache), commit.go (the write protocol),
+// intent.go (the intent annotation), recover.go (finish or roll back),
+// status.go (conditions and events), metrics.go, leader.go.
+//
+// Rules:
+//   - One worker schedules one gang at a time; every attempt places the gang
+//     on a fresh snapshot of the informers plus the decisions committed but
+//     not yet visible in them (the assume cache), so two gangs never get the
+//     same device.
+//   - A PodGroup commit writes, in order: the intent annotation, the shared
+//     claims (reserved for the PodGroup), the per-pod claims (reserved for
+//     their pods), the bindings, the PodGroup condition, and removes the
+//     intent. Every claim write carries the resourceVersion the decision was
+//     made on; a conflict drops the decision.
+//   - Whoever finds an intent annotation finishes the commit when a member is
+//     bound and rolls it back otherwise. Recovery runs before the first
+//     attempt of every leadership term, and after any failed commit.
+//   - Nothing here is global: metrics go to the registry in Config, clients
+//     and informers are per Scheduler.
+//
+// See docs/design/commit.md.
+package scheduler

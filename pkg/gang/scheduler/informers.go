@@ -1,0 +1,184 @@
+package scheduler
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+// podGroupIndex indexes pods by "<namespace>/<podGroupName>".
+const podGroupIndex = "podgroup"
+
+func indexByPodGroup(obj any) ([]string, error) {
+	p, ok := obj.(*v1.Pod)
+	if !ok || podGroupName(p) == "" {
+		return nil, nil
+	}
+	return []string{p.Namespace + "/" + podGroupName(p)}, nil
+}
+
+// informerSet holds the shared informers of one leadership term.
+type informerSet struct {
+	factory   informers.SharedInformerFactory
+	pods      cache.SharedIndexInformer
+	podGroups cache.SharedIndexInformer
+	claims    cache.SharedIndexInformer
+	slices    cache.SharedIndexInformer
+	classes   cache.SharedIndexInformer
+	nodes     cache.SharedIndexInformer
+}
+
+func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, error) {
+	s := &informerSet{
+		factory:   factory,
+		pods:      factory.Core().V1().Pods().Informer(),
+		podGroups: factory.Scheduling().V1beta1().PodGroups().Informer(),
+		claims:    factory.Resource().V1().ResourceClaims().Informer(),
+		slices:    factory.Resource().V1().ResourceSlices().Informer(),
+		classes:   factory.Resource().V1().DeviceClasses().Informer(),
+		nodes:     factory.Core().V1().Nodes().Informer(),
+	}
+	if err := s.pods.AddIndexers(cache.Indexers{podGroupIndex: indexByPodGroup}); err != nil {
+		return nil, fmt.Errorf("add pod index: %w", err)
+	}
+	return s, nil
+}
+
+func (s *informerSet) synced() []cache.InformerSynced {
+	return []cache.InformerSynced{s.pods.HasSynced, s.podGroups.HasSynced, s.claims.HasSynced,
+		s.slices.HasSynced, s.classes.HasSynced, s.nodes.HasSynced}
+}
+
+// watch connects the informers to the queue. Rules: an event about a gang's
+// own objects queues that gang; a change that can free capacity (node
+// added or changed, slice or class added or changed, claim deallocated or
+// deleted, bound pod gone) flushes the parked gangs; a new claim wakes the
+// not-ready gangs of its namespace.
+func (s *informerSet) watch(q *gangQueue) error {
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandlerFuncs
+	}{
+		{s.pods, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { podChanged(q, nil, obj) },
+			UpdateFunc: func(old, obj any) { podChanged(q, old, obj) },
+			DeleteFunc: func(obj any) { podDeleted(q, obj) },
+		}},
+		{s.podGroups, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { podGroupChanged(q, nil, obj) },
+			UpdateFunc: func(old, obj any) { podGroupChanged(q, old, obj) },
+			DeleteFunc: func(obj any) {
+				if pg, ok := tombstone[*schedulingv1beta1.PodGroup](obj); ok {
+					q.forget(podGroupKey(pg.Namespace, pg.Name))
+				}
+			},
+		}},
+		{s.claims, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { claimChanged(q, nil, obj) },
+			UpdateFunc: func(old, obj any) { claimChanged(q, old, obj) },
+			DeleteFunc: func(any) { q.flushParked() },
+		}},
+		{s.slices, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { q.flushParked() },
+			UpdateFunc: func(any, any) { q.flushParked() },
+		}},
+		{s.classes, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { q.flushParked() },
+			UpdateFunc: func(any, any) { q.flushParked() },
+		}},
+		{s.nodes, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { q.flushParked() },
+			UpdateFunc: func(old, obj any) { nodeChanged(q, old, obj) },
+		}},
+	}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return fmt.Errorf("add event handler: %w", err)
+		}
+	}
+	return nil
+}
+
+// tombstone unwraps a delete event's object.
+func tombstone[T any](obj any) (T, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
+}
+
+func podChanged(q *gangQueue, oldObj, obj any) {
+	p, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	if pending(p) {
+		q.add(gangKeyOf(p))
+		return
+	}
+	if old, ok := oldObj.(*v1.Pod); ok && old.Spec.NodeName != "" && !terminated(old) && terminated(p) {
+		q.flushParked() // a bound pod finished: its node resources are free
+	}
+}
+
+func podDeleted(q *gangQueue, obj any) {
+	p, ok := tombstone[*v1.Pod](obj)
+	if !ok {
+		return
+	}
+	if p.Spec.NodeName != "" {
+		q.flushParked()
+	}
+	if ours(p) && podGroupName(p) != "" {
+		q.add(gangKeyOf(p))
+	}
+}
+
+func podGroupChanged(q *gangQueue, oldObj, obj any) {
+	pg, ok := obj.(*schedulingv1beta1.PodGroup)
+	if !ok {
+		return
+	}
+	old, ok := oldObj.(*schedulingv1beta1.PodGroup)
+	if ok && old.Generation == pg.Generation &&
+		equality.Semantic.DeepEqual(old.Annotations, pg.Annotations) &&
+		equality.Semantic.DeepEqual(old.Status.ResourceClaimStatuses, pg.Status.ResourceClaimStatuses) {
+		return // our own condition writes, mostly
+	}
+	q.add(podGroupKey(pg.Namespace, pg.Name))
+}
+
+func claimChanged(q *gangQueue, oldObj, obj any) {
+	c, ok := obj.(*resourceapi.ResourceClaim)
+	if !ok {
+		return
+	}
+	old, ok := oldObj.(*resourceapi.ResourceClaim)
+	if !ok {
+		q.wakeWaiting(c.Namespace)
+		return
+	}
+	if old.Status.Allocation != nil && c.Status.Allocation == nil {
+		q.flushParked()
+	}
+}
+
+func nodeChanged(q *gangQueue, oldObj, obj any) {
+	o, ok1 := oldObj.(*v1.Node)
+	n, ok2 := obj.(*v1.Node)
+	if !ok1 || !ok2 {
+		return
+	}
+	if o.Spec.Unschedulable != n.Spec.Unschedulable ||
+		!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+		!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+		!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) {
+		q.flushParked()
+	}
+}

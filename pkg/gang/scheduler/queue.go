@@ -1,0 +1,158 @@
+package scheduler
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+)
+
+// gangQueue is the one queue of gangs. Keys are gang keys (see keys.go).
+//
+// Rules: a key is processed by one worker at a time (workqueue). A gang
+// that could not be placed is parked: it is not retried before its backoff
+// (exponential with jitter) ends, and after that only when a cluster change
+// that can help arrives (flushParked) or MaxUnschedulableWait passes. A gang
+// that is not ready (too few members, a claim missing) waits for an event
+// about itself or a claim in its namespace.
+type gangQueue struct {
+	q                   workqueue.TypedDelayingInterface[string]
+	initial, maxBackoff time.Duration
+	maxWait             time.Duration
+	now                 func() time.Time
+
+	mu       sync.Mutex
+	attempts map[string]int
+	// parked: unschedulable gangs → end of their backoff.
+	parked map[string]time.Time
+	// backoff: every gang with a running backoff → its end (parked or not).
+	backoff map[string]time.Time
+	// waiting: not-ready gangs → namespace.
+	waiting map[string]string
+	// moves counts flushParked and wakeWaiting calls, so an attempt can
+	// tell whether a change that can help arrived while it ran.
+	moves uint64
+	rnd   *rand.Rand
+}
+
+func newGangQueue(initial, maxBackoff, maxWait time.Duration) *gangQueue {
+	return &gangQueue{
+		q:          workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "gangs"}),
+		initial:    initial,
+		maxBackoff: maxBackoff,
+		maxWait:    maxWait,
+		now:        time.Now,
+		attempts:   map[string]int{},
+		parked:     map[string]time.Time{},
+		backoff:    map[string]time.Time{},
+		waiting:    map[string]string{},
+		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+	}
+}
+
+// add queues a gang after an event about the gang itself. A gang in
+// backoff is queued when its backoff ends.
+func (gq *gangQueue) add(key string) {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	delete(gq.waiting, key)
+	delete(gq.parked, key)
+	gq.addLocked(key)
+}
+
+func (gq *gangQueue) addLocked(key string) {
+	if until, ok := gq.backoff[key]; ok {
+		if d := until.Sub(gq.now()); d > 0 {
+			gq.q.AddAfter(key, d)
+			return
+		}
+		delete(gq.backoff, key)
+	}
+	gq.q.Add(key)
+}
+
+// retryAfter queues a gang after d without counting an attempt (conflicts).
+func (gq *gangQueue) retryAfter(key string, d time.Duration) { gq.q.AddAfter(key, d) }
+
+// cycle returns the move counter; pass it to park and wait.
+func (gq *gangQueue) cycle() uint64 {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	return gq.moves
+}
+
+// park records an unschedulable attempt that started at cycle and returns
+// the backoff. When a change that can help arrived since the attempt
+// started, the gang is retried after the backoff instead of parked.
+func (gq *gangQueue) park(key string, cycle uint64) time.Duration {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	gq.attempts[key]++
+	d := gq.initial << min(gq.attempts[key]-1, 20)
+	if d <= 0 || d > gq.maxBackoff {
+		d = gq.maxBackoff
+	}
+	// Jitter: 80%..120%.
+	d = time.Duration(float64(d) * (0.8 + 0.4*gq.rnd.Float64()))
+	until := gq.now().Add(d)
+	gq.backoff[key] = until
+	if gq.moves != cycle {
+		gq.q.AddAfter(key, d)
+		return d
+	}
+	gq.parked[key] = until
+	gq.q.AddAfter(key, gq.maxWait)
+	return d
+}
+
+// wait records a not-ready gang whose attempt started at cycle; like park,
+// it retries at once when something moved meanwhile.
+func (gq *gangQueue) wait(key, namespace string, cycle uint64) {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	if gq.moves != cycle {
+		gq.addLocked(key)
+		return
+	}
+	gq.waiting[key] = namespace
+}
+
+// forget drops all state of a gang (placed, or gone).
+func (gq *gangQueue) forget(key string) {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	delete(gq.attempts, key)
+	delete(gq.parked, key)
+	delete(gq.backoff, key)
+	delete(gq.waiting, key)
+}
+
+// flushParked queues every parked gang (when its backoff ends): the cluster
+// changed in a way that can help.
+func (gq *gangQueue) flushParked() {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	gq.moves++
+	for key := range gq.parked {
+		delete(gq.parked, key)
+		gq.addLocked(key)
+	}
+}
+
+// wakeWaiting queues the not-ready gangs of a namespace.
+func (gq *gangQueue) wakeWaiting(namespace string) {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	gq.moves++
+	for key, ns := range gq.waiting {
+		if ns == namespace {
+			delete(gq.waiting, key)
+			gq.addLocked(key)
+		}
+	}
+}
+
+func (gq *gangQueue) get() (string, bool) { return gq.q.Get() }
+func (gq *gangQueue) done(key string)     { gq.q.Done(key) }
+func (gq *gangQueue) shutDown()           { gq.q.ShutDown() }

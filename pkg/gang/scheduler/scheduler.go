@@ -1,0 +1,165 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/scheme"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/domains"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// Scheduler places gangs of pods with schedulerName gpufabric-scheduler.
+// One Scheduler serves one leadership term: call Run once.
+type Scheduler struct {
+	cfg     Config
+	queue   *gangQueue
+	assumed *assumeCache
+
+	// Set by Run.
+	inf       *informerSet
+	pods      corelisters.PodLister
+	podGroups schedulinglisters.PodGroupLister
+	claims    resourcelisters.ResourceClaimLister
+	slices    resourcelisters.ResourceSliceLister
+	classes   resourcelisters.DeviceClassLister
+	nodes     corelisters.NodeLister
+	recorder  events.EventRecorder
+}
+
+// New validates cfg and creates a Scheduler.
+func New(cfg Config) (*Scheduler, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Placement.MatchCache == nil {
+		cfg.Placement.MatchCache = placement.NewMatchCache()
+	}
+	cfg.Placement.Tree = cfg.Tree
+	return &Scheduler{
+		cfg:     cfg,
+		queue:   newGangQueue(cfg.InitialBackoff, cfg.MaxBackoff, cfg.MaxUnschedulableWait),
+		assumed: newAssumeCache(),
+	}, nil
+}
+
+// Run starts the informers (and the fabric-domain publisher when
+// configured), waits for them, recovers half-done commits, then schedules
+// until ctx is done. It returns nil when ctx is done, and an error wrapping
+// ErrAborted when a CommitHook aborted it.
+func (s *Scheduler) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	factory := informers.NewSharedInformerFactory(s.cfg.Client, 0)
+	defer func() {
+		cancel()
+		s.queue.shutDown()
+		factory.Shutdown()
+	}()
+	if err := s.setup(ctx, factory); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), s.inf.synced()...) {
+		return fmt.Errorf("wait for informers: %w", context.Cause(ctx))
+	}
+	logger.Info("Informers synced, recovering half-done commits")
+	if err := s.recoverAll(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	if s.cfg.OnRecovered != nil {
+		s.cfg.OnRecovered()
+	}
+	go s.metricsLoop(ctx)
+	go func() {
+		<-ctx.Done()
+		s.queue.shutDown()
+	}()
+	logger.Info("Scheduling")
+	return s.work(ctx)
+}
+
+func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerFactory) error {
+	inf, err := newInformerSet(factory)
+	if err != nil {
+		return err
+	}
+	s.inf = inf
+	s.pods = factory.Core().V1().Pods().Lister()
+	s.podGroups = factory.Scheduling().V1beta1().PodGroups().Lister()
+	s.claims = factory.Resource().V1().ResourceClaims().Lister()
+	s.slices = factory.Resource().V1().ResourceSlices().Lister()
+	s.classes = factory.Resource().V1().DeviceClasses().Lister()
+	s.nodes = factory.Core().V1().Nodes().Lister()
+	if err := inf.watch(s.queue); err != nil {
+		return err
+	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: s.cfg.Client.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("start event broadcaster: %w", err)
+	}
+	context.AfterFunc(ctx, broadcaster.Shutdown)
+	s.recorder = broadcaster.NewRecorder(scheme.Scheme, schedulerName)
+	if s.cfg.DomainChannels > 0 {
+		if _, err := domains.Start(ctx, domains.Config{Client: s.cfg.Client, Slices: inf.slices, Nodes: inf.nodes, Channels: s.cfg.DomainChannels}); err != nil {
+			return fmt.Errorf("start fabric-domain publisher: %w", err)
+		}
+	}
+	return nil
+}
+
+// work is the single worker: one gang at a time.
+func (s *Scheduler) work(ctx context.Context) error {
+	for {
+		key, quit := s.queue.get()
+		if quit {
+			return nil
+		}
+		err := s.scheduleKey(ctx, key)
+		s.queue.done(key)
+		if errors.Is(err, ErrAborted) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Scheduling attempt failed", "gang", key)
+		}
+	}
+}
+
+// getClaim serves the engine from the claim informer.
+func (s *Scheduler) getClaim(namespace, name string) (*resourceapi.ResourceClaim, error) {
+	return s.claims.ResourceClaims(namespace).Get(name)
+}
+
+// metricsLoop refreshes the free-GPU gauges.
+func (s *Scheduler) metricsLoop(ctx context.Context) {
+	if s.cfg.Metrics == nil {
+		return
+	}
+	t := time.NewTicker(s.cfg.MetricsInterval)
+	defer t.Stop()
+	for {
+		if free, err := s.freeGPUs(); err == nil {
+			s.cfg.Metrics.setFreeGPUs(free)
+		} else {
+			klog.FromContext(ctx).Error(err, "Computing free GPUs")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+)
+
+// errKilled is what the commit hook returns to simulate a crash.
+var errKilled = errors.New("killed by test")
+
+// TestSchedulerCrashRecovery kills the scheduler before write k of a gang's
+// commit, for every k from 0 (nothing written) to N (all written), and
+// starts a new instance on the same apiserver. Right after its recovery
+// the gang is bound entirely or not at all, with no allocation that is not
+// reserved for a live consumer; in the end the gang is bound and no device is
+// allocated twice.
+func TestSchedulerCrashRecovery(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{ControllerManager: true})
+	admin := cp.AdminClient(t)
+	fabricCluster(t, admin, []string{"a", "b"}, 8, 4)
+	client := schedulerClient(t, cp, "gpufabric-scheduler")
+	const pods = 2
+	// N: intent, shared claim (finalizer, status), per-pod claims
+	// (finalizer, status) each, bindings, condition, clear intent.
+	const writes = 1 + 2 + 2*pods + pods + 1 + 1
+	for k := 0; k <= writes; k++ {
+		t.Run(fmt.Sprintf("gang-killed-before-write-%d", k), func(t *testing.T) {
+			crashAndRecover(t, cp, client, crashCase{ns: fmt.Sprintf("crash-%d", k), k: k, pods: pods, claims: pods + 1, first: scheduler.StepIntent,
+				create: func(ns string) { createGang(t, admin, ns, "g", int32(pods), pods) }})
+		})
+	}
+	// A pod without a PodGroup: finalizer, claim status, binding.
+	for k := 0; k <= 3; k++ {
+		t.Run(fmt.Sprintf("single-pod-killed-before-write-%d", k), func(t *testing.T) {
+			crashAndRecover(t, cp, client, crashCase{ns: fmt.Sprintf("single-%d", k), k: k, pods: 1, claims: 1, first: scheduler.StepClaimFinalizer,
+				create: func(ns string) { createSinglePod(t, admin, ns, "solo") }})
+		})
+	}
+}
+
+// crashCase is one crash position of one kind of gang.
+type crashCase struct {
+	ns           string
+	k            int // writes before the kill
+	pods, claims int
+	first        scheduler.Step // the commit's first write
+	create       func(ns string)
+}
+
+func crashAndRecover(t *testing.T, cp *framework.ControlPlane, client kubernetes.Interface, tc crashCase) {
+	t.Helper()
+	admin := cp.AdminClient(t)
+	ns, k, pods := tc.ns, tc.k, tc.pods
+	gangNamespace(t, admin, ns, 2)
+	tc.create(ns)
+	poll(t, "claims created", 30*time.Second, func(ctx context.Context) error {
+		st, err := readGang(ctx, admin, ns)
+		if err != nil {
+			return err
+		}
+		if len(st.claims) != tc.claims {
+			return fmt.Errorf("%d claims", len(st.claims))
+		}
+		return nil
+	})
+
+	// First instance: dies before write k of this gang's commit.
+	var mu sync.Mutex
+	var steps []string
+	hook := func(step scheduler.Step, object string) error {
+		if !inNamespace(object, ns) {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(steps) == 0 && step != tc.first {
+			return nil // e.g. an Unschedulable condition before the pools exist
+		}
+		if len(steps) == k {
+			return errKilled
+		}
+		steps = append(steps, string(step))
+		return nil
+	}
+	first := startScheduler(t, client, scheduler.Config{DomainChannels: 8, CommitHook: hook})
+	select {
+	case <-first.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("first scheduler did not die; steps so far %v", steps)
+	}
+	if !errors.Is(first.err, scheduler.ErrAborted) {
+		t.Fatalf("first scheduler ended with %v, want ErrAborted", first.err)
+	}
+	t.Logf("killed after %d writes: %v", len(steps), steps)
+	if len(steps) != k {
+		t.Fatalf("killed after %d writes, want %d", len(steps), k)
+	}
+
+	// Second instance: right after recovery, all or nothing.
+	recovered := make(chan error, 1)
+	startScheduler(t, client, scheduler.Config{DomainChannels: 8, OnRecovered: func() {
+		st, err := readGang(context.Background(), admin, ns)
+		if err == nil {
+			err = allOrNothing(st, pods)
+		}
+		recovered <- err
+	}})
+	select {
+	case err := <-recovered:
+		if err != nil {
+			t.Fatalf("after recovery: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("second scheduler did not recover")
+	}
+	var st *gangState
+	poll(t, "gang bound by the second instance", 60*time.Second, func(ctx context.Context) error {
+		var err error
+		if st, err = readGang(ctx, admin, ns); err != nil {
+			return err
+		}
+		if st.bound() != pods {
+			return fmt.Errorf("%d of %d bound", st.bound(), pods)
+		}
+		return st.consistent(true)
+	})
+	if len(st.groups) > 0 {
+		checkPlacedGang(t, admin, st, "g", pods)
+	} else if dup, err := devicesAllocatedTwice(t.Context(), admin); err != nil || len(dup) > 0 {
+		t.Errorf("devices allocated twice: %v (%v)", dup, err)
+	}
+}
+
+// allOrNothing: every pod bound and the commit's state consistent, or no pod
+// bound and no claim of the namespace allocated.
+func allOrNothing(st *gangState, pods int) error {
+	switch st.bound() {
+	case pods:
+		return st.consistent(true)
+	case 0:
+		if n := st.allocated(); n > 0 {
+			return fmt.Errorf("no pod bound, but %d claims allocated", n)
+		}
+		return st.consistent(true)
+	default:
+		return fmt.Errorf("%d of %d pods bound", st.bound(), pods)
+	}
+}
+
+func inNamespace(object, ns string) bool {
+	return len(object) > len(ns) && object[:len(ns)+1] == ns+"/"
+}
