@@ -35,14 +35,15 @@ lint: tools
 	$(TOOLS_DIR)/logcheck -check-contextual -check-deprecations=false -config hack/logcheck.conf $(PKGS)
 
 unit:
-	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /test/integration)
+	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e /test/integration -e /hack/demo)
 
-# integration runs against a real etcd + kube-apiserver v1.37.1; the
-# kubeletdra module drives the plugin with the real kubelet DRA manager.
+# integration runs against a real etcd + kube-apiserver v1.37.1 (hack/demo's
+# test runs the whole demo); the kubeletdra module drives the plugin with
+# the real kubelet DRA manager.
 integration: control-plane
 	@hack/install-tools.sh helm >/dev/null
 	export GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1); \
-	$(GO) test -timeout $(TEST_TIMEOUT) ./test/integration/... && \
+	$(GO) test -timeout $(TEST_TIMEOUT) ./test/integration/... ./hack/demo/... && \
 	cd test/kubeletdra && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
 test: lint build unit integration

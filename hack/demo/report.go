@@ -118,6 +118,10 @@ func (d *demo) printPods(out io.Writer, pods []corev1.Pod, domainOf map[string]s
 				domains[domainOf[p.Spec.NodeName]] = true
 			}
 		}
+		if bound == 0 {
+			fmt.Fprintf(out, "\n%s: 0/%d pods bound: the gang waits whole (condition below)\n", g, len(byGroup[g]))
+			continue
+		}
 		fmt.Fprintf(out, "\n%s: %d/%d pods bound, in %d NVLink domain(s) %v\n", g, bound, len(byGroup[g]), len(domains), sortedKeys(domains))
 		fmt.Fprintf(out, "  %-14s %-16s %-10s %s\n", "POD", "NODE", "PHASE", "NVLINK DOMAIN")
 		for _, p := range byGroup[g] {
@@ -135,9 +139,18 @@ func (d *demo) printClaims(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("list claims: %w", err)
 	}
-	step(out, "\nClaims (allocated devices → reserved for)")
+	fmt.Fprintln(out)
+	step(out, "Claims (allocated devices → reserved for)")
+	unallocated := 0
 	for _, c := range claims.Items {
-		fmt.Fprintf(out, "  %-34s %-46s → %s\n", c.Name, devicesOf(&c), reservedFor(&c))
+		if c.Status.Allocation == nil {
+			unallocated++
+			continue
+		}
+		fmt.Fprintf(out, "  %-26s %s → %s\n", c.Name, devicesOf(&c), reservedFor(&c))
+	}
+	if unallocated > 0 {
+		fmt.Fprintf(out, "  (%d claims of waiting pods are not allocated: a gang that cannot be placed holds nothing)\n", unallocated)
 	}
 	return nil
 }
@@ -146,11 +159,20 @@ func devicesOf(c *resourceapi.ResourceClaim) string {
 	if c.Status.Allocation == nil {
 		return "(not allocated)"
 	}
-	var devs []string
+	// Group devices by pool: "node-1: gpu-0,gpu-1".
+	var pools []string
+	byPool := map[string][]string{}
 	for _, r := range c.Status.Allocation.Devices.Results {
-		devs = append(devs, r.Pool+"/"+r.Device)
+		if _, ok := byPool[r.Pool]; !ok {
+			pools = append(pools, r.Pool)
+		}
+		byPool[r.Pool] = append(byPool[r.Pool], r.Device)
 	}
-	return strings.Join(devs, ",")
+	var parts []string
+	for _, p := range pools {
+		parts = append(parts, p+": "+strings.Join(byPool[p], ","))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func reservedFor(c *resourceapi.ResourceClaim) string {
@@ -173,7 +195,8 @@ func (d *demo) printGroups(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("list pod groups: %w", err)
 	}
-	step(out, "\nPodGroup conditions")
+	fmt.Fprintln(out)
+	step(out, "PodGroup conditions")
 	for _, g := range groups.Items {
 		printCondition(out, &g)
 	}
@@ -203,7 +226,8 @@ func (d *demo) printCDI(ctx context.Context, out io.Writer, pods []corev1.Pod) e
 	if pod == nil {
 		return fmt.Errorf("no bound training pod to show")
 	}
-	step(out, "\nWhat the kubelet on %s gets for pod %s (NodePrepareResources over the plugin's socket)", pod.Spec.NodeName, pod.Name)
+	fmt.Fprintln(out)
+	step(out, "What the kubelet on %s gets for pod %s (NodePrepareResources over the plugin's socket)", pod.Spec.NodeName, pod.Name)
 	var claims []*resourceapi.ResourceClaim
 	for _, st := range pod.Status.ResourceClaimStatuses {
 		if st.ResourceClaimName == nil {

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+)
+
+// TestDemo runs `make demo`'s program end to end on the embedded control
+// plane and checks the report says what the demo promises: the training
+// gang whole in one NVLink domain, its shared claim reserved for the
+// PodGroup, the impossible gang refused with numbers, and the CDI devices a
+// kubelet gets for a bound pod.
+func TestDemo(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kubelet-plugin", "./cmd/scheduler")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build binaries: %v\n%s", err, out)
+	}
+	var out bytes.Buffer
+	err = run(t.Context(), options{
+		fabric:   filepath.Join(root, "examples", "fabric.yaml"),
+		examples: filepath.Join(root, "examples"),
+		binDir:   bin,
+		timeout:  3 * time.Minute,
+	}, &out)
+	if err != nil {
+		t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		"llm-train: 16/16 pods bound, in 1 NVLink domain(s)",
+		"→ PodGroup llm-train",
+		"too-big: 0/20 pods bound",
+		"too-big: PodGroupInitiallyScheduled=False (Unschedulable)",
+		"needs 20 pods with 80 gpu.gpufabric.dev devices in one gpufabric.dev/nvlinkDomain: largest free 72 devices",
+		"env NVIDIA_VISIBLE_DEVICES=GPU-",
+		"env NCCL_MNNVL_ENABLE=1",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("demo output:\n%s", out.String())
+	}
+}
+
+func TestDemoRejectsBadFabric(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("nodeGroups:\n- name: n%02d\n  count: 2\n  gpus: {model: X100}\n  nvlink: {kind: nvswitch}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := run(t.Context(), options{fabric: bad, timeout: time.Second}, &out)
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml") || !strings.Contains(err.Error(), `unknown GPU model "X100"`) {
+		t.Errorf("bad fabric: err = %v, want one naming the file and the model", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("bad fabric started something:\n%s", out.String())
+	}
+}
