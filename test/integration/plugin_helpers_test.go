@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
@@ -83,6 +84,20 @@ func kubeletClients(t *testing.T, p *framework.Plugin) drapb.DRAPluginClient {
 // plugin started with --pod-uid names its socket after the UID).
 func kubeletClientsAt(t *testing.T, regSock string) drapb.DRAPluginClient {
 	t.Helper()
+	return drapb.NewDRAPluginClient(kubeletConn(t, regSock))
+}
+
+// healthClient connects to the plugin's device health service, as the
+// kubelet does after registration.
+func healthClient(t *testing.T, p *framework.Plugin) drahealthv1.DRAResourceHealthClient {
+	t.Helper()
+	return drahealthv1.NewDRAResourceHealthClient(kubeletConn(t, filepath.Join(p.RegistrarDir(), topology.DriverName+"-reg.sock")))
+}
+
+// kubeletConn finds the plugin's DRA endpoint through its registration
+// socket (GetInfo) and connects to it. The connection lives as long as t.
+func kubeletConn(t *testing.T, regSock string) *grpc.ClientConn {
+	t.Helper()
 	var info *registerapi.PluginInfo
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		conn, err := grpc.NewClient("unix://"+regSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -104,5 +119,5 @@ func kubeletClientsAt(t *testing.T, regSock string) drapb.DRAPluginClient {
 		t.Fatalf("connect to %s: %v", info.Endpoint, err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return drapb.NewDRAPluginClient(conn)
+	return conn
 }

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -17,6 +19,21 @@ const (
 	gb200Fabric = "test/gpu-mock/fabrics/gb200-nvl72x2.yaml"
 	hgxFabric   = "test/gpu-mock/fabrics/hgx-h100x8.yaml"
 )
+
+// waitHealth reads health reports until device has want.
+func waitHealth(t *testing.T, stream grpc.ServerStreamingClient[drahealthv1.NodeWatchResourcesResponse], device string, want drahealthv1.HealthStatus) {
+	t.Helper()
+	for range 100 {
+		resp, err := stream.Recv()
+		must(t, "receive health report", err)
+		for _, d := range resp.Devices {
+			if d.Device.DeviceName == device && d.Health == want {
+				return
+			}
+		}
+	}
+	t.Fatalf("no health report with %s %v", device, want)
+}
 
 func hasTaint(d resourceapi.Device, key string) bool {
 	for _, t := range d.Taints {
@@ -70,6 +87,11 @@ func TestPluginPublishesSlices(t *testing.T) {
 		hgxVersions[s.Name] = s.ResourceVersion
 	}
 
+	// The kubelet's health stream reports every device, healthy for now.
+	stream, err := healthClient(t, gb).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+	must(t, "watch device health", err)
+	waitHealth(t, stream, "gpu-2", drahealthv1.HealthStatus_HEALTHY)
+
 	// Inject faults into the tray's fabric file: the plugin re-reads it.
 	fabric, err := os.ReadFile(gb.Fabric)
 	must(t, "read fabric", err)
@@ -79,6 +101,8 @@ func TestPluginPublishesSlices(t *testing.T) {
 		return hasTaint(devs["gpu-2"], topology.TaintNVLinkDegraded) && !hasTaint(devs["gpu-1"], topology.TaintNVLinkDegraded) &&
 			hasTaint(devs[topology.NICDeviceName("mlx5_3")], topology.TaintPortDown)
 	})
+	waitHealth(t, stream, "gpu-2", drahealthv1.HealthStatus_UNHEALTHY)
+
 	// Repaired: the taints go away.
 	framework.WriteFile(t, gb.Fabric, string(fabric))
 	waitSlices(t, admin, "gb200-r1-n01", func(s []resourceapi.ResourceSlice) bool {
