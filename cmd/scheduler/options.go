@@ -33,6 +33,9 @@ type options struct {
 	leName         string
 	leIdentity     string
 	metricsAddress string
+	commitWorkers  int
+	apiQPS         float64
+	apiBurst       int
 }
 
 // envTwins maps flags to their environment variables.
@@ -45,6 +48,9 @@ var envTwins = map[string]string{
 	"leader-elect-lease-name": "GPUFABRIC_LEADER_ELECT_LEASE_NAME",
 	"leader-elect-identity":   "GPUFABRIC_LEADER_ELECT_IDENTITY",
 	"metrics-address":         "GPUFABRIC_METRICS_ADDRESS",
+	"commit-parallelism":      "GPUFABRIC_COMMIT_PARALLELISM",
+	"kube-api-qps":            "GPUFABRIC_KUBE_API_QPS",
+	"kube-api-burst":          "GPUFABRIC_KUBE_API_BURST",
 	"v":                       "GPUFABRIC_V",
 }
 
@@ -58,6 +64,9 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.leName, "leader-elect-lease-name", topology.SchedulerName, "name of the Lease")
 	fs.StringVar(&o.leIdentity, "leader-elect-identity", "", "identity in the Lease; default: hostname")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of the /metrics endpoint; empty disables it")
+	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
+	fs.Float64Var(&o.apiQPS, "kube-api-qps", 200, "client-side rate limit of API requests per second")
+	fs.IntVar(&o.apiBurst, "kube-api-burst", 2000, "client-side burst of API requests (a 512-pod gang's commit is ~1,540 writes)")
 	return o
 }
 
@@ -103,6 +112,7 @@ func (o *options) run(ctx context.Context) error {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	restCfg.UserAgent = topology.SchedulerName
+	restCfg.QPS, restCfg.Burst = float32(o.apiQPS), o.apiBurst
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
@@ -117,10 +127,11 @@ func (o *options) run(ctx context.Context) error {
 		return err
 	}
 	cfg := scheduler.Config{
-		Client:         client,
-		Tree:           topology.TreeConfig{LabelLevels: o.levels()},
-		DomainChannels: o.domainChannels,
-		Metrics:        metrics,
+		Client:            client,
+		Tree:              topology.TreeConfig{LabelLevels: o.levels()},
+		DomainChannels:    o.domainChannels,
+		Metrics:           metrics,
+		CommitParallelism: o.commitWorkers,
 	}
 	if !o.leaderElect {
 		s, err := scheduler.New(cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,10 @@ var errKilled = errors.New("killed by test")
 // starts a new instance on the same apiserver. Right after its recovery
 // the gang is bound entirely or not at all, with no allocation that is not
 // reserved for a live consumer; in the end the gang is bound and no device is
-// allocated twice.
+// allocated twice. The writes of a phase run in parallel (default
+// CommitParallelism), so "before write k" is "the hook fails at the k-th
+// write started": writes already started complete, none starts after it,
+// and the k writes that ran are checked for phase order.
 func TestSchedulerCrashRecovery(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true})
 	admin := cp.AdminClient(t)
@@ -88,7 +92,7 @@ func crashAndRecover(t *testing.T, cp *framework.ControlPlane, client kubernetes
 		if len(steps) == k {
 			return errKilled
 		}
-		steps = append(steps, string(step))
+		steps = append(steps, string(step)+" "+object)
 		return nil
 	}
 	first := startScheduler(t, client, scheduler.Config{DomainChannels: 8, CommitHook: hook})
@@ -103,6 +107,9 @@ func crashAndRecover(t *testing.T, cp *framework.ControlPlane, client kubernetes
 	t.Logf("killed after %d writes: %v", len(steps), steps)
 	if len(steps) != k {
 		t.Fatalf("killed after %d writes, want %d", len(steps), k)
+	}
+	if err := phaseOrder(steps, tc.first == scheduler.StepIntent); err != nil {
+		t.Fatalf("writes out of phase order: %v", err)
 	}
 
 	// Second instance: right after recovery, all or nothing.
@@ -154,6 +161,38 @@ func allOrNothing(st *gangState, pods int) error {
 	default:
 		return fmt.Errorf("%d of %d pods bound", st.bound(), pods)
 	}
+}
+
+// phaseOrder checks the writes a commit started (as "step object", in the
+// order they passed the hook; the writes of one phase run in parallel):
+// every write of a phase comes after every write of the previous one, and
+// with a PodGroup the first claim written (the shared claim, steps 1 and 2)
+// is not written again by the per-pod phase.
+func phaseOrder(steps []string, withGroup bool) error {
+	rank := map[scheduler.Step]int{
+		scheduler.StepIntent: 0, scheduler.StepClaimFinalizer: 1, scheduler.StepClaimStatus: 1,
+		scheduler.StepBind: 2, scheduler.StepCondition: 3, scheduler.StepClearIntent: 4, scheduler.StepDone: 5,
+	}
+	last := -1
+	for i, s := range steps {
+		step, _, _ := strings.Cut(s, " ")
+		r, ok := rank[scheduler.Step(step)]
+		if !ok || r < last {
+			return fmt.Errorf("write %d %q after a later phase: %q", i, s, steps)
+		}
+		last = r
+	}
+	if !withGroup || len(steps) < 3 {
+		return nil
+	}
+	_, shared, _ := strings.Cut(steps[1], " ")
+	for i, s := range steps[2:] {
+		_, obj, _ := strings.Cut(s, " ")
+		if obj == shared && i > 0 {
+			return fmt.Errorf("shared claim %s written again as write %d: %q", shared, i+2, steps)
+		}
+	}
+	return nil
 }
 
 func inNamespace(object, ns string) bool {

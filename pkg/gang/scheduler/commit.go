@@ -69,7 +69,8 @@ var errConflict = errors.New("conflict")
 
 // commit writes a decision in protocol order. On failure it rolls back or
 // finishes what it wrote (recovery of this gang) and returns the error;
-// a lost race wraps errConflict. A hook abort returns at once.
+// a lost race wraps errConflict. A hook abort returns without undoing
+// anything, once the writes already started have returned.
 func (s *Scheduler) commit(ctx context.Context, pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.Decision) error {
 	start := time.Now()
 	defer func() { s.cfg.Metrics.observeCommit(time.Since(start).Seconds()) }()
@@ -97,6 +98,11 @@ func (s *Scheduler) commit(ctx context.Context, pg *schedulingv1beta1.PodGroup, 
 	return err
 }
 
+// writeAll writes a decision phase by phase: intent, shared claims, per-pod
+// claims, bindings, condition, clear intent. The writes of one phase run in
+// parallel (Config.CommitParallelism); a phase starts only after every
+// write of the previous one succeeded, so "a member is bound" still implies
+// "every claim write is done".
 func (s *Scheduler) writeAll(ctx context.Context, pg *schedulingv1beta1.PodGroup, d *placement.Decision, writes []claimWrite) error {
 	if pg != nil {
 		in := newIntent(d, writes)
@@ -105,15 +111,19 @@ func (s *Scheduler) writeAll(ctx context.Context, pg *schedulingv1beta1.PodGroup
 			return err
 		}
 	}
-	for _, w := range writes {
-		if err := s.writeClaim(ctx, w); err != nil {
-			return err
-		}
+	shared, perPod := splitShared(writes)
+	if err := s.writeClaims(ctx, shared); err != nil {
+		return err
 	}
-	for _, pp := range d.Pods {
-		if err := s.bind(ctx, pp.Namespace, pp.Name, pp.UID, pp.Node); err != nil {
-			return err
-		}
+	if err := s.writeClaims(ctx, perPod); err != nil {
+		return err
+	}
+	err := parallel(ctx, s.cfg.CommitParallelism, len(d.Pods), func(ctx context.Context, i int) error {
+		pp := d.Pods[i]
+		return s.bind(ctx, pp.Namespace, pp.Name, pp.UID, pp.Node)
+	})
+	if err != nil {
+		return err
 	}
 	if pg != nil {
 		msg := fmt.Sprintf("placed %d pods in %s %s", len(d.Pods), d.TopologyKey, d.Domain)
@@ -125,6 +135,23 @@ func (s *Scheduler) writeAll(ctx context.Context, pg *schedulingv1beta1.PodGroup
 		}
 	}
 	return s.step(StepDone, d.Gang)
+}
+
+// splitShared splits planWrites' output into the shared claims' writes
+// (reserved for the PodGroup, listed first) and the members' claims' writes.
+func splitShared(writes []claimWrite) (shared, perPod []claimWrite) {
+	i := slices.IndexFunc(writes, func(w claimWrite) bool { return w.consumer.Resource != "podgroups" })
+	if i < 0 {
+		i = len(writes)
+	}
+	return writes[:i], writes[i:]
+}
+
+// writeClaims runs one phase of claim writes in parallel.
+func (s *Scheduler) writeClaims(ctx context.Context, writes []claimWrite) error {
+	return parallel(ctx, s.cfg.CommitParallelism, len(writes), func(ctx context.Context, i int) error {
+		return s.writeClaim(ctx, writes[i])
+	})
 }
 
 // writeClaim adds the deallocation finalizer when the claim gets an

@@ -2,14 +2,21 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
@@ -53,5 +60,81 @@ func TestPlanWrites(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+}
+
+// TestCommitPhases: with parallel writers, every write of a phase starts
+// after every write of the previous phase: intent, shared claims, per-pod
+// claims, bindings, condition, clear. The bindings do run in parallel.
+func TestCommitPhases(t *testing.T) {
+	const pods, workers = 24, 4
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg", UID: "uid-pg"}}
+	g := &placement.Gang{Namespace: "ns", Name: "pg", UID: pg.UID, SharedClaims: []*resourceapi.ResourceClaim{claim("fabric", false)}}
+	d := &placement.Decision{Gang: "ns/pg", Claims: []placement.ClaimAllocation{{Name: "fabric", Shared: true}}}
+	objects := []runtime.Object{pg, g.SharedClaims[0]}
+	for i := range pods {
+		p, c := pod(fmt.Sprintf("p%02d", i)), claim(fmt.Sprintf("p%02d-gpus", i), false)
+		g.Members = append(g.Members, placement.Member{Pod: p, Claims: []*resourceapi.ResourceClaim{c}})
+		d.Pods = append(d.Pods, placement.PodPlacement{Namespace: "ns", Name: p.Name, UID: p.UID, Node: "n"})
+		d.Claims = append(d.Claims, placement.ClaimAllocation{Name: c.Name, Pod: p.Name})
+		objects = append(objects, p, c)
+	}
+	client := fake.NewClientset(objects...)
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "binding", nil, nil // the fake has no bindings
+	})
+	var inFlight, peak atomic.Int32 // hooks of bindings running at once
+	var mu sync.Mutex
+	var phases []int
+	hook := func(step Step, object string) error {
+		if step == StepBind {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		phases = append(phases, commitPhase(step, object))
+		return nil
+	}
+	s, err := New(Config{Client: client, CommitParallelism: workers, CommitHook: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.commit(t.Context(), pg, g, d); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if !slices.IsSorted(phases) {
+		t.Errorf("phases out of order: %v", phases)
+	}
+	// intent, 2 shared, 2 per pod claim, a binding per pod, condition, clear, done.
+	if want := 1 + 2 + 3*pods + 3; len(phases) != want {
+		t.Errorf("%d steps, want %d", len(phases), want)
+	}
+	if p := peak.Load(); p < 2 || p > workers {
+		t.Errorf("peak bindings in flight %d, want 2..%d", p, workers)
+	}
+}
+
+// commitPhase numbers a step by its commit phase.
+func commitPhase(step Step, object string) int {
+	switch step {
+	case StepIntent:
+		return 0
+	case StepClaimFinalizer, StepClaimStatus:
+		if object == "ns/fabric" {
+			return 1
+		}
+		return 2
+	case StepBind:
+		return 3
+	case StepCondition:
+		return 4
+	case StepClearIntent:
+		return 5
+	default:
+		return 6
 	}
 }

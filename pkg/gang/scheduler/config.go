@@ -15,6 +15,9 @@ import (
 // without cleaning up, as if the process had been killed.
 var ErrAborted = errors.New("scheduler aborted by commit hook")
 
+// DefaultCommitParallelism is Config.CommitParallelism's default.
+const DefaultCommitParallelism = 16
+
 // Config of a Scheduler. Client is required; the zero value of every other
 // field is usable.
 type Config struct {
@@ -37,13 +40,19 @@ type Config struct {
 	// MetricsInterval is how often the free-GPU gauges are refreshed.
 	// Default 15s.
 	MetricsInterval time.Duration
+	// CommitParallelism is the number of writes of one commit phase (claim
+	// writes, bindings) in flight at once; the phases stay in order.
+	// Default 16.
+	CommitParallelism int
 	// Placement configures the engine; its MatchCache is set by the
 	// scheduler.
 	Placement placement.Config
 	// CommitHook, when set, is called before every write of a commit (and
 	// recovery) and once after the last write of a commit, with the step
 	// and the object. An error aborts the scheduler with ErrAborted and no
-	// cleanup. For crash tests.
+	// cleanup: writes of the phase not yet started are skipped, started
+	// ones complete. Called concurrently from the writers of one phase.
+	// For crash tests.
 	CommitHook func(step Step, object string) error
 	// OnRecovered, when set, is called after recovery and before the first
 	// scheduling attempt of a leadership term. For tests.
@@ -72,6 +81,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DomainChannels < 0 || c.DomainChannels > 128 {
 		return c, fmt.Errorf("config: domain channels must be 0..128, got %d", c.DomainChannels)
+	}
+	if c.CommitParallelism < 0 {
+		return c, fmt.Errorf("config: commit parallelism must be >= 0, got %d", c.CommitParallelism)
+	}
+	if c.CommitParallelism == 0 {
+		c.CommitParallelism = DefaultCommitParallelism
 	}
 	if c.InitialBackoff <= 0 {
 		c.InitialBackoff = time.Second

@@ -9,18 +9,21 @@
 // (backoff and parking), cycle.go (one scheduling attempt), snapshot.go
 // (snapshot input and the assume cache), commit.go (the write protocol),
 // intent.go (the intent annotation), recover.go (finish or roll back),
-// status.go (conditions and events), metrics.go, leader.go.
+// parallel.go (the writers of one phase), status.go (conditions and
+// events), metrics.go, leader.go.
 //
 // Rules:
 //   - One worker schedules one gang at a time; every attempt places the gang
 //     on a fresh snapshot of the informers plus the decisions committed but
 //     not yet visible in them (the assume cache), so two gangs never get the
 //     same device.
-//   - A PodGroup commit writes, in order: the intent annotation, the shared
+//   - A PodGroup commit writes, in phases: the intent annotation, the shared
 //     claims (reserved for the PodGroup), the per-pod claims (reserved for
 //     their pods), the bindings, the PodGroup condition, and removes the
-//     intent. Every claim write carries the resourceVersion the decision was
-//     made on; a conflict drops the decision.
+//     intent. The writes of a phase run in parallel (CommitParallelism); a
+//     phase starts when the previous one succeeded. Every claim write
+//     carries the resourceVersion the decision was made on; a conflict drops
+//     the decision.
 //   - Whoever finds an intent annotation finishes the commit when a member is
 //     bound and rolls it back otherwise. Recovery runs before the first
 //     attempt of every leadership term, and after any failed commit.

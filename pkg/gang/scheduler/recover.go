@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -80,49 +81,59 @@ func (s *Scheduler) recoverGroup(ctx context.Context, pg *schedulingv1beta1.PodG
 		for _, p := range in.Pods {
 			consumers[p.UID] = true
 		}
-		for _, c := range in.Claims {
-			if err := s.releaseClaim(ctx, pg.Namespace, c, consumers); err != nil {
-				return err
-			}
+		err := parallel(ctx, s.cfg.CommitParallelism, len(in.Claims), func(ctx context.Context, i int) error {
+			return s.releaseClaim(ctx, pg.Namespace, in.Claims[i], consumers)
+		})
+		if err != nil {
+			return err
 		}
 	}
 	_, err = s.patchIntent(ctx, pg, nil)
 	return err
 }
 
-// livePods reads the intent's pods; missing or replaced pods are nil.
+// livePods reads the intent's pods (in parallel); missing or replaced pods
+// are nil.
 func (s *Scheduler) livePods(ctx context.Context, namespace string, in intent) ([]*v1.Pod, bool, error) {
 	out := make([]*v1.Pod, len(in.Pods))
-	anyBound := false
-	for i, ip := range in.Pods {
+	err := parallel(ctx, s.cfg.CommitParallelism, len(in.Pods), func(ctx context.Context, i int) error {
+		ip := in.Pods[i]
 		p, err := s.cfg.Client.CoreV1().Pods(namespace).Get(ctx, ip.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			continue
+			return nil
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("get pod %s/%s: %w", namespace, ip.Name, err)
+			return fmt.Errorf("get pod %s/%s: %w", namespace, ip.Name, err)
 		}
-		if p.UID != ip.UID {
-			continue
+		if p.UID == ip.UID {
+			out[i] = p
 		}
-		out[i] = p
-		anyBound = anyBound || p.Spec.NodeName != ""
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
+	anyBound := slices.ContainsFunc(out, func(p *v1.Pod) bool { return p != nil && p.Spec.NodeName != "" })
 	return out, anyBound, nil
 }
 
 // finishGroup binds the members the intent names that are still unbound
-// and sets the condition. Every claim write precedes the first binding, so
+// (in parallel) and sets the condition. Every claim write precedes the first binding, so
 // the claims are complete once any member is bound.
 func (s *Scheduler) finishGroup(ctx context.Context, pg *schedulingv1beta1.PodGroup, in intent, pods []*v1.Pod) error {
-	for i, p := range pods {
+	err := parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
+		p := pods[i]
 		if p == nil || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
-			continue
+			return nil
 		}
 		err := s.bind(ctx, p.Namespace, p.Name, p.UID, in.Pods[i].Node)
 		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			return err
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	msg := fmt.Sprintf("placed %d pods in %s %s (commit finished by recovery)", len(in.Pods), in.TopologyKey, in.Domain)
 	return s.setCondition(ctx, pg, metav1.ConditionTrue, "Scheduled", msg)
