@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,15 @@ import (
 //     third arrives (12 GPUs of one domain);
 //   - competing-gangs: three gangs of 2 × 4 GPUs, queued together; two fit
 //     (the other domain), never on the same device; the third waits.
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
 func TestSchedulerGangQueue(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true})
 	admin := cp.AdminClient(t)
@@ -46,6 +56,19 @@ func TestSchedulerGangQueue(t *testing.T) {
 		})
 		poll(t, "event", 10*time.Second, func(ctx context.Context) error {
 			return schedFindEvent(ctx, admin, ns, "big", scheduler.EventFailedScheduling, want)
+		})
+		poll(t, "PodScheduled=False on every member", 10*time.Second, func(ctx context.Context) error {
+			pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				c := podCondition(&p, corev1.PodScheduled)
+				if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable || !strings.Contains(c.Message, want) {
+					return fmt.Errorf("pod %s: PodScheduled condition %+v", p.Name, c)
+				}
+			}
+			return nil
 		})
 		st, err := readGang(t.Context(), admin, ns)
 		must(t, "read gang", err)

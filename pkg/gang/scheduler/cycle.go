@@ -170,6 +170,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	backoff := s.queue.park(a.key, a.cycle)
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
 	s.event(a.about(), v1.EventTypeWarning, EventFailedScheduling, "Scheduling", message)
+	s.markUnschedulable(ctx, a, message)
 	if a.pg == nil {
 		return nil
 	}

@@ -2,7 +2,13 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -62,4 +68,51 @@ func (s *Scheduler) event(obj runtime.Object, eventType, reason, action, note st
 		note = note[:maxEventNote-3] + "..."
 	}
 	s.recorder.Eventf(obj, nil, eventType, reason, action, "%s", note)
+}
+
+// markUnschedulable sets PodScheduled=False (reason Unschedulable) with
+// message on each waiting pod of the attempt, as kube-scheduler does, so
+// `kubectl get pods` and `describe` say why. A pod whose condition already
+// says the same is not rewritten. Best effort: failures are logged, the
+// PodGroup condition and the event carry the same message.
+func (s *Scheduler) markUnschedulable(ctx context.Context, a *attempt, message string) {
+	pods := []*v1.Pod{a.pod}
+	if a.pg != nil {
+		var err error
+		if pods, _, err = s.members(a.pg); err != nil {
+			klog.FromContext(ctx).Error(err, "Listing gang members for their PodScheduled condition")
+			return
+		}
+		message = fmt.Sprintf("gang %s/%s: %s", a.pg.Namespace, a.pg.Name, message)
+	}
+	err := parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
+		return s.setPodUnschedulable(ctx, pods[i], message)
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False on waiting pods")
+	}
+}
+
+func (s *Scheduler) setPodUnschedulable(ctx context.Context, pod *v1.Pod, message string) error {
+	if pod == nil || pod.Spec.NodeName != "" {
+		return nil
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable && c.Message == message {
+			return nil
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{
+		Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable,
+		Message: message, LastTransitionTime: metav1.Now(),
+	}}}})
+	if err != nil {
+		return fmt.Errorf("encode pod condition: %w", err)
+	}
+	_, err = s.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
+		metav1.PatchOptions{FieldManager: schedulerName}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("set PodScheduled on pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
 }
