@@ -103,6 +103,12 @@ func podGroup(namespace, name string, minCount int32, sharedClaim string) *sched
 
 // gangPod is a member of podGroup using the group's shared claim.
 func gangPod(namespace, name, group string) *corev1.Pod {
+	return memberPod(namespace, name, group, "fabric", group+"-fabric")
+}
+
+// memberPod is a pod of group whose container uses one existing claim,
+// referenced in the pod as podClaim.
+func memberPod(namespace, name, group, podClaim, claim string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: corev1.PodSpec{
@@ -110,9 +116,9 @@ func gangPod(namespace, name, group string) *corev1.Pod {
 			SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: ptr.To(group)},
 			Containers: []corev1.Container{{
 				Name: "train", Image: "registry.example/train:1",
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "fabric"}}},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: podClaim}}},
 			}},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "fabric", ResourceClaimName: ptr.To(group + "-fabric")}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: podClaim, ResourceClaimName: ptr.To(claim)}},
 		},
 	}
 }

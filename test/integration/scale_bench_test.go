@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
@@ -263,22 +262,6 @@ func benchGroup(ns, name string) *schedulingv1beta1.PodGroup {
 	}
 }
 
-// benchMember is a member of group using its own pre-created claim.
-func benchMember(ns, name, group, claim string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{
-			SchedulerName:   topology.SchedulerName,
-			SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: ptr.To(group)},
-			Containers: []corev1.Container{{
-				Name: "train", Image: "registry.example/train:1",
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
-			}},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim)}},
-		},
-	}
-}
-
 // allocatedOutside lists the claims not allocated, or with a device
 // outside the pools (= nodes) named poolPrefix*.
 func allocatedOutside(claims []resourceapi.ResourceClaim, poolPrefix string) []string {
@@ -353,7 +336,7 @@ func gangToBound(b *testing.B, admin kubernetes.Interface, reg *prometheus.Regis
 		if _, err := admin.ResourceV1().ResourceClaims(ns).Create(ctx, gpuClaim(ns, claim, 1), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create claim %s: %w", claim, err)
 		}
-		pod := benchMember(ns, fmt.Sprintf("train-%03d", j), "train", claim)
+		pod := memberPod(ns, fmt.Sprintf("train-%03d", j), "train", "gpu", claim)
 		if _, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create pod %s: %w", pod.Name, err)
 		}
