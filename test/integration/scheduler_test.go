@@ -33,13 +33,17 @@ func TestSchedulerPlacesGangInOneDomain(t *testing.T) {
 
 	createGang(t, admin, ns, "train", 16, 16)
 	var st *gangState
-	poll(t, "all 16 pods bound", 90*time.Second, func(ctx context.Context) error {
+	// Bound first, then the commit's last writes (condition, intent cleared).
+	poll(t, "all 16 pods bound and the commit finished", 90*time.Second, func(ctx context.Context) error {
 		var err error
 		if st, err = readGang(ctx, admin, ns); err != nil {
 			return err
 		}
 		if b := st.bound(); b != 16 {
 			return fmt.Errorf("%d of 16 bound", b)
+		}
+		if _, ok := st.groups[0].Annotations[scheduler.AnnotationPlacement]; ok {
+			return fmt.Errorf("intent annotation not cleared yet")
 		}
 		return nil
 	})

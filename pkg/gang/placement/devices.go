@@ -185,12 +185,11 @@ func (s *Snapshot) allocate(ctx context.Context, ns *nodeState, claims []*resour
 	if err != nil {
 		return nil, "", err
 	}
-	sl := make([]*resourceapi.ResourceSlice, 0, len(ns.slices)+len(cluster))
-	sl = append(sl, ns.slices...)
-	for _, cs := range cluster {
-		sl = append(sl, cs.slice)
+	sl, classLister, err := s.allocatorInput(ctx, ns, cluster, classes)
+	if err != nil {
+		return nil, "", err
 	}
-	alloc, err := structured.NewAllocator(ctx, *s.cfg.Features, s.allocatedFor(ns, cluster, inflight), s.classes, sl, s.celCache)
+	alloc, err := structured.NewAllocator(ctx, *s.cfg.Features, s.allocatedFor(ns, cluster, inflight), classLister, sl, s.celCache)
 	if err != nil {
 		return nil, "", fmt.Errorf("new allocator: %w", err)
 	}
@@ -213,6 +212,22 @@ func (s *Snapshot) allocate(ctx context.Context, ns *nodeState, claims []*resour
 	default:
 		return nil, "", fmt.Errorf("allocate on node %s: %w", ns.node.Name, err)
 	}
+}
+
+// allocatorInput is what one Allocate call sees: the node's slices and the
+// cluster slices that matter, trimmed to the class when the call uses one
+// class (see trim.go).
+func (s *Snapshot) allocatorInput(ctx context.Context, ns *nodeState, cluster []*clusterSlice, classes []string) ([]*resourceapi.ResourceSlice, structured.DeviceClassLister, error) {
+	if len(classes) == 1 {
+		sl, err := s.trimSlices(ctx, ns, cluster, classes[0])
+		return sl, s.classesWithoutSelectors(), err
+	}
+	sl := make([]*resourceapi.ResourceSlice, 0, len(ns.slices)+len(cluster))
+	sl = append(sl, ns.slices...)
+	for _, cs := range cluster {
+		sl = append(sl, cs.slice)
+	}
+	return sl, s.classes, nil
 }
 
 // claimClasses returns the sorted class names the claims' requests use.

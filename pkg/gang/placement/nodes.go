@@ -63,6 +63,8 @@ type nodeState struct {
 	pods        int64
 	devs        *nodeDevices   // built on first use
 	free        map[string]int // class → free matching devices; reset by dirty
+	// trimmed: class → the node's slices with only that class's devices.
+	trimmed map[string][]*resourceapi.ResourceSlice
 }
 
 func newNodeState(n *v1.Node) *nodeState {

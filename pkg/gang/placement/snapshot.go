@@ -88,6 +88,7 @@ type Snapshot struct {
 	nodes    []*nodeState // sorted by name
 	byName   map[string]*nodeState
 	classes  classLister
+	trimmed  trimmedClasses
 	celCache *cel.Cache
 	// cluster-level slices (no spec.nodeName), sorted by name.
 	clusterSlices []*clusterSlice
@@ -106,8 +107,9 @@ type poolID struct{ driver, pool string }
 // clusterSlice is a slice whose pool is not node-local.
 type clusterSlice struct {
 	slice    *resourceapi.ResourceSlice
-	selector *nodeaffinity.NodeSelector // nil: all nodes or per-device
-	classes  map[string]bool            // class name → has a matching device
+	selector *nodeaffinity.NodeSelector            // nil: all nodes or per-device
+	classes  map[string]bool                       // class name → has a matching device
+	trimmed  map[string]*resourceapi.ResourceSlice // class → slice with only its devices
 }
 
 // NewSnapshot indexes the input. It copies no API objects; callers must not
