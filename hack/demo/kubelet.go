@@ -3,29 +3,22 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
 // prepareOnNode does what the kubelet does for a pod's claims: find the
 // plugin's DRA endpoint through its registration socket, then call
 // NodePrepareResources. Results are keyed by claim UID.
 func prepareOnNode(ctx context.Context, registrarDir string, claims []*resourceapi.ResourceClaim) (map[string]*drapb.NodePrepareResourceResponse, error) {
-	reg, err := grpc.NewClient("unix://"+filepath.Join(registrarDir, topology.DriverName+"-reg.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	info, err := framework.RegistrationInfo(ctx, framework.RegistrationSocket(registrarDir))
 	if err != nil {
-		return nil, fmt.Errorf("connect to registration socket: %w", err)
-	}
-	defer reg.Close()
-	info, err := registerapi.NewRegistrationClient(reg).GetInfo(ctx, &registerapi.InfoRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("registration GetInfo: %w", err)
+		return nil, err
 	}
 	conn, err := grpc.NewClient("unix://"+info.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

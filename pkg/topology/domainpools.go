@@ -3,7 +3,6 @@ package topology
 import (
 	"slices"
 	"sort"
-	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -132,17 +131,4 @@ func blockingTaint(taints []resourceapi.DeviceTaint) bool {
 		}
 	}
 	return false
-}
-
-// ChannelIndex parses "channel-<n>"; ok is false for other names.
-func ChannelIndex(device string) (int, bool) {
-	const prefix = "channel-"
-	if len(device) <= len(prefix) || device[:len(prefix)] != prefix {
-		return 0, false
-	}
-	n, err := strconv.Atoi(device[len(prefix):])
-	if err != nil || n < 0 {
-		return 0, false
-	}
-	return n, true
 }

@@ -74,17 +74,3 @@ func TestFabricDomainPools(t *testing.T) {
 		})
 	}
 }
-
-func TestChannelIndex(t *testing.T) {
-	tests := []struct {
-		in     string
-		want   int
-		wantOK bool
-	}{{"channel-0", 0, true}, {"channel-17", 17, true}, {"channel-", 0, false}, {"gpu-1", 0, false}, {"channel--1", 0, false}, {"channel-x", 0, false}}
-	for _, tc := range tests {
-		got, ok := ChannelIndex(tc.in)
-		if got != tc.want || ok != tc.wantOK {
-			t.Errorf("ChannelIndex(%q) = %d, %v; want %d, %v", tc.in, got, ok, tc.want, tc.wantOK)
-		}
-	}
-}

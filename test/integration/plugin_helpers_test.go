@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -77,7 +76,7 @@ func devicesOf(slices []resourceapi.ResourceSlice) map[string]resourceapi.Device
 // GetInfo on the registration socket names the DRA endpoint.
 func kubeletClients(t *testing.T, p *framework.Plugin) drapb.DRAPluginClient {
 	t.Helper()
-	return kubeletClientsAt(t, filepath.Join(p.RegistrarDir(), topology.DriverName+"-reg.sock"))
+	return kubeletClientsAt(t, framework.RegistrationSocket(p.RegistrarDir()))
 }
 
 // kubeletClientsAt is kubeletClients for a given registration socket (a
@@ -91,25 +90,16 @@ func kubeletClientsAt(t *testing.T, regSock string) drapb.DRAPluginClient {
 // kubelet does after registration.
 func healthClient(t *testing.T, p *framework.Plugin) drahealthv1.DRAResourceHealthClient {
 	t.Helper()
-	return drahealthv1.NewDRAResourceHealthClient(kubeletConn(t, filepath.Join(p.RegistrarDir(), topology.DriverName+"-reg.sock")))
+	return drahealthv1.NewDRAResourceHealthClient(kubeletConn(t, framework.RegistrationSocket(p.RegistrarDir())))
 }
 
 // kubeletConn finds the plugin's DRA endpoint through its registration
 // socket (GetInfo) and connects to it. The connection lives as long as t.
 func kubeletConn(t *testing.T, regSock string) *grpc.ClientConn {
 	t.Helper()
-	var info *registerapi.PluginInfo
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		conn, err := grpc.NewClient("unix://"+regSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return false, nil
-		}
-		defer conn.Close()
-		info, err = registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
-		return err == nil, nil
-	})
+	info, err := framework.RegistrationInfo(t.Context(), regSock)
 	if err != nil {
-		t.Fatalf("registration GetInfo on %s: %v", regSock, err)
+		t.Fatal(err)
 	}
 	if info.Type != registerapi.DRAPlugin || info.Name != topology.DriverName {
 		t.Fatalf("registration info: got type %q name %q", info.Type, info.Name)

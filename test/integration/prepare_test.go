@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,7 +27,7 @@ func allocated(t *testing.T, c kubernetes.Interface, name string, devices map[st
 	ctx := t.Context()
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name}}
 	var results []resourceapi.DeviceRequestAllocationResult
-	for _, req := range sortedKeys(devices) {
+	for _, req := range slices.Sorted(maps.Keys(devices)) {
 		claim.Spec.Devices.Requests = append(claim.Spec.Devices.Requests, resourceapi.DeviceRequest{
 			Name: req, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: topology.GPUDeviceClass, Count: int64(len(devices[req]))},
 		})
@@ -41,21 +43,6 @@ func allocated(t *testing.T, c kubernetes.Interface, name string, devices map[st
 	claim, err = c.ResourceV1().ResourceClaims(claim.Namespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
 	must(t, "allocate claim "+name, err)
 	return claim
-}
-
-func sortedKeys(m map[string][]string) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	for i := range keys {
-		for j := i + 1; j < len(keys); j++ {
-			if keys[j] < keys[i] {
-				keys[i], keys[j] = keys[j], keys[i]
-			}
-		}
-	}
-	return keys
 }
 
 func claimRef(c *resourceapi.ResourceClaim) *drapb.Claim {

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -21,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/klog/v2/ktesting"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	"k8s.io/kubernetes/pkg/kubelet/config"
@@ -150,17 +147,7 @@ func createPod(t *testing.T, c kubernetes.Interface, name string, group *string)
 // GetInfo on the registration socket, then Validate and Register.
 func register(t *testing.T, ctx context.Context, mgr *dra.Manager, p *framework.Plugin) {
 	t.Helper()
-	sock := filepath.Join(p.RegistrarDir(), topology.DriverName+"-reg.sock")
-	var info *registerapi.PluginInfo
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return false, nil
-		}
-		defer conn.Close()
-		info, err = registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
-		return err == nil, nil
-	})
+	info, err := framework.RegistrationInfo(ctx, framework.RegistrationSocket(p.RegistrarDir()))
 	must(t, "GetInfo", err)
 	h := mgr.GetWatcherHandler()
 	must(t, "validate plugin", h.ValidatePlugin(ctx, info.Name, info.Endpoint, info.SupportedVersions))
