@@ -10,8 +10,10 @@ PKGS := ./...
 TEST_TIMEOUT ?= 20m
 BENCH ?= .
 BENCHTIME ?= 1x
+# Time per fuzz target of `make fuzz` (fuzz-short, part of `make test`, uses 3s).
+FUZZTIME ?= 60s
 
-.PHONY: all build test unit integration lint tools control-plane bench demo clean
+.PHONY: all build test unit fuzz fuzz-short integration lint tools control-plane bench demo soak e2e-node clean
 
 all: build
 
@@ -42,17 +44,49 @@ unit:
 # the real kubelet DRA manager.
 integration: control-plane
 	@hack/install-tools.sh helm >/dev/null
+	@hack/build-kueue.sh >/dev/null
 	export GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1); \
 	$(GO) test -timeout $(TEST_TIMEOUT) ./test/integration/... ./hack/demo/... && \
 	cd test/kubeletdra && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
-test: lint build unit integration
+# fuzz runs every Go fuzz target for $(FUZZTIME) each (hack/fuzz.sh;
+# FUZZ=regexp picks targets); the corpus is kept in .cache/fuzz.
+fuzz:
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+
+# fuzz-short runs every fuzz target for 3s (about 70 s warm on 2 cores).
+fuzz-short:
+	FUZZTIME=3s hack/fuzz.sh
+
+test: lint build unit fuzz-short integration
+
+# soak runs the chaos soak (scheduler SIGKILLed, a fault proxy in front of
+# it, concurrent gangs) for $(SOAK_DURATION); `make test` runs 40 s of it.
+SOAK_DURATION ?= 10m
+SOAK_SEED ?= 1
+soak: control-plane
+	@hack/install-tools.sh helm >/dev/null
+	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) \
+	GPUFABRIC_SOAK_DURATION=$(SOAK_DURATION) GPUFABRIC_SOAK_SEED=$(SOAK_SEED) \
+		$(GO) test -timeout 60m -count 1 -run '^TestChaosSoak$$' -v ./test/integration/ 2>&1 | grep -E '^(soak:|--- |ok|FAIL|PASS)|VIOLATION'
+
 
 # demo runs the main job on an embedded control plane (see README).
 # FABRIC=path uses another fabric file; KEEP=1 keeps the cluster running.
 demo: build control-plane
 	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) \
 		$(GO) run ./hack/demo $(if $(FABRIC),--fabric=$(FABRIC)) $(if $(KEEP),--keep)
+
+# e2e-node runs a pod on a real node: kubelet v1.37.1 and containerd v2.4.2
+# (built from the Go module proxy by hack/build-node.sh, cached in .cache/bin)
+# and runc (Debian), with devices the plugin prepared on a mock GB200 tray
+# (test/e2enode). Needs root, cgroups and overlayfs. Not part of `make test`:
+# its cold build alone takes about 8 minutes.
+e2e-node: control-plane
+	@command -v runc >/dev/null || { echo "e2e-node needs runc: apt-get install -y runc" >&2; exit 1; }
+	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) \
+	GPUFABRIC_NODE_BIN=$$(hack/build-node.sh | tail -n1) \
+		$(GO) test -count=1 -timeout 20m -v -run '^TestRealNode$$' ./test/e2enode/
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem $(PKGS)

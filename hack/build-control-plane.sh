@@ -52,17 +52,20 @@ build() {
 
 # kwok_stages assembles kwok's "fast" node and pod lifecycle stages from its
 # module source into one file for `kwok -c`.
+# Job pods are left running (pod-complete is not included): a training
+# job's pods run until deleted, as in the demo and the tests.
 kwok_stages() {
-	[[ -s "$dir/kwok-stages.yaml" ]] && return
+	[[ -s "$dir/kwok-stages-v2.yaml" ]] && return
 	local src
 	src=$(cd "$root/hack/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
 	local f first=1
 	for f in "$src"/node/fast/node-initialize.yaml "$src"/node/heartbeat/node-heartbeat.yaml "$src"/pod/fast/pod-*.yaml; do
+		[[ $f == */pod-complete.yaml ]] && continue
 		[[ $first == 1 ]] || echo '---'
 		first=0
 		cat "$f"
 	done > "$dir/.kwok-stages.yaml.tmp"
-	mv "$dir/.kwok-stages.yaml.tmp" "$dir/kwok-stages.yaml"
+	mv "$dir/.kwok-stages.yaml.tmp" "$dir/kwok-stages-v2.yaml"
 	log "kwok: stages assembled from $src"
 }
 

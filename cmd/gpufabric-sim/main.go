@@ -23,6 +23,8 @@ type flags struct {
 	load, duration         float64
 	traceIn, traceOut      string
 	svgOut, policies, key  string
+	bestKey                bool
+	starvation             int64
 	horizon, timeout       int64
 }
 
@@ -42,6 +44,8 @@ func main() {
 	flag.StringVar(&f.svgOut, "svg", "", "write the occupancy chart (SVG) here")
 	flag.StringVar(&f.policies, "policies", strings.Join(sim.PolicyNames(), ","), "policies to run")
 	flag.StringVar(&f.key, "key", sim.LabelLeaf, "node-label level of the TAS and BestFit baselines")
+	flag.BoolVar(&f.bestKey, "best-key", true, "also run the TAS and BestFit baselines at every level and report each at its best, the --key variant beside it")
+	flag.Int64Var(&f.starvation, "starvation-bound", sim.DefaultStarvationBound, "gpufabric-reserve: seconds a gang waits before it holds the domain closest to fitting it")
 	flag.Int64Var(&f.horizon, "horizon", 0, "end of the run in simulated seconds (0: last arrival)")
 	flag.Int64Var(&f.timeout, "timeout", sim.DefaultTimeout, "teardown timeout of partial gangs (pod-first-fit), seconds")
 	klog.InitFlags(nil)
@@ -80,12 +84,15 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 	}
-	rep, err := sim.RunAll(ctx, fab, tr, strings.Split(f.policies, ","), sim.PolicyOptions{Key: f.key},
+	rep, err := sim.RunAll(ctx, fab, tr, strings.Split(f.policies, ","), sim.PolicyOptions{Key: f.key, BestKey: f.bestKey, StarvationBound: f.starvation},
 		sim.Options{Horizon: f.horizon, Timeout: f.timeout})
 	if err != nil {
 		return err
 	}
 	if err := rep.Markdown(os.Stdout); err != nil {
+		return err
+	}
+	if err := rep.LargeGangs(os.Stdout); err != nil {
 		return err
 	}
 	if f.svgOut == "" {

@@ -21,12 +21,16 @@ type discoverOptions struct {
 	node       string
 	sysfsRoot  string
 	devRoot    string
+	procRoot   string
+	imexCtl    []string
 }
 
 // runDiscover prints the node's ResourceSlices as a YAML stream. With
 // --backend=mock (the default when --mock-fabric is given) the node comes
 // from a fabric file and its fake sysfs is written to --mock-dir (a new
-// temporary directory by default, kept so its paths stay valid).
+// temporary directory by default, kept so its paths stay valid). It stops
+// with the context's error, printing nothing, once ctx is done (main
+// cancels it on SIGINT/SIGTERM); discovery checks it before each device.
 func runDiscover(ctx context.Context, args []string, stdout io.Writer) error {
 	var o discoverOptions
 	fs := newFlagSet("discover", os.Stderr)
@@ -36,6 +40,7 @@ func runDiscover(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.node, "node", os.Getenv("NODE_NAME"), "node name (default $NODE_NAME)")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "sysfs root (nvml backend)")
 	fs.StringVar(&o.devRoot, "dev-root", "/dev", "host directory of device nodes (nvml backend)")
+	fs.StringVar(&o.procRoot, "proc-root", "/proc", "procfs root (nvml backend)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -48,6 +53,9 @@ func runDiscover(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.node == "" {
 		return fmt.Errorf("%w: --node is required", errUsage)
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("discover node %s: %w", o.node, context.Cause(ctx))
+	}
 	b, err := o.newBackend()
 	if err != nil {
 		return err
@@ -55,6 +63,9 @@ func runDiscover(ctx context.Context, args []string, stdout io.Writer) error {
 	inv, err := devices.Discover(ctx, b, o.node)
 	if err != nil {
 		return fmt.Errorf("discover node %s: %w", o.node, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("discover node %s: %w", o.node, context.Cause(ctx))
 	}
 	return writeSlices(stdout, devices.ResourceSlices(o.node, inv.DriverResources()))
 }
@@ -65,7 +76,10 @@ func (o discoverOptions) newBackend() (devices.Backend, error) {
 		if o.mockFabric != "" {
 			return nil, fmt.Errorf("%w: --mock-fabric needs --backend=mock", errUsage)
 		}
-		return devices.NewNVMLBackend(nvml.New(), o.sysfsRoot, o.devRoot), nil
+		return devices.NewNVMLBackend(nvml.New(), devices.NVMLOptions{
+			SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, ProcRoot: o.procRoot,
+			IMEXCtl: devices.IMEXCtl{Command: o.imexCtl},
+		}), nil
 	case "mock":
 		if o.mockFabric == "" {
 			return nil, fmt.Errorf("%w: --backend=mock needs --mock-fabric", errUsage)

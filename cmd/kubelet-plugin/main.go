@@ -4,6 +4,7 @@
 //
 //	kubelet-plugin run --node N [--backend mock --mock-fabric F]   the DaemonSet's command
 //	kubelet-plugin discover --mock-fabric F --node N                print a node's ResourceSlices
+//	kubelet-plugin health list|clear [--gpu UUID]                  GPU event taints of this boot
 package main
 
 import (
@@ -34,6 +35,7 @@ func subcommands() []subcommand {
 	return []subcommand{
 		{name: "run", summary: "run the kubelet plugin: publish this node's devices and prepare claims", run: runPlugin},
 		{name: "discover", summary: "discover this node's GPUs and HCAs and print its ResourceSlices as YAML", run: runDiscover},
+		{name: "health", summary: "list or clear the taints GPU events (Xid, ECC) left for this boot", run: runHealth},
 	}
 }
 

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
@@ -28,6 +30,24 @@ func TestDispatch(t *testing.T) {
 		},
 		"discover mock needs fabric": {
 			args: []string{"discover", "--backend", "mock", "--node", "n"}, wantCode: 2, wantErr: "needs --mock-fabric",
+		},
+		"run with an unknown imex mode": {
+			args: []string{"run", "--node", "n", "--imex-channels", "sometimes"}, wantCode: 2, wantErr: "--imex-channels must be managed or off",
+		},
+		"run with a zero imex wait": {
+			args: []string{"run", "--node", "n", "--imex-ready-timeout", "0s"}, wantCode: 2, wantErr: "--imex-ready-timeout must be positive",
+		},
+		"run with no imex command": {
+			args: []string{"run", "--node", "n", "--imex-ctl", " "}, wantCode: 2, wantErr: "--imex-ctl must name a command",
+		},
+		"run with an unknown taint effect": {
+			args: []string{"run", "--node", "n", "--fatal-taint-effect", "Evict"}, wantCode: 2, wantErr: "--fatal-taint-effect must be NoExecute or NoSchedule",
+		},
+		"run with a bad xid list": {
+			args: []string{"run", "--node", "n", "--fatal-xids", "79,x"}, wantCode: 2, wantErr: `--fatal-xids: xid "x"`,
+		},
+		"run with an xid both fatal and ignored": {
+			args: []string{"run", "--node", "n", "--ignored-xids", "13,79"}, wantCode: 2, wantErr: "xid 79 is both fatal and ignored",
 		},
 		"discover mock node": {
 			args:     []string{"discover", "--mock-fabric", fabric, "--node", "h100-n03"},
@@ -56,5 +76,24 @@ func TestDispatch(t *testing.T) {
 				t.Errorf("stderr %q lacks %q", stderr.String(), tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestDiscoverStopsWhenCancelled runs the discover command with a context
+// that is already done, as after SIGTERM: it fails at once with the
+// context's error and prints no slices.
+func TestDiscoverStopsWhenCancelled(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	args := []string{"discover", "--mock-fabric", "../../test/gpu-mock/fabrics/hgx-h100x8.yaml", "--node", "h100-n01", "--mock-dir", t.TempDir()}
+	code := dispatch(ctx, args, &stdout, &stderr)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("discover took %v after cancellation", took)
+	}
+	if code != 1 || stdout.Len() > 0 || !strings.Contains(stderr.String(), "context canceled") {
+		t.Errorf("exit code %d, stdout %q, stderr %q; want 1, nothing, a context error", code, stdout.String(), stderr.String())
 	}
 }

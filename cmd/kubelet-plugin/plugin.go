@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpufabric/gpufabric/pkg/claims"
 	"github.com/gpufabric/gpufabric/pkg/claims/node"
@@ -32,6 +34,16 @@ type plugin struct {
 	helper    *kubeletplugin.Helper
 	health    chan kubeletplugin.DeviceHealthReport
 	published *resourceslice.DriverResources
+	// inv is the last discovered inventory; events adds the taints of GPU
+	// events to it before it is published.
+	inv     *devices.Inventory
+	events  *devices.EventTaints
+	metrics *pluginMetrics
+	// monitor is the backend whose NVML event set is watched.
+	monitor devices.Backend
+	rails   *railStore
+	// excluded are the MIG-enabled GPUs not published, as last reported.
+	excluded string
 }
 
 // newPlugin discovers the node, starts the claim driver and the kubelet
@@ -43,22 +55,33 @@ func newPlugin(ctx context.Context, o *runOptions, client kubernetes.Interface, 
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	inv, backend, err := o.discover(ctx)
+	rails := newRailStore(ctx, o.stateDir)
+	inv, backend, err := o.discover(ctx, rails.option())
 	if err != nil {
 		return nil, err
 	}
+	rails.remember(ctx, inv.Rails)
 	p := &plugin{
 		opts: o, client: client, registry: registry,
-		resolver: newInventoryResolver(backend.DevRoot(), inv),
+		resolver: newInventoryResolver(backend.DevRoot(), inv, devices.NewMIGManager(backend.NVML(), backend.ProcRoot())),
 		health:   make(chan kubeletplugin.DeviceHealthReport, 1),
+		inv:      inv, monitor: backend, rails: rails,
+	}
+	if p.metrics, err = newPluginMetrics(registry); err != nil {
+		return nil, err
+	}
+	driverEdits, err := p.driverEdits(ctx, backend)
+	if err != nil {
+		return nil, err
 	}
 	p.driver, err = node.NewDriver(ctx, node.Config{
+		DriverEdits:   driverEdits,
 		NodeName:      o.node,
 		CDIRoot:       o.cdiRoot,
 		StateDir:      o.stateDir,
 		BootIDPath:    o.bootIDPath,
 		Resolver:      p.resolver,
-		Channels:      channelResolver(inv, backend),
+		Channels:      o.channelResolver(inv, backend),
 		ClaimGetter:   claimGetter{client},
 		Registry:      p.registry,
 		HealthUpdates: p.health,
@@ -68,19 +91,65 @@ func newPlugin(ctx context.Context, o *runOptions, client kubernetes.Interface, 
 	if err != nil {
 		return nil, fmt.Errorf("start claim driver: %w", err)
 	}
+	p.events = devices.NewEventTaints(o.stateDir, p.driver.BootID(), o.health.policy, true)
 	p.helper, err = kubeletplugin.Start(ctx, p.driver, o.helperOptions(client)...)
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)
 	}
-	if err := p.publish(ctx, inv); err != nil {
+	if err := p.publish(ctx); err != nil {
 		p.helper.Stop()
 		return nil, err
 	}
+	p.reportExcluded(ctx)
 	return p, nil
 }
 
-// loop re-discovers the hardware every interval until ctx is done.
-func (p *plugin) loop(ctx context.Context, interval time.Duration) {
+// driverEdits installs nvidia-cdi-hook when asked to and returns the
+// driver's CDI edits for node.Config (nil with --cdi-driver=off). Edits that
+// cannot be generated now are logged and reported with a Node event: claims
+// with GPUs fail until they can.
+func (p *plugin) driverEdits(ctx context.Context, backend devices.Backend) (func(context.Context) (*cdispec.ContainerEdits, error), error) {
+	o := p.opts
+	if o.cdi.hookSource != "" && o.cdi.driver == "nvcdi" {
+		if err := installHook(o.cdi.hookSource, o.cdi.hookPath); err != nil {
+			return nil, err
+		}
+	}
+	files := o.newDriverFiles(backend, func() string { return p.resolver.inv.Load().DriverVersion })
+	if files == nil {
+		return nil, nil
+	}
+	if _, err := files.get(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "The driver's CDI edits are unavailable; GPU claims fail until they are")
+		p.recordEvent(ctx, node.Event{Type: corev1.EventTypeWarning, Reason: reasonDriverFilesMissing, Message: err.Error()})
+	}
+	return files.get, nil
+}
+
+// reportExcluded tells the operator, with a Node event, which MIG-enabled
+// GPUs are not published and why, whenever that set changes.
+func (p *plugin) reportExcluded(ctx context.Context) {
+	var parts []string
+	for _, g := range p.inv.MIGExcluded() {
+		why := "--mig=exclude"
+		if g.MIGError != "" {
+			why = "MIG partitions unreadable: " + g.MIGError
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s): %s", g.Name, g.UUID, why))
+	}
+	msg := strings.Join(parts, "; ")
+	if msg == p.excluded {
+		return
+	}
+	p.excluded = msg
+	if msg != "" {
+		p.recordEvent(ctx, node.Event{Type: corev1.EventTypeWarning, Reason: reasonMIGExcluded, Message: "MIG-enabled GPUs not published: " + msg})
+	}
+}
+
+// loop applies GPU events as they come and re-discovers the hardware every
+// interval, until ctx is done.
+func (p *plugin) loop(ctx context.Context, interval time.Duration, events <-chan devices.Event) {
 	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -88,27 +157,44 @@ func (p *plugin) loop(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
+		case ev := <-events:
+			p.onEvent(ctx, ev)
+			continue
 		case <-ticker.C:
 		}
-		inv, _, err := p.opts.discover(ctx)
+		inv, _, err := p.opts.discover(ctx, p.rails.option())
+		if err != nil && ctx.Err() != nil {
+			return // stopped mid-discovery (SIGTERM): not a hardware failure
+		}
 		if err != nil {
 			// Keep serving what was discovered last; the node stays usable.
 			logger.Error(err, "Re-discovering hardware failed, keeping the last inventory")
 			continue
 		}
+		p.rails.remember(ctx, inv.Rails)
 		p.resolver.update(inv)
-		if err := p.publish(ctx, inv); err != nil {
+		p.inv = inv
+		if err := p.publish(ctx); err != nil {
 			logger.Error(err, "Publishing resources failed")
 		}
+		p.reportExcluded(ctx)
 	}
 }
 
-// publish sends the inventory's pool to the apiserver when it changed (the
-// helper's controller then adds, updates or deletes slices, so devices that
-// disappeared leave no stale entries) and reports device health.
-func (p *plugin) publish(ctx context.Context, inv *devices.Inventory) error {
-	p.sendHealth(inv)
+// publish sends the pool, the last inventory with the taints of GPU events,
+// to the apiserver when it changed (the helper's controller then adds,
+// updates or deletes slices, so devices that disappeared leave no stale
+// entries) and reports device health.
+func (p *plugin) publish(ctx context.Context) error {
+	taints, err := p.events.Load()
+	if err != nil {
+		// Corrupt: published without event taints until the next event
+		// rewrites the file.
+		klog.FromContext(ctx).Error(err, "Reading GPU event taints failed")
+	}
+	inv := p.inv.WithTaints(taints)
 	dr := inv.DriverResources()
+	p.sendHealth(dr)
 	if p.published != nil && equality.Semantic.DeepEqual(dr, p.published) {
 		return nil
 	}
@@ -120,28 +206,35 @@ func (p *plugin) publish(ctx context.Context, inv *devices.Inventory) error {
 	return nil
 }
 
-func (p *plugin) sendHealth(inv *devices.Inventory) {
+// sendHealth reports every published device to the kubelet: Unhealthy
+// with any taint, else Healthy.
+func (p *plugin) sendHealth(dr *resourceslice.DriverResources) {
 	now := time.Now()
 	var report kubeletplugin.DeviceHealthReport
-	add := func(name string, taints []resourceapi.DeviceTaint) {
-		h := kubeletplugin.HealthStatusHealthy
-		if len(taints) > 0 {
-			h = kubeletplugin.HealthStatusUnhealthy
+	for pool, pl := range dr.Pools {
+		for _, s := range pl.Slices {
+			for _, d := range s.Devices {
+				h := kubeletplugin.HealthStatusHealthy
+				if len(d.Taints) > 0 {
+					h = kubeletplugin.HealthStatusUnhealthy
+				}
+				report.Devices = append(report.Devices, kubeletplugin.DeviceHealth{
+					PoolName: pool, DeviceName: d.Name, Health: h, LastUpdated: now,
+					HealthCheckTimeout: 3 * p.opts.healthInterval,
+				})
+			}
 		}
-		report.Devices = append(report.Devices, kubeletplugin.DeviceHealth{
-			PoolName: inv.NodeName, DeviceName: name, Health: h, LastUpdated: now,
-			HealthCheckTimeout: 3 * p.opts.healthInterval,
-		})
 	}
-	for _, g := range inv.GPUs {
-		add(g.Name, g.Taints)
-	}
-	for _, n := range inv.NICs {
-		add(n.Name, n.Taints)
-	}
+	// The only sender: if the driver has not taken the previous report,
+	// replace it, so that the newest health is never dropped.
 	select {
 	case p.health <- report:
-	default: // the driver has not taken the previous report; the next one follows
+	default:
+		select {
+		case <-p.health:
+		default:
+		}
+		p.health <- report
 	}
 }
 

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+
+	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/claims"
 	"github.com/gpufabric/gpufabric/pkg/devices"
@@ -18,14 +21,61 @@ type inventoryResolver struct {
 	// the mock tree's dev dir). Container paths are always under /dev.
 	devRoot string
 	inv     atomic.Pointer[devices.Inventory]
+	// mig makes and destroys MIG partitions (claims.DevicePreparer).
+	mig *devices.MIGManager
 }
 
-var _ claims.DeviceResolver = (*inventoryResolver)(nil)
+var (
+	_ claims.DeviceResolver = (*inventoryResolver)(nil)
+	_ claims.DevicePreparer = (*inventoryResolver)(nil)
+)
 
-func newInventoryResolver(devRoot string, inv *devices.Inventory) *inventoryResolver {
-	r := &inventoryResolver{devRoot: filepath.Clean(devRoot)}
+func newInventoryResolver(devRoot string, inv *devices.Inventory, mig *devices.MIGManager) *inventoryResolver {
+	r := &inventoryResolver{devRoot: filepath.Clean(devRoot), mig: mig}
 	r.inv.Store(inv)
 	return r
+}
+
+// OnDemand implements claims.DevicePreparer: MIG partitions are made at
+// prepare.
+func (r *inventoryResolver) OnDemand(deviceName string) bool {
+	g, _ := r.inv.Load().MIGPartition(deviceName)
+	return g != nil
+}
+
+// PrepareDevice implements claims.DevicePreparer: it creates the
+// partition's GPU instance (or finds it) and returns the parent's device
+// nodes, the instance's nvidia-caps nodes (created by the runtime) and the
+// MIG device's UUID.
+func (r *inventoryResolver) PrepareDevice(ctx context.Context, deviceName string) (claims.Edits, error) {
+	inv := r.inv.Load()
+	g, part := inv.MIGPartition(deviceName)
+	if g == nil {
+		return claims.Edits{}, fmt.Errorf("device %q on node %s: %w", deviceName, inv.NodeName, claims.ErrUnknownDevice)
+	}
+	inst, err := r.mig.Create(ctx, *g, *part)
+	if err != nil {
+		return claims.Edits{}, err
+	}
+	e := r.withNodes(claims.Edits{GPUUUID: inst.UUID}, g.DeviceNodes)
+	for _, c := range inst.Caps {
+		e.DeviceNodes = append(e.DeviceNodes, claims.DeviceNode{
+			Path: c.Path, Type: "c", Major: int64(c.Major), Minor: int64(c.Minor), FileMode: 0o444,
+		})
+	}
+	return e, nil
+}
+
+// UnprepareDevice implements claims.DevicePreparer. A partition the
+// inventory no longer has (its GPU left MIG mode or the node) has no
+// instance to destroy.
+func (r *inventoryResolver) UnprepareDevice(ctx context.Context, deviceName string) error {
+	g, part := r.inv.Load().MIGPartition(deviceName)
+	if g == nil {
+		klog.FromContext(ctx).Info("MIG partition no longer published, nothing to destroy", "device", deviceName)
+		return nil
+	}
+	return r.mig.Destroy(ctx, *g, *part)
 }
 
 func (r *inventoryResolver) update(inv *devices.Inventory) { r.inv.Store(inv) }

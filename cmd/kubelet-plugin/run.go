@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,81 +19,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/claims"
-	"github.com/gpufabric/gpufabric/pkg/claims/node"
 	"github.com/gpufabric/gpufabric/pkg/devices"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
-
-// runOptions are the flags of "kubelet-plugin run". Every flag has an
-// environment variable twin (shown in its help), which sets its default.
-type runOptions struct {
-	discoverOptions
-	kubeconfig     string
-	pluginDir      string
-	registrarDir   string
-	cdiRoot        string
-	stateDir       string
-	podUID         string
-	metricsAddress string
-	bootIDPath     string
-	healthInterval time.Duration
-}
-
-func (o *runOptions) flags(args []string) error {
-	fs := newFlagSet("run", os.Stderr)
-	str := func(p *string, name, env, def, help string) {
-		fs.StringVar(p, name, envOr(env, def), fmt.Sprintf("%s (env %s)", help, env))
-	}
-	str(&o.node, "node", "NODE_NAME", "", "this node's name (required)")
-	str(&o.kubeconfig, "kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty: in-cluster config")
-	str(&o.backend, "backend", "GPUFABRIC_BACKEND", "nvml", "hardware backend: nvml or mock")
-	str(&o.mockFabric, "mock-fabric", "GPUFABRIC_MOCK_FABRIC", "", "fabric file (mock backend); re-read every health interval")
-	str(&o.mockDir, "mock-dir", "GPUFABRIC_MOCK_DIR", "", "base directory for the mock node's fake sysfs and /dev; each process writes its own subdirectory (mock backend; default: the temp dir). In a container, use a host path mounted at the same path, so the runtime can bind-mount the fake device files")
-	str(&o.sysfsRoot, "sysfs-root", "GPUFABRIC_SYSFS_ROOT", "/sys", "sysfs root (nvml backend)")
-	str(&o.devRoot, "dev-root", "GPUFABRIC_DEV_ROOT", "/dev", "host device nodes as the plugin sees them (nvml backend)")
-	str(&o.pluginDir, "plugin-data-dir", "GPUFABRIC_PLUGIN_DATA_DIR", "/var/lib/kubelet/plugins/"+topology.DriverName, "directory for the DRA socket")
-	str(&o.registrarDir, "registrar-dir", "GPUFABRIC_REGISTRAR_DIR", "/var/lib/kubelet/plugins_registry", "kubelet plugin registration directory")
-	str(&o.cdiRoot, "cdi-root", "GPUFABRIC_CDI_ROOT", "/var/run/cdi", "directory the container runtime reads CDI specs from")
-	str(&o.stateDir, "state-dir", "GPUFABRIC_STATE_DIR", "/var/lib/gpufabric", "directory for the checkpoint of prepared claims")
-	str(&o.podUID, "pod-uid", "POD_UID", "", "this plugin pod's UID; enables rolling updates (two plugin pods at once)")
-	str(&o.metricsAddress, "metrics-address", "GPUFABRIC_METRICS_ADDRESS", "", "address for /metrics and /healthz, e.g. :8080; empty: off")
-	str(&o.bootIDPath, "boot-id-path", "GPUFABRIC_BOOT_ID_PATH", node.DefaultBootIDPath, "file holding the boot id (reboots re-prepare claims)")
-	interval, err := time.ParseDuration(envOr("GPUFABRIC_HEALTH_INTERVAL", "30s"))
-	if err != nil {
-		return fmt.Errorf("%w: GPUFABRIC_HEALTH_INTERVAL: %v", errUsage, err)
-	}
-	fs.DurationVar(&o.healthInterval, "health-interval", interval, "how often hardware is re-discovered and health re-published (env GPUFABRIC_HEALTH_INTERVAL)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	switch {
-	case o.node == "":
-		return fmt.Errorf("%w: --node (or NODE_NAME) is required", errUsage)
-	case o.healthInterval < time.Second:
-		return fmt.Errorf("%w: --health-interval must be at least 1s, got %s", errUsage, o.healthInterval)
-	case o.backend == "mock":
-		// Per process: two instances during a rolling update must not
-		// rewrite each other's fake tree.
-		if o.mockDir != "" {
-			if err := os.MkdirAll(o.mockDir, 0o755); err != nil {
-				return fmt.Errorf("create mock dir: %w", err)
-			}
-		}
-		dir, err := os.MkdirTemp(o.mockDir, "gpufabric-mock-"+o.node+"-")
-		if err != nil {
-			return fmt.Errorf("create mock dir: %w", err)
-		}
-		o.mockDir = dir
-	}
-	return nil
-}
-
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
 
 // runPlugin runs the kubelet plugin until ctx is done: discovers the node,
 // publishes its pool, serves the kubelet over the DRA and registration
@@ -123,7 +50,9 @@ func runPlugin(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	defer p.helper.Stop()
-	p.loop(ctx, o.healthInterval)
+	events := make(chan devices.Event, 64)
+	go p.watchEvents(ctx, p.monitor, events)
+	p.loop(ctx, o.healthInterval, events)
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -181,7 +110,7 @@ func newRegistry() *prometheus.Registry {
 
 // discover runs discovery once with a fresh backend (the mock backend
 // re-reads its fabric file, so injected faults show up).
-func (o *runOptions) discover(ctx context.Context) (*devices.Inventory, devices.Backend, error) {
+func (o *runOptions) discover(ctx context.Context, opts ...devices.Option) (*devices.Inventory, devices.Backend, error) {
 	if o.backend == "mock" {
 		// The mock writes a fresh fake tree at the same paths each time, so
 		// device node paths in CDI specs stay valid.
@@ -193,22 +122,26 @@ func (o *runOptions) discover(ctx context.Context) (*devices.Inventory, devices.
 	if err != nil {
 		return nil, nil, err
 	}
-	inv, err := devices.Discover(ctx, b, o.node)
+	inv, err := devices.Discover(ctx, b, o.node, append(opts, devices.WithMIG(devices.MIGMode(o.mig)))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("discover node %s: %w", o.node, err)
 	}
 	return inv, b, nil
 }
 
-// channelResolver checks channels against the node's own NVLink domain.
-func channelResolver(inv *devices.Inventory, b devices.Backend) claims.ChannelResolver {
-	return claims.FabricChannelResolver{LocalDomainID: localDomain(inv), DevRoot: hostRoot(b.DevRoot())}
-}
-
-// hostRoot is the root whose dev/ holds the device nodes.
-func hostRoot(devRoot string) string {
-	if devRoot == "/dev" {
-		return "/"
+// channelResolver checks channels against the node's own NVLink domain and,
+// with --imex-channels=managed, hands out the IMEX channels the driver
+// offers once the node's IMEX daemon (asked through the backend) is ready.
+func (o *runOptions) channelResolver(inv *devices.Inventory, b devices.Backend) claims.ChannelResolver {
+	r := claims.FabricChannelResolver{LocalDomainID: localDomain(inv)}
+	if o.imex.channels == "managed" {
+		r.IMEX = &claims.IMEX{
+			Major: inv.IMEX.Major, Channels: inv.IMEX.Channels, ReadyTimeout: o.imex.readyTimeout,
+			Ready: func(ctx context.Context) (bool, string, error) {
+				status, err := b.IMEXStatus(ctx)
+				return err == nil && status == devices.IMEXReady, status, err
+			},
+		}
 	}
-	return filepath.Dir(devRoot)
+	return r
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -16,18 +17,21 @@ func TestEnvTwins(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{
-		"GPUFABRIC_DOMAIN_CHANNELS":    "9",
-		"GPUFABRIC_TOPOLOGY_LEVELS":    "rack, leaf ,,spine",
-		"GPUFABRIC_LEADER_ELECT":       "false",
-		"GPUFABRIC_COMMIT_PARALLELISM": "32",
-		"GPUFABRIC_KUBE_API_QPS":       "50.5",
-		"KUBECONFIG":                   "/tmp/kc",
+		"GPUFABRIC_DOMAIN_CHANNELS":             "9",
+		"GPUFABRIC_TOPOLOGY_LEVELS":             "rack, leaf ,,spine",
+		"GPUFABRIC_LEADER_ELECT":                "false",
+		"GPUFABRIC_COMMIT_PARALLELISM":          "32",
+		"GPUFABRIC_KUBE_API_QPS":                "50.5",
+		"GPUFABRIC_LEADER_ELECT_LEASE_DURATION": "4s",
+		"GPUFABRIC_COMMIT_RECORD_NAMESPACE":     "gpufabric-system",
+		"KUBECONFIG":                            "/tmp/kc",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
-	if o.domainChannels != 3 || o.leaderElect || o.kubeconfig != "/tmp/kc" || o.commitWorkers != 32 || o.apiQPS != 50.5 || o.apiBurst != 2000 {
+	if o.domainChannels != 3 || o.leaderElect || o.kubeconfig != "/tmp/kc" || o.commitWorkers != 32 || o.apiQPS != 50.5 || o.apiBurst != 2000 ||
+		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" {
 		t.Errorf("options %+v", o)
 	}
 	if diff := cmp.Diff([]string{"rack", "leaf", "spine"}, o.levels()); diff != "" {

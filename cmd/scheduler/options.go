@@ -32,26 +32,35 @@ type options struct {
 	leNamespace    string
 	leName         string
 	leIdentity     string
+	leDurations    leaseDurations
+	recordNS       string
 	metricsAddress string
 	commitWorkers  int
 	apiQPS         float64
 	apiBurst       int
 }
 
+// leaseDurations are the leader election timings.
+type leaseDurations struct{ lease, renew, retry time.Duration }
+
 // envTwins maps flags to their environment variables.
 var envTwins = map[string]string{
-	"kubeconfig":              "KUBECONFIG",
-	"topology-levels":         "GPUFABRIC_TOPOLOGY_LEVELS",
-	"domain-channels":         "GPUFABRIC_DOMAIN_CHANNELS",
-	"leader-elect":            "GPUFABRIC_LEADER_ELECT",
-	"leader-elect-namespace":  "GPUFABRIC_LEADER_ELECT_NAMESPACE",
-	"leader-elect-lease-name": "GPUFABRIC_LEADER_ELECT_LEASE_NAME",
-	"leader-elect-identity":   "GPUFABRIC_LEADER_ELECT_IDENTITY",
-	"metrics-address":         "GPUFABRIC_METRICS_ADDRESS",
-	"commit-parallelism":      "GPUFABRIC_COMMIT_PARALLELISM",
-	"kube-api-qps":            "GPUFABRIC_KUBE_API_QPS",
-	"kube-api-burst":          "GPUFABRIC_KUBE_API_BURST",
-	"v":                       "GPUFABRIC_V",
+	"kubeconfig":                  "KUBECONFIG",
+	"topology-levels":             "GPUFABRIC_TOPOLOGY_LEVELS",
+	"domain-channels":             "GPUFABRIC_DOMAIN_CHANNELS",
+	"leader-elect":                "GPUFABRIC_LEADER_ELECT",
+	"leader-elect-namespace":      "GPUFABRIC_LEADER_ELECT_NAMESPACE",
+	"leader-elect-lease-name":     "GPUFABRIC_LEADER_ELECT_LEASE_NAME",
+	"leader-elect-identity":       "GPUFABRIC_LEADER_ELECT_IDENTITY",
+	"leader-elect-lease-duration": "GPUFABRIC_LEADER_ELECT_LEASE_DURATION",
+	"leader-elect-renew-deadline": "GPUFABRIC_LEADER_ELECT_RENEW_DEADLINE",
+	"leader-elect-retry-period":   "GPUFABRIC_LEADER_ELECT_RETRY_PERIOD",
+	"commit-record-namespace":     "GPUFABRIC_COMMIT_RECORD_NAMESPACE",
+	"metrics-address":             "GPUFABRIC_METRICS_ADDRESS",
+	"commit-parallelism":          "GPUFABRIC_COMMIT_PARALLELISM",
+	"kube-api-qps":                "GPUFABRIC_KUBE_API_QPS",
+	"kube-api-burst":              "GPUFABRIC_KUBE_API_BURST",
+	"v":                           "GPUFABRIC_V",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -62,7 +71,11 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease")
 	fs.StringVar(&o.leNamespace, "leader-elect-namespace", "kube-system", "namespace of the Lease")
 	fs.StringVar(&o.leName, "leader-elect-lease-name", topology.SchedulerName, "name of the Lease")
-	fs.StringVar(&o.leIdentity, "leader-elect-identity", "", "identity in the Lease; default: hostname")
+	fs.StringVar(&o.leIdentity, "leader-elect-identity", "", "identity in the Lease: the pod name, which the chart's admission policy fences writes with; default: hostname")
+	fs.DurationVar(&o.leDurations.lease, "leader-elect-lease-duration", 15*time.Second, "how long other replicas wait after the last renewal before they take the Lease")
+	fs.DurationVar(&o.leDurations.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps writing after its last renewal; must be less than the lease duration")
+	fs.DurationVar(&o.leDurations.retry, "leader-elect-retry-period", 2*time.Second, "how often replicas try to acquire or renew the Lease")
+	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of the /metrics endpoint; empty disables it")
 	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
 	fs.Float64Var(&o.apiQPS, "kube-api-qps", 200, "client-side rate limit of API requests per second")
@@ -128,6 +141,7 @@ func (o *options) run(ctx context.Context) error {
 	}
 	cfg := scheduler.Config{
 		Client:            client,
+		RecordNamespace:   o.recordNS,
 		Tree:              topology.TreeConfig{LabelLevels: o.levels()},
 		DomainChannels:    o.domainChannels,
 		Metrics:           metrics,
@@ -146,7 +160,14 @@ func (o *options) run(ctx context.Context) error {
 			return fmt.Errorf("leader election identity: %w", err)
 		}
 	}
-	return scheduler.RunWithLeaderElection(ctx, cfg, scheduler.LeaderElection{Namespace: o.leNamespace, Name: o.leName, Identity: id})
+	d := o.leDurations
+	if d.renew >= d.lease || d.retry >= d.renew {
+		return fmt.Errorf("leader election: want retry period (%s) < renew deadline (%s) < lease duration (%s)", d.retry, d.renew, d.lease)
+	}
+	return scheduler.RunWithLeaderElection(ctx, cfg, scheduler.LeaderElection{
+		Namespace: o.leNamespace, Name: o.leName, Identity: id,
+		LeaseDuration: d.lease, RenewDeadline: d.renew, RetryPeriod: d.retry,
+	})
 }
 
 func (o *options) serveMetrics(ctx context.Context, reg *prometheus.Registry) error {

@@ -19,11 +19,21 @@ COPY pkg/ pkg/
 COPY test/gpu-mock/ test/gpu-mock/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -ldflags="-s -w" -o /out/gpufabric-kubelet-plugin ./cmd/kubelet-plugin
+# nvidia-cdi-hook, which the CDI specs' hooks run on the host: the plugin
+# installs this copy (same nvidia-container-toolkit version as its nvcdi)
+# so that nodes need no NVIDIA Container Toolkit. Linked statically: it runs
+# with the host's libc, whatever that is (go-nvml needs cgo; the hook never
+# dlopens).
+COPY hack/tools/cdihook/ hack/tools/cdihook/
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    cd hack/tools/cdihook && go build -ldflags='-s -w -linkmode external -extldflags "-static"' \
+      -o /out/nvidia-cdi-hook github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook
 
 FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="gpufabric kubelet plugin" \
       org.opencontainers.image.source="https://github.com/gpufabric/gpufabric"
 COPY --from=build /out/gpufabric-kubelet-plugin /usr/bin/gpufabric-kubelet-plugin
+COPY --from=build /out/nvidia-cdi-hook /usr/bin/nvidia-cdi-hook
 # Root: it writes the kubelet's plugin dirs and the CDI dir on the host.
 USER 0:0
 ENTRYPOINT ["/usr/bin/gpufabric-kubelet-plugin"]

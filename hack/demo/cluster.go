@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -123,46 +124,62 @@ func (d *demo) nodeDir(node string) string {
 	return dir
 }
 
+// schedulerNamespace is the scheduler's own namespace in the demo (its
+// Lease and commit records), as the chart's release namespace.
+const schedulerNamespace = "gpufabric-system"
+
 func (d *demo) startScheduler(ctx context.Context) error {
 	bin, err := d.opts.binary("scheduler")
 	if err != nil {
 		return err
 	}
-	kubeconfig, err := d.identity(ctx, "gpufabric-scheduler", "deployments/helm/gpufabric/files/rbac/scheduler.yaml")
+	const user = "gpufabric-scheduler"
+	if err := framework.GrantSchedulerRules(ctx, d.client, user, schedulerNamespace); err != nil {
+		return err
+	}
+	kubeconfig, err := d.cp.WriteUserKubeconfig(user)
 	if err != nil {
 		return err
 	}
 	return d.cp.StartProcess("scheduler", bin, "--kubeconfig="+kubeconfig,
-		"--topology-levels="+rackLabel+","+leafLabel, "--leader-elect-namespace=default",
-		"--metrics-address=127.0.0.1:0")
+		"--topology-levels="+rackLabel+","+leafLabel, "--leader-elect-namespace="+schedulerNamespace,
+		"--commit-record-namespace="+schedulerNamespace, "--metrics-address=127.0.0.1:0")
 }
 
 func (d *demo) waitPublished(ctx context.Context) error {
-	domains := map[string]bool{}
+	var last string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := d.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
-		nodes, pools := map[string]bool{}, 0
-		for _, s := range list.Items {
+		nodes, pools := map[string]bool{}, map[string]bool{}
+		var local []*resourceapi.ResourceSlice
+		for i := range list.Items {
+			s := &list.Items[i]
 			switch {
 			case s.Spec.Driver != topology.DriverName:
 			case s.Spec.NodeName != nil:
 				nodes[*s.Spec.NodeName] = true
-				for _, dev := range s.Spec.Devices {
-					if v := dev.Attributes[topology.AttrNVLinkDomain].StringValue; v != nil {
-						domains[*v] = true
-					}
-				}
-			case strings.HasPrefix(s.Spec.Pool.Name, "fabric-domain."):
-				pools++
+				local = append(local, s)
+			default:
+				pools[s.Spec.Pool.Name] = true
 			}
 		}
-		return len(nodes) == len(d.nodes) && pools == len(domains) && pools > 0, nil
+		// The pools the publisher makes of these slices (domains with an
+		// untainted GPU); any name, any channel count.
+		want := topology.FabricDomainPools(local, func(string) string { return "" }, 1)
+		missing := 0
+		for _, p := range want {
+			if !pools[p.Name] {
+				missing++
+			}
+		}
+		last = fmt.Sprintf("%d of %d nodes published, %d of %d fabric-domain pools missing", len(nodes), len(d.nodes), missing, len(want))
+		return len(nodes) == len(d.nodes) && missing == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("wait for every node's pool and the fabric-domain pools: %w", err)
+		return fmt.Errorf("wait for every node's pool and the fabric-domain pools (%s): %w", last, err)
 	}
 	return nil
 }

@@ -22,13 +22,7 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kubelet-plugin", "./cmd/scheduler")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build binaries: %v\n%s", err, out)
-	}
+	bin := buildDemoBinaries(t, root)
 	var out bytes.Buffer
 	err = run(t.Context(), options{
 		fabric:   filepath.Join(root, "examples", "fabric.yaml"),
@@ -40,12 +34,13 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
 	}
 	for _, want := range []string{
-		"llm-train: 16/16 pods bound, in 1 NVLink domain(s)",
-		"→ PodGroup llm-train",
+		"job llm-train: 16/16 pods bound, in 1 NVLink domain(s)",
+		"→ PodGroup llm-train-",
 		"too-big: 0/20 pods bound",
 		"too-big: PodGroupInitiallyScheduled=False (Unschedulable)",
 		"needs 20 pods with 80 gpu.gpufabric.dev devices in one gpufabric.dev/nvlinkDomain: largest free 72 devices",
-		"env NVIDIA_VISIBLE_DEVICES=GPU-",
+		"env GPUFABRIC_GPU_UUIDS=GPU-",
+		"driver: 13 files mounted (libraries, binaries, firmware), hooks create-symlinks",
 		"env NCCL_MNNVL_ENABLE=1",
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -70,4 +65,51 @@ func TestDemoRejectsBadFabric(t *testing.T) {
 	if out.Len() != 0 {
 		t.Errorf("bad fabric started something:\n%s", out.String())
 	}
+}
+
+// TestDemoOnEveryFixture runs the demo on each fixture fabric of
+// test/gpu-mock: it finishes with a report in which every gang is either
+// placed or refused with a reason (an HGX fabric cannot hold the 64-GPU
+// training gang in one NVLink domain; it says so and what would help).
+func TestDemoOnEveryFixture(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtures, err := filepath.Glob(filepath.Join(root, "test", "gpu-mock", "fabrics", "*.yaml"))
+	if err != nil || len(fixtures) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	bin := buildDemoBinaries(t, root)
+	for _, f := range fixtures {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(t.Context(), options{fabric: f, examples: filepath.Join(root, "examples"), binDir: bin, timeout: 3 * time.Minute}, &out)
+			if err != nil {
+				t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
+			}
+			report := out.String()
+			if !strings.Contains(report, "Demo finished") {
+				t.Errorf("no report")
+			}
+			if strings.Contains(report, "PodGroupInitiallyScheduled=False") && !strings.Contains(report, "To place the gang:") {
+				t.Errorf("a refused gang without an explanation")
+			}
+			if t.Failed() {
+				t.Logf("demo output:\n%s", report)
+			}
+		})
+	}
+}
+
+func buildDemoBinaries(t *testing.T, root string) string {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kubelet-plugin", "./cmd/scheduler")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build binaries: %v\n%s", err, out)
+	}
+	return bin
 }

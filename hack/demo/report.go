@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -42,12 +44,42 @@ func (d *demo) waitSettled(ctx context.Context, timeout time.Duration) error {
 				pending = append(pending, p.Name)
 			}
 		}
+		pending = append(pending, d.jobsWithoutPods(ctx, pods.Items)...)
 		return len(pending) == 0, nil
 	})
 	if err != nil {
 		return fmt.Errorf("jobs did not settle in %s; still pending: %v", timeout, pending)
 	}
 	return nil
+}
+
+// jobsWithoutPods names the Jobs whose pods the Job controller has not all
+// created yet.
+func (d *demo) jobsWithoutPods(ctx context.Context, pods []corev1.Pod) []string {
+	jobs, err := d.client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []string{"(jobs: " + err.Error() + ")"}
+	}
+	var out []string
+	for _, j := range jobs.Items {
+		n := 0
+		for _, p := range pods {
+			if p.Labels[batchv1.JobNameLabel] == j.Name {
+				n++
+			}
+		}
+		if want := int(ptrOr(j.Spec.Parallelism, 1)); n < want {
+			out = append(out, fmt.Sprintf("job %s (%d of %d pods created)", j.Name, n, want))
+		}
+	}
+	return out
+}
+
+func ptrOr(p *int32, def int32) int32 {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 func (d *demo) gangRefused(ctx context.Context, p *corev1.Pod) bool {
@@ -59,7 +91,8 @@ func (d *demo) gangRefused(ctx context.Context, p *corev1.Pod) bool {
 		return false
 	}
 	c := apimeta.FindStatusCondition(pg.Status.Conditions, conditionType)
-	return c != nil && c.Status == metav1.ConditionFalse
+	// WaitingForMembers is not a refusal: its claims or pods are on the way.
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason != scheduler.ReasonWaitingForMembers
 }
 
 // report prints where every pod went, which claims are reserved for what,
@@ -104,11 +137,7 @@ func (d *demo) printPods(out io.Writer, pods []corev1.Pod, domainOf map[string]s
 	step(out, "Where every pod went")
 	byGroup := map[string][]corev1.Pod{}
 	for _, p := range pods {
-		g := p.Name
-		if p.Spec.SchedulingGroup != nil && p.Spec.SchedulingGroup.PodGroupName != nil {
-			g = *p.Spec.SchedulingGroup.PodGroupName
-		}
-		byGroup[g] = append(byGroup[g], p)
+		byGroup[groupLabel(&p)] = append(byGroup[groupLabel(&p)], p)
 	}
 	for _, g := range sortedKeys(byGroup) {
 		bound, domains := 0, map[string]bool{}
@@ -123,15 +152,28 @@ func (d *demo) printPods(out io.Writer, pods []corev1.Pod, domainOf map[string]s
 			continue
 		}
 		fmt.Fprintf(out, "\n%s: %d/%d pods bound, in %d NVLink domain(s) %v\n", g, bound, len(byGroup[g]), len(domains), sortedKeys(domains))
-		fmt.Fprintf(out, "  %-14s %-16s %-10s %s\n", "POD", "NODE", "PHASE", "NVLINK DOMAIN")
+		fmt.Fprintf(out, "  %-20s %-16s %-10s %s\n", "POD", "NODE", "PHASE", "NVLINK DOMAIN")
 		for _, p := range byGroup[g] {
 			node := p.Spec.NodeName
 			if node == "" {
 				node = "<none>"
 			}
-			fmt.Fprintf(out, "  %-14s %-16s %-10s %s\n", p.Name, node, p.Status.Phase, domainOf[p.Spec.NodeName])
+			fmt.Fprintf(out, "  %-20s %-16s %-10s %s\n", p.Name, node, p.Status.Phase, domainOf[p.Spec.NodeName])
 		}
 	}
+}
+
+// groupLabel names a pod's gang for the report: "job <name>" for a Job's
+// pods (the Job controller names their PodGroup), else the PodGroup, else
+// the pod.
+func groupLabel(p *corev1.Pod) string {
+	if job := p.Labels[batchv1.JobNameLabel]; job != "" {
+		return "job " + job
+	}
+	if p.Spec.SchedulingGroup != nil && p.Spec.SchedulingGroup.PodGroupName != nil {
+		return *p.Spec.SchedulingGroup.PodGroupName
+	}
+	return p.Name
 }
 
 func (d *demo) printClaims(ctx context.Context, out io.Writer) error {
@@ -209,22 +251,37 @@ func printCondition(out io.Writer, g *schedulingv1beta1.PodGroup) {
 		fmt.Fprintf(out, "  %s: no %s condition yet\n", g.Name, conditionType)
 		return
 	}
-	fmt.Fprintf(out, "  %s: %s=%s (%s)\n    %s\n", g.Name, c.Type, c.Status, c.Reason, c.Message)
+	fmt.Fprintf(out, "  %s: %s=%s (%s)\n    %s\n", g.Name, c.Type, c.Status, c.Reason, strings.ReplaceAll(c.Message, "\n", "\n    "))
 }
 
-// printCDI asks the node of the first bound training pod to prepare the
-// pod's claims, as the kubelet does before starting the pod, and prints
-// what the container would get.
-func (d *demo) printCDI(ctx context.Context, out io.Writer, pods []corev1.Pod) error {
-	var pod *corev1.Pod
+// showcase picks the pod whose prepared devices the report shows: a bound
+// training pod, else any bound pod with claims; nil when none is bound.
+func showcase(pods []corev1.Pod) *corev1.Pod {
+	var any *corev1.Pod
 	for i := range pods {
-		if pods[i].Spec.NodeName != "" && strings.HasPrefix(pods[i].Name, "llm-train") {
-			pod = &pods[i]
-			break
+		p := &pods[i]
+		if p.Spec.NodeName == "" || len(p.Status.ResourceClaimStatuses) == 0 {
+			continue
+		}
+		if strings.HasPrefix(p.Name, "llm-train") {
+			return p
+		}
+		if any == nil {
+			any = p
 		}
 	}
+	return any
+}
+
+// printCDI asks the node of the showcase pod to prepare the pod's claims,
+// as the kubelet does before starting the pod, and prints what the
+// container would get.
+func (d *demo) printCDI(ctx context.Context, out io.Writer, pods []corev1.Pod) error {
+	pod := showcase(pods)
 	if pod == nil {
-		return fmt.Errorf("no bound training pod to show")
+		fmt.Fprintln(out)
+		step(out, "No pod was placed on this fabric: the conditions above say why")
+		return nil
 	}
 	fmt.Fprintln(out)
 	step(out, "What the kubelet on %s gets for pod %s (NodePrepareResources over the plugin's socket)", pod.Spec.NodeName, pod.Name)
@@ -268,6 +325,15 @@ func printSpec(out io.Writer, path string) {
 	if err := json.Unmarshal(data, &spec); err != nil {
 		fmt.Fprintf(out, "    (bad CDI spec %s: %v)\n", path, err)
 		return
+	}
+	if e := spec.ContainerEdits; len(e.Mounts)+len(e.Hooks) > 0 {
+		var hooks []string
+		for _, h := range e.Hooks {
+			if len(h.Args) > 1 {
+				hooks = append(hooks, h.Args[1])
+			}
+		}
+		fmt.Fprintf(out, "      driver: %d files mounted (libraries, binaries, firmware), hooks %s\n", len(e.Mounts), strings.Join(hooks, ", "))
 	}
 	seen := map[string]bool{}
 	for _, dev := range spec.Devices {

@@ -1,10 +1,12 @@
 package claims
 
 import (
+	"context"
 	"errors"
-	"os"
-	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -23,16 +25,19 @@ func TestDomainKindOf(t *testing.T) {
 	}
 }
 
+var (
+	testMNNVL = topology.MNNVLDomainID("0f2c1f6a-0000-4000-8000-000000000001", 7)
+	testNVSw  = topology.NodeDomainID(topology.DomainKindNVSwitch, "node-a")
+)
+
+func readyIMEX() *IMEX {
+	return &IMEX{Major: 511, Channels: 2048, Ready: func(context.Context) (bool, string, error) { return true, "READY", nil }}
+}
+
 func TestFabricChannelResolver(t *testing.T) {
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "dev/nvidia-caps-imex-channels"), 0o755); err != nil {
-		t.Fatal(err)
+	base := func(domain, kind, channel string) []string {
+		return []string{"GPUFABRIC_FABRIC_DOMAIN=" + domain, "GPUFABRIC_FABRIC_DOMAIN_KIND=" + kind, "GPUFABRIC_FABRIC_CHANNEL=" + channel}
 	}
-	if err := os.WriteFile(filepath.Join(root, IMEXChannelPath(3)), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mnnvl := topology.MNNVLDomainID("0f2c1f6a-0000-4000-8000-000000000001", 7)
-	nvsw := topology.NodeDomainID(topology.DomainKindNVSwitch, "node-a")
 	tests := []struct {
 		name    string
 		r       FabricChannelResolver
@@ -42,29 +47,37 @@ func TestFabricChannelResolver(t *testing.T) {
 		wantErr error
 	}{
 		{
-			name: "mnnvl with imex node", r: FabricChannelResolver{LocalDomainID: mnnvl, DevRoot: root},
-			domain: mnnvl, channel: 3,
+			name: "mnnvl with imex: a channel device the runtime creates", r: FabricChannelResolver{LocalDomainID: testMNNVL, IMEX: readyIMEX()},
+			domain: testMNNVL, channel: 3,
 			want: Edits{
-				Env: []string{
-					"GPUFABRIC_FABRIC_DOMAIN=" + mnnvl, "GPUFABRIC_FABRIC_DOMAIN_KIND=mnnvl",
-					"GPUFABRIC_FABRIC_CHANNEL=3", "NCCL_MNNVL_ENABLE=1", "NCCL_NVLS_ENABLE=1",
-				},
-				DeviceNodes: []DeviceNode{{Path: IMEXChannelPath(3), HostPath: IMEXChannelPath(3)}},
+				Env:         append(base(testMNNVL, "mnnvl", "3"), "GPUFABRIC_IMEX_CHANNEL=3", "NCCL_MNNVL_ENABLE=1", "NCCL_NVLS_ENABLE=1"),
+				DeviceNodes: []DeviceNode{{Path: "/dev/nvidia-caps-imex-channels/channel3", Type: "c", Major: 511, Minor: 3, FileMode: 0o666}},
 			},
 		},
 		{
-			name: "nvswitch without imex node", r: FabricChannelResolver{DevRoot: root},
-			domain: nvsw, channel: 1,
-			want: Edits{Env: []string{
-				"GPUFABRIC_FABRIC_DOMAIN=" + nvsw, "GPUFABRIC_FABRIC_DOMAIN_KIND=nvswitch",
-				"GPUFABRIC_FABRIC_CHANNEL=1", "NCCL_NVLS_ENABLE=1",
-			}},
+			name: "mnnvl without imex (left to ComputeDomain): no channel, no MNNVL", r: FabricChannelResolver{LocalDomainID: testMNNVL},
+			domain: testMNNVL, channel: 3,
+			want: Edits{Env: base(testMNNVL, "mnnvl", "3")},
 		},
 		{
-			name: "other domain", r: FabricChannelResolver{LocalDomainID: nvsw, DevRoot: root},
-			domain: mnnvl, channel: 0, wantErr: ErrWrongDomain,
+			name: "mnnvl, driver without imex", r: FabricChannelResolver{IMEX: &IMEX{Channels: 2048}},
+			domain: testMNNVL, channel: 0, wantErr: ErrIMEXUnavailable,
+		},
+		{
+			name: "mnnvl, channel beyond the driver's count", r: FabricChannelResolver{IMEX: &IMEX{Major: 511, Channels: 16}},
+			domain: testMNNVL, channel: 16, wantErr: ErrIMEXUnavailable,
+		},
+		{
+			name: "nvswitch ignores imex", r: FabricChannelResolver{IMEX: readyIMEX()},
+			domain: testNVSw, channel: 1,
+			want: Edits{Env: append(base(testNVSw, "nvswitch", "1"), "NCCL_NVLS_ENABLE=1")},
+		},
+		{
+			name: "other domain", r: FabricChannelResolver{LocalDomainID: testNVSw},
+			domain: testMNNVL, channel: 0, wantErr: ErrWrongDomain,
 		},
 		{name: "empty domain", domain: "", channel: 0, wantErr: ErrUnknownDevice},
+		{name: "negative channel", domain: testMNNVL, channel: -1, wantErr: ErrUnknownDevice},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,5 +89,67 @@ func TestFabricChannelResolver(t *testing.T) {
 				t.Errorf("edits (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestWaitReady checks the bounded wait for the IMEX daemon: it returns
+// once the daemon answers READY, fails after the timeout with the last
+// answer, and does not ask at all where no IMEX channel is needed.
+func TestWaitReady(t *testing.T) {
+	tests := []struct {
+		name       string
+		domain     string
+		noIMEX     bool
+		answers    []string // then the last one forever; "error" fails the probe
+		wantErr    error
+		wantInErr  string
+		wantAsked  int32 // at least
+		wantAtMost int32
+	}{
+		{name: "ready at once", domain: testMNNVL, answers: []string{"READY"}, wantAsked: 1, wantAtMost: 1},
+		{name: "ready on the third answer", domain: testMNNVL, answers: []string{"NOT_READY", "error", "READY"}, wantAsked: 3, wantAtMost: 3},
+		{name: "never ready", domain: testMNNVL, answers: []string{"NOT_READY"}, wantErr: ErrIMEXNotReady, wantInErr: "after 100ms (last answer: NOT_READY)", wantAsked: 2, wantAtMost: 100},
+		{name: "no daemon", domain: testMNNVL, answers: []string{"error"}, wantErr: ErrIMEXNotReady, wantInErr: "no daemon answers", wantAsked: 2, wantAtMost: 100},
+		{name: "nvswitch needs no daemon", domain: testNVSw, answers: []string{"NOT_READY"}},
+		{name: "imex left to another component", domain: testMNNVL, noIMEX: true, answers: []string{"NOT_READY"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked atomic.Int32
+			x := &IMEX{Major: 511, Channels: 8, ReadyTimeout: 100 * time.Millisecond, PollInterval: 5 * time.Millisecond,
+				Ready: func(context.Context) (bool, string, error) {
+					i := int(asked.Add(1)) - 1
+					a := tc.answers[min(i, len(tc.answers)-1)]
+					if a == "error" {
+						return false, "", errors.New("nvidia-imex-ctl: no daemon answers")
+					}
+					return a == "READY", a, nil
+				}}
+			r := FabricChannelResolver{IMEX: x}
+			if tc.noIMEX {
+				r.IMEX = nil
+			}
+			err := r.WaitReady(t.Context(), tc.domain)
+			if !errors.Is(err, tc.wantErr) || (tc.wantInErr != "" && !strings.Contains(err.Error(), tc.wantInErr)) {
+				t.Fatalf("error = %v, want %v containing %q", err, tc.wantErr, tc.wantInErr)
+			}
+			if n := asked.Load(); n < tc.wantAsked || n > tc.wantAtMost {
+				t.Errorf("daemon asked %d times, want %d..%d", n, tc.wantAsked, tc.wantAtMost)
+			}
+		})
+	}
+}
+
+// TestWaitReadyStopsWithContext: a cancelled prepare does not wait out the
+// timeout.
+func TestWaitReadyStopsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	x := &IMEX{Major: 511, Channels: 8, ReadyTimeout: time.Hour, Ready: func(context.Context) (bool, string, error) {
+		cancel()
+		return false, "NOT_READY", nil
+	}}
+	err := FabricChannelResolver{IMEX: x}.WaitReady(ctx, testMNNVL)
+	if !errors.Is(err, ErrIMEXNotReady) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("error = %v, want ErrIMEXNotReady and context.Canceled", err)
 	}
 }

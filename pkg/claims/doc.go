@@ -14,5 +14,7 @@
 // Subpackages:
 //   - checkpoint: the versioned, checksummed record of prepared claims,
 //   - cdi: one CDI spec file per prepared claim,
+//   - config: the driver's opaque configuration (FabricConfig: NCCL
+//     variables from DeviceClass and ResourceClaim configs),
 //   - node: the kubeletplugin.DRAPlugin implementation.
 package claims

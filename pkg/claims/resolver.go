@@ -3,6 +3,7 @@ package claims
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -23,6 +24,13 @@ type DeviceNode struct {
 	HostPath string
 	// Permissions are the cgroup permissions ("rw", "rwm"); empty means rwm.
 	Permissions string
+	// Type "c" with Major and Minor is a character device the runtime
+	// creates in the container without a node on the host (IMEX
+	// channels); empty Type takes everything from the host's node.
+	Type         string
+	Major, Minor int64
+	// FileMode of a created node; 0 means the runtime's default.
+	FileMode os.FileMode
 }
 
 // Mount is a bind mount into the container.
@@ -59,6 +67,23 @@ type DeviceResolver interface {
 	ContainerEdits(deviceName string) (Edits, error)
 }
 
+// DevicePreparer is implemented by a DeviceResolver whose devices exist
+// only while a claim holds them (MIG partitions: the GPU instance is
+// created at prepare and destroyed at unprepare). For such a device the
+// driver calls PrepareDevice instead of ContainerEdits, after the claim is
+// recorded as PrepareStarted, so a crash in between is redone or rolled
+// back from the checkpoint.
+type DevicePreparer interface {
+	// OnDemand reports whether deviceName is one PrepareDevice makes.
+	OnDemand(deviceName string) bool
+	// PrepareDevice creates the device, or finds the one an interrupted
+	// attempt created, and returns its edits.
+	PrepareDevice(ctx context.Context, deviceName string) (Edits, error)
+	// UnprepareDevice destroys the device; one that does not exist is not
+	// an error.
+	UnprepareDevice(ctx context.Context, deviceName string) error
+}
+
 // DeviceResolverFunc adapts a function to DeviceResolver.
 type DeviceResolverFunc func(deviceName string) (Edits, error)
 
@@ -71,6 +96,10 @@ func (f DeviceResolverFunc) ContainerEdits(deviceName string) (Edits, error) { r
 // use.
 type ChannelResolver interface {
 	ChannelEdits(domainID string, channel int) (Edits, error)
+	// WaitReady waits, bounded, until the node can serve channels of
+	// domainID (e.g. its IMEX daemon is ready) and returns why not. It is
+	// called before the claim is prepared, outside the driver's lock.
+	WaitReady(ctx context.Context, domainID string) error
 }
 
 // ClaimGetter reads a ResourceClaim from the API. It returns an error for

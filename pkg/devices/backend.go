@@ -1,6 +1,8 @@
 package devices
 
 import (
+	"context"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
@@ -19,6 +21,16 @@ type Backend interface {
 	// DevRoot is the host directory that holds device nodes ("/dev" on a
 	// node). Device node paths in the Inventory start with it.
 	DevRoot() string
+	// DriverRoot is the root of the NVIDIA driver installation (libraries,
+	// binaries, firmware) as this process sees it.
+	DriverRoot() string
+	// ProcRoot is the directory that holds procfs ("/proc" on a node):
+	// devices and driver/nvidia/params tell the IMEX channels.
+	ProcRoot() string
+	// IMEXStatus asks the node's IMEX daemon for its status: IMEXReady
+	// when it serves channels. An error means it could not be asked
+	// (no daemon, no control command).
+	IMEXStatus(ctx context.Context) (string, error)
 }
 
 // FabricInfo is a GPU's NVLink fabric registration, the fields common to
@@ -48,36 +60,54 @@ func FabricInfoFromV1(info nvml.GpuFabricInfo) FabricInfo {
 	}
 }
 
-// NVMLBackend reads a real node: NVML through go-nvml and sysfs under a
-// configurable root.
+// NVMLBackend reads a real node: NVML through go-nvml, sysfs and procfs
+// under configurable roots, and the IMEX daemon through its control command.
 type NVMLBackend struct {
-	lib       nvml.Interface
-	sysfsRoot string
-	devRoot   string
+	lib  nvml.Interface
+	opts NVMLOptions
 }
 
 var _ Backend = (*NVMLBackend)(nil)
 
-// NewNVMLBackend returns a Backend over lib (usually nvml.New()). Empty roots
-// default to "/sys" and "/dev".
-func NewNVMLBackend(lib nvml.Interface, sysfsRoot, devRoot string) *NVMLBackend {
-	if sysfsRoot == "" {
-		sysfsRoot = "/sys"
+// NVMLOptions are where an NVMLBackend finds the node's files.
+type NVMLOptions struct {
+	// SysfsRoot, DevRoot, ProcRoot and DriverRoot default to "/sys",
+	// "/dev", "/proc" and "/".
+	SysfsRoot, DevRoot, ProcRoot, DriverRoot string
+	// IMEXCtl asks the IMEX daemon for its status; without a command,
+	// IMEXStatus fails.
+	IMEXCtl IMEXCtl
+}
+
+// NewNVMLBackend returns a Backend over lib (usually nvml.New()).
+func NewNVMLBackend(lib nvml.Interface, opts NVMLOptions) *NVMLBackend {
+	for p, def := range map[*string]string{&opts.SysfsRoot: "/sys", &opts.DevRoot: "/dev", &opts.ProcRoot: "/proc", &opts.DriverRoot: "/"} {
+		if *p == "" {
+			*p = def
+		}
 	}
-	if devRoot == "" {
-		devRoot = "/dev"
-	}
-	return &NVMLBackend{lib: lib, sysfsRoot: sysfsRoot, devRoot: devRoot}
+	return &NVMLBackend{lib: lib, opts: opts}
 }
 
 // NVML implements Backend.
 func (b *NVMLBackend) NVML() nvml.Interface { return b.lib }
 
 // SysfsRoot implements Backend.
-func (b *NVMLBackend) SysfsRoot() string { return b.sysfsRoot }
+func (b *NVMLBackend) SysfsRoot() string { return b.opts.SysfsRoot }
 
 // DevRoot implements Backend.
-func (b *NVMLBackend) DevRoot() string { return b.devRoot }
+func (b *NVMLBackend) DevRoot() string { return b.opts.DevRoot }
+
+// ProcRoot implements Backend.
+func (b *NVMLBackend) ProcRoot() string { return b.opts.ProcRoot }
+
+// DriverRoot implements Backend.
+func (b *NVMLBackend) DriverRoot() string { return b.opts.DriverRoot }
+
+// IMEXStatus implements Backend with the configured control command.
+func (b *NVMLBackend) IMEXStatus(ctx context.Context) (string, error) {
+	return b.opts.IMEXCtl.Status(ctx)
+}
 
 // GPUFabricInfo implements Backend. Rule: use nvmlDeviceGetGpuFabricInfoV
 // with the V3 struct when the library has it; fall back to the V1 call when

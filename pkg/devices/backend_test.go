@@ -49,13 +49,13 @@ func TestNVMLBackendFabricFallback(t *testing.T) {
 				called = true
 				return v1, nvml.SUCCESS
 			}
-			b := devices.NewNVMLBackend(server, "", "")
+			b := devices.NewNVMLBackend(server, devices.NVMLOptions{})
 			got, ret := b.GPUFabricInfo(dev)
 			if diff := cmp.Diff([]any{tc.want, tc.wantRet, tc.wantCall}, []any{got, ret, called}); diff != "" {
 				t.Errorf("[info, ret, v1 called] (-want +got):\n%s", diff)
 			}
-			if b.SysfsRoot() != "/sys" || b.DevRoot() != "/dev" {
-				t.Errorf("default roots = %q, %q", b.SysfsRoot(), b.DevRoot())
+			if b.SysfsRoot() != "/sys" || b.DevRoot() != "/dev" || b.ProcRoot() != "/proc" {
+				t.Errorf("default roots = %q, %q, %q", b.SysfsRoot(), b.DevRoot(), b.ProcRoot())
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package devices_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -94,6 +95,9 @@ func writeSummary(w *strings.Builder, nr gpumock.NodeResources) {
 		fmt.Fprintf(w, "  %-6s %s %s cc=%s mem=%dMiB mig=%t domain=%s kind=%s links=%d/%d rail=%d %s pci=%s root=%s numa=%s dev=%s%s\n",
 			g.Name, g.UUID, g.ProductName, g.CUDAComputeCapability, g.MemoryBytes>>20, g.MIGEnabled, g.NVLink.Domain, g.NVLink.Kind,
 			g.NVLink.ActiveLinks, g.NVLink.TotalLinks, g.IBRail, g.IBDevice, g.PCI.BusID, g.PCI.Root, numa(g.PCI.NUMANode), rel(g.DeviceNodes[:1]), taints(g.Taints))
+		for _, p := range g.MIG {
+			fmt.Fprintf(w, "    %s %s slices=%d+%d mem=%dMiB sm=%d\n", p.Name, p.Profile, p.Start, p.Size, p.MemoryBytes>>20, p.Multiprocessors)
+		}
 	}
 	for _, n := range inv.NICs {
 		fmt.Fprintf(w, "  %-10s rail=%d %s %dG %s/%s guid=%s class=%s pci=%s root=%s numa=%s dev=%s%s\n",
@@ -123,8 +127,11 @@ func taints(ts []resourceapi.DeviceTaint) string {
 func checkSliceLimits(t *testing.T, s resourceapi.ResourceSlice) {
 	t.Helper()
 	limit := resourceapi.ResourceSliceMaxDevices
+	if len(s.Spec.SharedCounters) > 0 && (len(s.Spec.Devices) > 0 || len(s.Spec.SharedCounters) > resourceapi.ResourceSliceMaxCounterSets) {
+		t.Errorf("%s: %d counter sets with %d devices", s.Name, len(s.Spec.SharedCounters), len(s.Spec.Devices))
+	}
 	for _, d := range s.Spec.Devices {
-		if len(d.Taints) > 0 {
+		if len(d.Taints) > 0 || len(d.ConsumesCounters) > 0 {
 			limit = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 		}
 		if n := len(d.Attributes) + len(d.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
@@ -187,5 +194,26 @@ func BenchmarkDiscoverNode(b *testing.B) {
 				_ = inv.DriverResources()
 			}
 		})
+	}
+}
+
+// TestDiscoverStopsWhenCancelled checks that discovery returns the
+// context's error at once when it is already done (SIGTERM during
+// discovery).
+func TestDiscoverStopsWhenCancelled(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	fabric, err := gpumock.LoadFile("../../test/gpu-mock/fabrics/hgx-h100x8.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fabric.Backend("h100-n01", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	inv, err := devices.Discover(ctx, b, "h100-n01")
+	if !errors.Is(err, context.Canceled) || inv != nil {
+		t.Errorf("Discover = %v, %v; want no inventory and context.Canceled", inv, err)
 	}
 }

@@ -19,7 +19,7 @@ import (
 // minor number or UUID cannot be read is skipped (it cannot be named or
 // prepared); every other per-GPU NVML error taints that GPU with
 // TaintNVMLError. The result is sorted by minor number.
-func discoverGPUs(ctx context.Context, b Backend, nodeName string) ([]GPU, error) {
+func discoverGPUs(ctx context.Context, b Backend, nodeName string, mig MIGMode) ([]GPU, error) {
 	lib := b.NVML()
 	count, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -28,7 +28,10 @@ func discoverGPUs(ctx context.Context, b Backend, nodeName string) ([]GPU, error
 	devlib := nvdev.New(lib)
 	gpus := make([]GPU, 0, count)
 	for i := range count {
-		if g, ok := discoverGPU(ctx, b, devlib, i, nodeName); ok {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("discover gpus: %w", context.Cause(ctx))
+		}
+		if g, ok := discoverGPU(ctx, b, devlib, i, nodeName, mig); ok {
 			gpus = append(gpus, g)
 		}
 	}
@@ -64,7 +67,7 @@ func (f *nvmlFaults) taints() []resourceapi.DeviceTaint {
 	return []resourceapi.DeviceTaint{newTaint(topology.TaintNVMLError, f.first)}
 }
 
-func discoverGPU(ctx context.Context, b Backend, devlib nvdev.Interface, index int, nodeName string) (GPU, bool) {
+func discoverGPU(ctx context.Context, b Backend, devlib nvdev.Interface, index int, nodeName string, mig MIGMode) (GPU, bool) {
 	logger := klog.FromContext(ctx).WithValues("gpuIndex", index)
 	h, ret := b.NVML().DeviceGetHandleByIndex(index)
 	if ret != nvml.SUCCESS {
@@ -103,6 +106,13 @@ func discoverGPU(ctx context.Context, b Backend, devlib nvdev.Interface, index i
 		faults.record("GetPciInfo", err)
 	} else {
 		g.PCI = readPCIInfo(klog.NewContext(ctx, logger), b.SysfsRoot(), busID)
+	}
+	if g.MIGEnabled && mig == MIGPartitions {
+		var err error
+		if g.MIG, err = readMIGPartitions(devlib, dev, minor); err != nil {
+			logger.Error(err, "MIG partitions unreadable; the GPU is not published")
+			g.MIG, g.MIGError = nil, err.Error()
+		}
 	}
 	var linkTaints []resourceapi.DeviceTaint
 	g.NVLink, linkTaints = readNVLinkDomain(b, dev, nodeName, faults)

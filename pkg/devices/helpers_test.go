@@ -71,6 +71,11 @@ func TestParseRate(t *testing.T) {
 		"garbage":  {in: "fast", wantErr: true},
 		"empty":    {in: "", wantErr: true},
 		"negative": {in: "-1 Gb/sec", wantErr: true},
+		"nan":      {in: "NaN Gb/sec", wantErr: true},
+		"infinite": {in: "Inf Gb/sec", wantErr: true},
+		"overflow": {in: "1e300 Gb/sec", wantErr: true},
+		"too fast": {in: "1e7 Gb/sec", wantErr: true},
+		"highest":  {in: "100000 Gb/sec", want: maxRateGbps},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -24,6 +24,28 @@ type Inventory struct {
 	// GPUs are sorted by minor number, NICs by IB device name.
 	GPUs []GPU
 	NICs []NIC
+	// IMEX is what the driver offers for IMEX channels.
+	IMEX IMEXInfo
+	// Rails is the rail map to remember for the next discovery (see
+	// WithRailMap).
+	Rails *RailMap
+	// MIGMode is how MIG-enabled GPUs are published.
+	MIGMode MIGMode
+}
+
+// Option changes how Discover reads a node.
+type Option func(*options)
+
+type options struct {
+	rails *RailMap
+	mig   MIGMode
+}
+
+// WithRailMap numbers rails with the map a previous discovery returned in
+// Inventory.Rails (see numberRails), so that a missing HCA does not shift
+// the rails after it. nil is positional numbering.
+func WithRailMap(m *RailMap) Option {
+	return func(o *options) { o.rails = m }
 }
 
 // GPU is one full GPU.
@@ -40,6 +62,10 @@ type GPU struct {
 	CUDAComputeCapability string
 	MemoryBytes           uint64
 	MIGEnabled            bool
+	// MIG are the partitions of a MIG-enabled GPU (MIGPartitions mode);
+	// MIGError says why they could not be read.
+	MIG      []MIGPartition
+	MIGError string
 	// PCI is empty when the GPU's PCI address is unknown.
 	PCI PCIInfo
 	// NVLink is the GPU's NVLink domain.
@@ -70,6 +96,9 @@ type NIC struct {
 	// RateGbps is zero when sysfs did not say.
 	RateGbps int
 	NodeGUID string
+	// PortGUID is the published port's GUID (the low half of its GID 0),
+	// the node GUID when that is unreadable; "" when neither is valid.
+	PortGUID string
 	PCI      PCIInfo
 	// PCIClass is the device's PCI class (0x020700 for IB-mode, 0x020000
 	// for Ethernet-mode ConnectX).
@@ -113,10 +142,18 @@ type NVLinkInfo struct {
 // the driver version fails the call. A GPU whose handle, minor number or
 // UUID cannot be read is skipped; any other NVML error taints the GPU. A bad
 // HCA is skipped or tainted (see discoverNICs). Both are logged with the
-// reason.
-func Discover(ctx context.Context, b Backend, nodeName string) (*Inventory, error) {
+// reason. Discover stops with ctx's error (wrapped) when ctx is done: it
+// checks before it starts and before each GPU and HCA.
+func Discover(ctx context.Context, b Backend, nodeName string, opts ...Option) (*Inventory, error) {
+	o := options{mig: MIGPartitions}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	logger := klog.FromContext(ctx).WithValues("node", klog.KRef("", nodeName))
 	ctx = klog.NewContext(ctx, logger)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("discover: %w", context.Cause(ctx))
+	}
 	lib := b.NVML()
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("init nvml: %w", ret)
@@ -130,13 +167,16 @@ func Discover(ctx context.Context, b Backend, nodeName string) (*Inventory, erro
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("get driver version: %w", ret)
 	}
-	nics := discoverNICs(ctx, b.SysfsRoot(), b.DevRoot())
-	gpus, err := discoverGPUs(ctx, b, nodeName)
+	nics, rails, err := discoverNICs(ctx, b.SysfsRoot(), b.DevRoot(), o.rails)
+	if err != nil {
+		return nil, err
+	}
+	gpus, err := discoverGPUs(ctx, b, nodeName, o.mig)
 	if err != nil {
 		return nil, err
 	}
 	assignRails(ctx, gpus, nics)
-	inv := &Inventory{NodeName: nodeName, DriverVersion: driver, GPUs: gpus, NICs: nics}
+	inv := &Inventory{NodeName: nodeName, DriverVersion: driver, GPUs: gpus, NICs: nics, IMEX: readIMEX(ctx, b.ProcRoot()), Rails: rails, MIGMode: o.mig}
 	logger.V(2).Info("Discovered devices", "gpus", len(gpus), "nics", len(nics))
 	return inv, nil
 }

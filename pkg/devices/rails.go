@@ -2,37 +2,10 @@ package devices
 
 import (
 	"context"
-	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
 )
-
-// numberRails gives every NIC its rail. Rule: InfiniBand HCAs (see
-// isInfiniBand) come first,
-// then the others (RoCE/Ethernet); within each group by PCI bus id; rails
-// are numbered 0, 1, ... in that order. Nodes of one hardware model so get
-// the same rail for the same slot, which is what rail-optimized fabrics
-// cable.
-func numberRails(nics []NIC) {
-	order := make([]int, len(nics))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		ia, ib := isInfiniBand(nics[a]), isInfiniBand(nics[b])
-		if ia != ib {
-			if ia {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(nics[a].PCI.BusID, nics[b].PCI.BusID)
-	})
-	for rail, i := range order {
-		nics[i].Rail = rail
-	}
-}
 
 // assignRails gives each GPU the rail and IB device of its nearest HCA.
 // Rules: candidates are the InfiniBand HCAs, or all HCAs when the node has

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -21,43 +22,66 @@ const (
 	maxDevicesPerSlice         = resourceapi.ResourceSliceMaxDevices
 	maxTaintedDevicesPerSlice  = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 	maxStringAttributeValueLen = topology.MaxAttributeValueLength
+	maxCounterSetsPerSlice     = resourceapi.ResourceSliceMaxCounterSets
 )
 
 // DriverResources returns the node's devices as one pool named after the
 // node: GPUs first (by minor), then NICs. Rule: a slice holds at most 128
 // devices, or 64 once one of its devices has a taint; a pool always has at
 // least one (possibly empty) slice.
+//
+// A MIG-enabled GPU is never published whole: with MIGPartitions its
+// partitions are (each consuming the GPU's memory-slice counters), and the
+// GPU's counter set goes into slices of their own after the device slices
+// (the API allows devices or counter sets in a slice, and 8 sets per slice).
 func (inv *Inventory) DriverResources() *resourceslice.DriverResources {
 	devs := make([]resourceapi.Device, 0, len(inv.GPUs)+len(inv.NICs))
+	var counters []resourceapi.CounterSet
 	for _, g := range inv.GPUs {
-		devs = append(devs, gpuDevice(inv.DriverVersion, g))
+		switch {
+		case !g.MIGEnabled:
+			devs = append(devs, gpuDevice(inv.DriverVersion, g))
+		case inv.MIGMode == MIGPartitions && len(g.MIG) > 0:
+			for _, p := range g.MIG {
+				devs = append(devs, migDevice(inv.DriverVersion, g, p))
+			}
+			counters = append(counters, migCounterSet(g))
+		}
 	}
 	for _, n := range inv.NICs {
 		devs = append(devs, nicDevice(n))
 	}
+	slices := splitSlices(devs)
+	for len(counters) > 0 {
+		n := min(len(counters), maxCounterSetsPerSlice)
+		slices = append(slices, resourceslice.Slice{SharedCounters: counters[:n]})
+		counters = counters[n:]
+	}
 	return &resourceslice.DriverResources{
-		Pools: map[string]resourceslice.Pool{inv.NodeName: {Slices: splitSlices(devs)}},
+		Pools: map[string]resourceslice.Pool{inv.NodeName: {Slices: slices}},
 	}
 }
 
-// splitSlices packs devices in order into as few slices as the limits allow.
+// splitSlices packs devices in order into as few slices as the limits
+// allow: 128 devices, or 64 once one has a taint or consumes counters.
 func splitSlices(devs []resourceapi.Device) []resourceslice.Slice {
 	out := []resourceslice.Slice{{}}
-	tainted := false
+	advanced := false
 	for _, d := range devs {
 		cur := &out[len(out)-1]
-		withTaint := tainted || len(d.Taints) > 0
+		adv := len(d.Taints) > 0 || len(d.ConsumesCounters) > 0
+		withAdvanced := advanced || adv
 		limit := maxDevicesPerSlice
-		if withTaint {
+		if withAdvanced {
 			limit = maxTaintedDevicesPerSlice
 		}
 		if len(cur.Devices)+1 > limit {
 			out = append(out, resourceslice.Slice{})
 			cur = &out[len(out)-1]
-			withTaint = len(d.Taints) > 0
+			withAdvanced = adv
 		}
 		cur.Devices = append(cur.Devices, d)
-		tainted = withTaint
+		advanced = withAdvanced
 	}
 	return out
 }
@@ -83,7 +107,8 @@ func ResourceSlices(nodeName string, dr *resourceslice.DriverResources) []resour
 						Generation:         pool.Generation,
 						ResourceSliceCount: int64(len(pool.Slices)),
 					},
-					Devices: s.Devices,
+					Devices:        s.Devices,
+					SharedCounters: s.SharedCounters,
 				},
 			})
 		}
@@ -134,15 +159,21 @@ func nicDevice(n NIC) resourceapi.Device {
 
 // attributes builds a device's attribute map. Rule: empty strings and
 // unparsable versions are left out rather than published empty; strings
-// are cut to the API's 64 characters.
+// are made valid UTF-8 (invalid bytes become '?') and cut to the API's 64
+// bytes at a character boundary, so that JSON cannot lengthen them.
 type attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 
 func (a attributes) str(name resourceapi.QualifiedName, v string) {
+	v = strings.ToValidUTF8(v, "?")
+	if len(v) > maxStringAttributeValueLen {
+		cut := maxStringAttributeValueLen
+		for cut > 0 && !utf8.RuneStart(v[cut]) {
+			cut--
+		}
+		v = v[:cut]
+	}
 	if v == "" {
 		return
-	}
-	if len(v) > maxStringAttributeValueLen {
-		v = v[:maxStringAttributeValueLen]
 	}
 	a[name] = resourceapi.DeviceAttribute{StringValue: &v}
 }

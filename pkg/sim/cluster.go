@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 )
@@ -104,13 +105,16 @@ type Syncer interface {
 
 // PolicyNames are the policies NewPolicy knows, in report order.
 func PolicyNames() []string {
-	return []string{PolicyGPUFabric, PolicyGPUFabricNVLink, PolicyFirstFit, PolicyTAS, PolicyBestFit}
+	return []string{PolicyGPUFabric, PolicyGPUFabricNVLink, PolicyGPUFabricReserve, PolicyFirstFit, PolicyTAS, PolicyBestFit}
 }
 
 // Policy names.
 const (
 	PolicyGPUFabric       = "gpufabric"
 	PolicyGPUFabricNVLink = "gpufabric-nvlink-required"
+	// PolicyGPUFabricReserve is gpufabric with a starvation bound
+	// (PolicyOptions.StarvationBound, default DefaultStarvationBound).
+	PolicyGPUFabricReserve = "gpufabric-reserve"
 	PolicyFirstFit        = "pod-first-fit"
 	PolicyTAS             = "kube-tas-mostallocated"
 	PolicyBestFit         = "kueue-tas-bestfit"
@@ -120,7 +124,16 @@ const (
 type PolicyOptions struct {
 	// Key is the single node-label level of the TAS and BestFit baselines.
 	Key string
+	// BestKey, when set, also runs the TAS and BestFit baselines at every
+	// label level of the fabric and reports the best (most busy GPUs, then
+	// gangs placed) as the headline row, the Key variant beside it.
+	BestKey bool
+	// StarvationBound of gpufabric-reserve, seconds; 0: the default.
+	StarvationBound int64
 }
+
+// keyed reports whether a policy takes PolicyOptions.Key.
+func keyed(name string) bool { return name == PolicyTAS || name == PolicyBestFit }
 
 // NewPolicy returns a fresh policy by name for fabric f.
 func NewPolicy(name string, f *Fabric, opt PolicyOptions) (Policy, error) {
@@ -131,6 +144,11 @@ func NewPolicy(name string, f *Fabric, opt PolicyOptions) (Policy, error) {
 		e := NewEnginePolicy(f)
 		e.RequireNVLink = true
 		return e, nil
+	case PolicyGPUFabricReserve:
+		e := NewEnginePolicy(f)
+		e.Starvation = cmp.Or(opt.StarvationBound, DefaultStarvationBound)
+		e.starve = newSimStarvation()
+		return reservingEngine{e}, nil
 	case PolicyFirstFit:
 		return firstFit{}, nil
 	case PolicyTAS, PolicyBestFit:

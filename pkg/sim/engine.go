@@ -34,6 +34,13 @@ type EnginePolicy struct {
 	running       map[int]*boundGang
 	// Rebuilds counts snapshot builds.
 	Rebuilds int
+	// Starvation, when > 0, is the starvation bound in seconds: a gang that
+	// waited longer holds the domain closest to fitting it (reserve.go).
+	Starvation int64
+	// in is the snapshot's input (fabric plus running gangs), kept up to
+	// date with every placement.
+	in     placement.SnapshotInput
+	starve *simStarvation
 }
 
 // boundGang is what a running gang adds to the snapshot input.
@@ -50,8 +57,11 @@ func NewEnginePolicy(f *Fabric) *EnginePolicy {
 }
 
 func (e *EnginePolicy) Name() string {
-	if e.RequireNVLink {
+	switch {
+	case e.RequireNVLink:
 		return PolicyGPUFabricNVLink
+	case e.Starvation > 0:
+		return PolicyGPUFabricReserve
 	}
 	return PolicyGPUFabric
 }
@@ -88,7 +98,8 @@ func (e *EnginePolicy) Sync(ctx context.Context) (bool, error) {
 	if _, _, err := snap.Place(ctx, warm); err != nil {
 		return false, fmt.Errorf("warm-up: %w", err)
 	}
-	e.snap = snap
+	e.snap, e.in = snap, in
+	e.starve.invalidate()
 	return true, nil
 }
 
@@ -100,6 +111,7 @@ func (e *EnginePolicy) Release(_ context.Context, id int) error {
 	}
 	delete(e.running, id)
 	e.snap = nil
+	e.starve.ended(id)
 	return nil
 }
 
@@ -112,11 +124,15 @@ func (e *EnginePolicy) Place(ctx context.Context, _ *Cluster, g TraceGang, nodes
 	if err != nil {
 		return nil, err
 	}
-	d, _, err := e.snap.Place(ctx, gang)
+	snap, err := e.snapshotFor(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	d, _, err := snap.Place(ctx, gang)
 	if err != nil || d == nil {
 		return nil, err
 	}
-	if err := e.snap.Assume(ctx, gang, d); err != nil {
+	if err := e.assume(ctx, gang, d); err != nil {
 		return nil, fmt.Errorf("assume gang %d: %w", g.ID, err)
 	}
 	out := append([]int(nil), nodes...)
@@ -140,6 +156,9 @@ func (e *EnginePolicy) Place(ctx context.Context, _ *Cluster, g TraceGang, nodes
 		})
 	}
 	e.running[g.ID] = bound
+	e.in.Pods = append(e.in.Pods, bound.pods...)
+	e.in.ResourceClaims = append(e.in.ResourceClaims, bound.claims...)
+	e.started(g)
 	delete(e.gangs, g.ID)
 	return out, nil
 }

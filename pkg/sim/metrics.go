@@ -9,6 +9,8 @@ import (
 // Result is what one policy achieved on one trace. Everything but
 // Latencies and SyncTime (wall clock) is deterministic.
 type Result struct {
+	// Key is the level a keyed baseline ran with ("" for the others).
+	Key       string
 	Policy    string
 	Gangs     int
 	TotalGPUs int
@@ -35,8 +37,12 @@ type Result struct {
 	BusyPct float64
 	// Waits in seconds: arrival to start for placed gangs, arrival to the
 	// horizon for gangs still waiting.
-	Waits  []int64
-	Series []Sample
+	Waits []int64
+	// SizeWaits are the Waits by gang size (GPUs); SizePlaced counts the
+	// placed gangs by size.
+	SizeWaits  map[int][]int64
+	SizePlaced map[int]int
+	Series     []Sample
 
 	// Latencies of the policy's Place calls (wall time).
 	Latencies []time.Duration
@@ -78,6 +84,7 @@ func (r *Result) refusal(now int64, gang, need, free int) {
 func (r *Result) placed(g TraceGang, wait int64, oneDomain, room, fits bool) {
 	r.Placed++
 	r.Waits = append(r.Waits, wait)
+	r.sizeWait(g.GPUs(), wait, true)
 	if oneDomain {
 		r.InDomain++
 	}

@@ -173,8 +173,19 @@ func (r *runner) release(gr *gangRun) error {
 func (r *runner) pass() error {
 	// refused[s] is the fewest unplaced pods of s GPUs refused in this
 	// pass: the cluster only fills up during a pass, so a gang with as
-	// many pods of that size is refused without asking the policy.
+	// many pods of that size is refused without asking the policy. Not
+	// with reservations: gangs of one size see different nodes.
 	refused := map[int]int{}
+	if tk, ok := r.p.(Ticker); ok {
+		waiting := make([]TraceGang, 0, len(r.queue))
+		for _, id := range r.queue {
+			waiting = append(waiting, r.gangs[id].g)
+		}
+		if err := tk.Tick(r.ctx, r.now, waiting); err != nil {
+			return err
+		}
+		refused = nil
+	}
 	next := r.queue[:0]
 	for _, id := range r.queue {
 		started, err := r.try(r.gangs[id], refused)
@@ -197,7 +208,7 @@ func (r *runner) try(gr *gangRun, refused map[int]int) (bool, error) {
 	if !r.p.PodByPod() && need > free {
 		return false, nil // not an attempt: no all-or-nothing policy could place it
 	}
-	if m, ok := refused[s]; ok && left >= m {
+	if m, ok := refused[s]; ok && refused != nil && left >= m {
 		r.res.refusal(r.now, gr.g.ID, need, free)
 		return false, nil
 	}
@@ -234,7 +245,7 @@ func (r *runner) try(gr *gangRun, refused map[int]int) (bool, error) {
 	if r.p.PodByPod() {
 		u = 1 // first fit left a pod out: no node has s GPUs free
 	}
-	if m, ok := refused[s]; !ok || u < m {
+	if m, ok := refused[s]; refused != nil && (!ok || u < m) {
 		refused[s] = u
 	}
 	r.res.refusal(r.now, gr.g.ID, need, free)
@@ -282,6 +293,7 @@ func (r *runner) finish() {
 	for _, id := range r.queue {
 		if gr := r.gangs[id]; gr.g.Arrival <= r.opt.Horizon {
 			r.res.Waits = append(r.res.Waits, r.opt.Horizon-gr.g.Arrival)
+			r.res.sizeWait(gr.g.GPUs(), r.opt.Horizon-gr.g.Arrival, false)
 		}
 	}
 	r.res.BusyPct = 100 * r.busyInt / (float64(r.c.Fabric.TotalGPUs) * float64(max(1, r.opt.Horizon)))

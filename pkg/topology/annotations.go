@@ -1,5 +1,12 @@
 package topology
 
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
 // PodGroup annotations read by the scheduler until the API has fields for them.
 const (
 	// AnnotationPreferredTopologyKey names the topology key (a level of the
@@ -14,3 +21,36 @@ const (
 	RailAlignmentPreferred = "preferred"
 	RailAlignmentRequired  = "required"
 )
+
+// ParseRailAlignment validates the value of AnnotationRailAlignment (call it
+// only when the annotation is set). The match is exact and case-sensitive:
+// RailAlignmentPreferred gives false, RailAlignmentRequired true, anything
+// else (also "" and "Required") an error naming the annotation and the
+// allowed values.
+func ParseRailAlignment(v string) (required bool, err error) {
+	switch v {
+	case RailAlignmentPreferred:
+		return false, nil
+	case RailAlignmentRequired:
+		return true, nil
+	}
+	return false, fmt.Errorf("annotation %s: value %q is not one of %q, %q",
+		AnnotationRailAlignment, v, RailAlignmentPreferred, RailAlignmentRequired)
+}
+
+// ParsePreferredTopologyKey validates the value of
+// AnnotationPreferredTopologyKey (call it only when the annotation is set)
+// and returns it unchanged. A topology key is a qualified name, the common
+// form of node label keys ("topology.gpufabric.dev/rack", "rack") and
+// device attribute names (TopologyKeyNVLinkDomain): an optional DNS
+// subdomain prefix of at most 253 characters and "/", then a name of at
+// most 63 characters of alphanumerics, '-', '_' and '.' that starts and
+// ends alphanumeric. The value is not trimmed or case-folded; "" is an
+// error.
+func ParsePreferredTopologyKey(v string) (string, error) {
+	if msgs := validation.IsQualifiedName(v); len(msgs) > 0 {
+		return "", fmt.Errorf("annotation %s: value %q is not a label key or attribute name: %s",
+			AnnotationPreferredTopologyKey, v, strings.Join(msgs, "; "))
+	}
+	return v, nil
+}

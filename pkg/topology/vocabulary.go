@@ -26,6 +26,7 @@ const (
 	GPUDeviceClass          = "gpu." + DriverName
 	NICDeviceClass          = "nic." + DriverName
 	FabricDomainDeviceClass = "fabric-domain." + DriverName
+	MIGDeviceClass          = "mig." + DriverName
 )
 
 // Device types, the value of the AttrType attribute.
@@ -33,6 +34,9 @@ const (
 	DeviceTypeGPU          = "gpu"
 	DeviceTypeNIC          = "nic"
 	DeviceTypeFabricDomain = "fabric-domain"
+	// DeviceTypeMIG is a MIG partition of a MIG-enabled GPU (one GPU
+	// instance profile at one placement), published with shared counters.
+	DeviceTypeMIG = "mig"
 )
 
 // Attribute names as published (unqualified, in the driver's domain).
@@ -54,6 +58,13 @@ const (
 	AttrPortState             resourceapi.QualifiedName = "portState"
 	AttrNodeGUID              resourceapi.QualifiedName = "nodeGUID"
 	AttrMIGEnabled            resourceapi.QualifiedName = "migEnabled"
+	// MIG partitions: the profile ("1g.10gb"), the placement's first
+	// memory slice, and the parent GPU.
+	AttrMIGProfile     resourceapi.QualifiedName = "migProfile"
+	AttrMIGStart       resourceapi.QualifiedName = "migPlacementStart"
+	AttrParentUUID     resourceapi.QualifiedName = "parentUUID"
+	AttrParentDevice   resourceapi.QualifiedName = "parentDevice"
+	CapacityMultiprocs resourceapi.QualifiedName = "multiprocessors"
 	// Fabric-domain channel devices (cluster-level pools).
 	AttrNodeCount resourceapi.QualifiedName = "nodeCount"
 	AttrGPUCount  resourceapi.QualifiedName = "gpuCount"
@@ -88,6 +99,11 @@ const (
 	TaintNVLinkDegraded     = DriverName + "/nvlink-degraded"
 	TaintPortDown           = DriverName + "/port-down"
 	TaintNVMLError          = DriverName + "/nvml-error"
+	// Taints from GPU events (NVML event sets): their effect says whether
+	// running pods must go (NoExecute) or only new ones stay away.
+	TaintXID     = DriverName + "/xid"
+	TaintECC     = DriverName + "/ecc"
+	TaintGPULost = DriverName + "/gpu-lost"
 )
 
 // MaxAttributeValueLength is the API's limit for string attribute values.
@@ -116,6 +132,17 @@ func NodeDomainID(kind DomainKind, nodeName string) string {
 func GPUDeviceName(minor int) string       { return fmt.Sprintf("gpu-%d", minor) }
 func NICDeviceName(ibDevice string) string { return "nic-" + dnsLabelPart(ibDevice) }
 func ChannelDeviceName(n int) string       { return fmt.Sprintf("channel-%d", n) }
+
+// MIGDeviceName names a MIG partition: GPU instance profile (e.g.
+// "1g.10gb+me") at its placement's first memory slice on GPU minor:
+// "gpu-0-mig-1g-10gb-me-3".
+func MIGDeviceName(minor int, profile string, start int) string {
+	return fmt.Sprintf("gpu-%d-mig-%s-%d", minor, dnsLabelPart(profile), start)
+}
+
+// MIGCounterSetName is the counter set of a MIG-enabled GPU's memory
+// slices.
+func MIGCounterSetName(minor int) string { return fmt.Sprintf("gpu-%d-mig", minor) }
 
 // dnsLabelPart lowercases s and replaces every character a DNS label does
 // not allow with '-': device names must be RFC 1123 labels, and RDMA device

@@ -20,9 +20,12 @@ import (
 // Backend is one node of a fabric as discovery sees it: a mock NVML and a
 // fake sysfs and /dev tree on disk.
 type Backend struct {
-	server    *server.Server
-	sysfsRoot string
-	devRoot   string
+	server     *server.Server
+	sysfsRoot  string
+	devRoot    string
+	procRoot   string
+	driverRoot string
+	imexState  string
 }
 
 var _ devices.Backend = (*Backend)(nil)
@@ -35,6 +38,25 @@ func (b *Backend) SysfsRoot() string { return b.sysfsRoot }
 
 // DevRoot implements devices.Backend.
 func (b *Backend) DevRoot() string { return b.devRoot }
+
+// ProcRoot implements devices.Backend.
+func (b *Backend) ProcRoot() string { return b.procRoot }
+
+// DriverRoot implements devices.Backend: the fake driver installation.
+func (b *Backend) DriverRoot() string { return b.driverRoot }
+
+// IMEXStatus implements devices.Backend as nvidia-imex-ctl -q would answer
+// on this node: the status file the fake tree holds (READY, NOT_READY; see
+// the imex fault), or an error when the node runs no IMEX daemon. It reads
+// the file on every call, so a process that rewrites the tree from an
+// edited fabric file sees the new state.
+func (b *Backend) IMEXStatus(context.Context) (string, error) {
+	data, err := os.ReadFile(b.imexState)
+	if err != nil {
+		return "", fmt.Errorf("nvidia-imex-ctl: no imex daemon answers: %w", err)
+	}
+	return devices.FirstLine(string(data)), nil
+}
 
 // GPUFabricInfo implements devices.Backend through the device's
 // GetGpuFabricInfo (V1) call, which the mock sets.
@@ -56,8 +78,8 @@ func (f *Fabric) Backend(nodeName, dir string) (*Backend, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: node %s: not in the fabric", f.path, nodeName)
 	}
-	sys, dev := filepath.Join(dir, "sys"), filepath.Join(dir, "dev")
-	for _, p := range []string{sys, dev} {
+	sys, dev, proc, drv := filepath.Join(dir, "sys"), filepath.Join(dir, "dev"), filepath.Join(dir, "proc"), filepath.Join(dir, "driver")
+	for _, p := range []string{sys, dev, proc, drv} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("node %s: fake tree %s already exists", nodeName, p)
 		}
@@ -69,7 +91,17 @@ func (f *Fabric) Backend(nodeName, dir string) (*Backend, error) {
 	if err := n.writeDev(dev); err != nil {
 		return nil, fmt.Errorf("node %s: %w", nodeName, err)
 	}
-	return &Backend{server: n.newServer(lay), sysfsRoot: sys, devRoot: dev}, nil
+	if err := n.writeProc(proc); err != nil {
+		return nil, fmt.Errorf("node %s: %w", nodeName, err)
+	}
+	server := n.newServer(lay, f.path)
+	if err := writeDriver(drv, server.DriverVersion); err != nil {
+		return nil, fmt.Errorf("node %s: %w", nodeName, err)
+	}
+	return &Backend{
+		server: server, sysfsRoot: sys, devRoot: dev, procRoot: proc, driverRoot: drv,
+		imexState: filepath.Join(proc, imexStatusFile),
+	}, nil
 }
 
 // NodeResources is one node of a fabric after discovery: its Node object

@@ -25,6 +25,9 @@
 //	  sysfs: {rail: 0, break: no-port}
 //
 // Rules the mock follows:
+//   - Files are bounded (8 MiB, 10,000 nodes, 16 GPUs and 16 HCAs per
+//     node, 10,000 faults; see the Max constants) before any work
+//     proportional to the excess is done.
 //   - Decoding is strict: unknown fields, duplicate keys, unknown models,
 //     duplicate nodes, rails or GPUs that do not exist, and a node whose GPUs
 //     claim two cliques fail with an error naming the file, the node (or

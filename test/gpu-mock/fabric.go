@@ -3,6 +3,7 @@ package gpumock
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -61,16 +62,31 @@ type node struct {
 // LoadFile reads and validates a fabric file. Errors name the file, the
 // node (or node group / fault) and the field.
 func LoadFile(path string) (*Fabric, error) {
-	data, err := os.ReadFile(path)
+	file, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read fabric file: %w", err)
 	}
+	defer func() { _ = file.Close() }()
+	if fi, err := file.Stat(); err == nil && fi.Size() > MaxFileSize {
+		return nil, tooBig(path, fi.Size())
+	}
+	data, err := io.ReadAll(io.LimitReader(file, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read fabric file %s: %w", path, err)
+	}
 	return Parse(path, data)
+}
+
+func tooBig(name string, size int64) error {
+	return fmt.Errorf("%s: file is %d bytes, more than the limit of %d (8 MiB)", name, size, MaxFileSize)
 }
 
 // Parse validates a fabric file's content; name is used in errors. Unknown
 // fields are errors.
 func Parse(name string, data []byte) (*Fabric, error) {
+	if len(data) > MaxFileSize {
+		return nil, tooBig(name, int64(len(data)))
+	}
 	spec, err := decodeStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -78,9 +94,12 @@ func Parse(name string, data []byte) (*Fabric, error) {
 	if len(spec.NodeGroups) == 0 {
 		return nil, fmt.Errorf("%s: nodeGroups: at least one node group is required", name)
 	}
+	if len(spec.Faults) > MaxFaults {
+		return nil, fmt.Errorf("%s: faults: %d entries, more than the limit of %d", name, len(spec.Faults), MaxFaults)
+	}
 	f := &Fabric{path: name, index: map[string]*node{}}
 	for i, g := range spec.NodeGroups {
-		nodes, err := expandGroup(i, g)
+		nodes, err := expandGroup(i, g, MaxNodes-len(f.nodes))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -152,23 +171,31 @@ func (n *node) nodeLabels() map[string]string {
 	return l
 }
 
-var namePatternVerb = regexp.MustCompile(`%0?[0-9]*d`)
+// namePatternVerb is the one verb of a name pattern: %d, %2d, %02d; the
+// width has at most two digits (a node name has at most 253 characters).
+var namePatternVerb = regexp.MustCompile(`%(0?[1-9][0-9]?)?d`)
 
-// expandGroup validates a node group and returns its nodes.
-func expandGroup(i int, g groupSpec) ([]*node, error) {
+// expandGroup validates a node group and returns its nodes; room is how
+// many more nodes the fabric may have.
+func expandGroup(i int, g groupSpec, room int) ([]*node, error) {
 	errf := func(field, format string, args ...any) error {
 		return fmt.Errorf("nodeGroups[%d] (%s): %s: %s", i, g.Name, field, fmt.Sprintf(format, args...))
 	}
 	count, start := intOr(g.Count, 1), intOr(g.Start, 1)
-	if count < 1 {
-		return nil, errf("count", "must be at least 1, got %d", count)
+	switch {
+	case count < 1 || count > MaxNodes:
+		return nil, errf("count", "must be 1..%d, got %d", MaxNodes, count)
+	case count > room:
+		return nil, errf("count", "%d more nodes make %d, more than the limit of %d nodes per fabric", count, MaxNodes-room+count, MaxNodes)
+	case start < 0 || start > MaxStart:
+		return nil, errf("start", "must be 0..%d, got %d", MaxStart, start)
 	}
 	pattern := strings.Contains(g.Name, "%")
 	switch {
 	case g.Name == "":
 		return nil, errf("name", "required")
 	case pattern && (len(namePatternVerb.FindAllString(g.Name, -1)) != 1 || strings.Count(g.Name, "%") != 1):
-		return nil, errf("name", "a pattern needs exactly one %%d verb")
+		return nil, errf("name", "a pattern needs exactly one %%d verb (width at most two digits)")
 	case !pattern && count > 1:
 		return nil, errf("name", "count %d needs a name pattern with one %%d verb", count)
 	}
@@ -201,12 +228,12 @@ func groupNode(i int, g groupSpec, errf errFunc) (*node, error) {
 	}
 	n := &node{group: i, labels: g.Labels, modelName: g.GPUs.Model, model: model, driverVersion: g.DriverVersion}
 	n.gpuCount = intOr(g.GPUs.Count, model.defaultCount)
-	if n.gpuCount < 1 || n.gpuCount > 16 {
-		return nil, errf("gpus.count", "must be 1..16, got %d", n.gpuCount)
+	if n.gpuCount < 1 || n.gpuCount > MaxGPUsPerNode {
+		return nil, errf("gpus.count", "must be 1..%d, got %d", MaxGPUsPerNode, n.gpuCount)
 	}
 	n.numaNodes = intOr(g.NUMANodes, 2)
-	if n.numaNodes < 1 || n.numaNodes > 8 {
-		return nil, errf("numaNodes", "must be 1..8, got %d", n.numaNodes)
+	if n.numaNodes < 1 || n.numaNodes > MaxNUMANodes {
+		return nil, errf("numaNodes", "must be 1..%d, got %d", MaxNUMANodes, n.numaNodes)
 	}
 	if err := validateLabels(g.Labels, errf); err != nil {
 		return nil, err
@@ -278,8 +305,8 @@ func (n *node) setClique(s nvlinkSpec, errf errFunc) error {
 
 func (n *node) setHCAs(s hcaSpec, errf errFunc) error {
 	n.hcaCount, n.linkLayer, n.rateGbps = s.Count, s.LinkLayer, s.RateGbps
-	if n.hcaCount < 0 || n.hcaCount > 16 {
-		return errf("hcas.count", "must be 0..16, got %d", n.hcaCount)
+	if n.hcaCount < 0 || n.hcaCount > MaxHCAsPerNode {
+		return errf("hcas.count", "must be 0..%d, got %d", MaxHCAsPerNode, n.hcaCount)
 	}
 	if n.linkLayer == "" {
 		n.linkLayer = "InfiniBand"
@@ -290,8 +317,8 @@ func (n *node) setHCAs(s hcaSpec, errf errFunc) error {
 	if n.rateGbps == 0 {
 		n.rateGbps = 400
 	}
-	if n.rateGbps < 0 {
-		return errf("hcas.rateGbps", "must be positive, got %d", n.rateGbps)
+	if n.rateGbps < 0 || n.rateGbps > MaxRateGbps {
+		return errf("hcas.rateGbps", "must be 1..%d, got %d", MaxRateGbps, n.rateGbps)
 	}
 	if len(s.GPURails) == 0 {
 		for g := range n.gpuCount {

@@ -145,6 +145,30 @@ func TestParseErrors(t *testing.T) {
 			yaml: goodGroup + "faults:\n- node: n02\n  sysfs: {rail: 0, break: melted}\n",
 			want: []string{"sysfs.break", "melted"},
 		},
+		"imex daemon fault on a node without mnnvl": {
+			yaml: "nodeGroups:\n- name: h\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\nfaults:\n- node: h\n  imex: {daemon: NotReady}\n",
+			want: []string{"node h", "faults[0].imex.daemon", "runs no IMEX daemon"},
+		},
+		"unknown imex daemon state": {
+			yaml: goodGroup + "faults:\n- node: n02\n  imex: {daemon: Sleepy}\n",
+			want: []string{"node n02", "faults[0].imex.daemon", `"Sleepy"`},
+		},
+		"imex channel count out of range": {
+			yaml: goodGroup + "faults:\n- node: n02\n  imex: {channels: 0}\n",
+			want: []string{"node n02", "faults[0].imex.channels", "must be 1..1048576, got 0"},
+		},
+		"xid out of range": {
+			yaml: goodGroup + "faults:\n- node: n02\n  xid: {gpu: 0, xid: 0}\n",
+			want: []string{"node n02", "faults[0].xid.xid", "must be 1..65535, got 0"},
+		},
+		"xid on a gpu that does not exist": {
+			yaml: goodGroup + "faults:\n- node: n02\n  xid: {gpu: 4, xid: 79}\n",
+			want: []string{"node n02", "faults[0].xid.gpu", "GPU 4 does not exist"},
+		},
+		"unknown ecc type": {
+			yaml: goodGroup + "faults:\n- node: n02\n  ecc: {gpu: 1, type: TripleBit}\n",
+			want: []string{"node n02", "faults[0].ecc.type", `"TripleBit"`},
+		},
 		"not yaml": {
 			yaml: "nodeGroups: [",
 			want: []string{"bad.yaml"},
@@ -280,9 +304,85 @@ func TestDiscoverAll(t *testing.T) {
 	}
 	want := []row{
 		{"gb200-n01", "rack-1", 8, 1}, {"gb200-n02", "rack-1", 8, 1}, {"gb200-n03", "rack-1", 8, 1},
-		{"gb200-n04", "rack-1", 8, 1}, {"h100-n01", "rack-2", 14, 1}, {"h100-n02", "rack-2", 15, 1},
+		// h100-n01's gpu-7 is in MIG mode: 28 partitions, and its counter
+		// set in a slice of its own.
+		{"gb200-n04", "rack-1", 8, 1}, {"h100-n01", "rack-2", 41, 2}, {"h100-n02", "rack-2", 15, 1},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestBounds checks every limit of a fabric file: the error names the
+// file, the group (or faults) and the field; the limit itself is accepted.
+func TestBounds(t *testing.T) {
+	group := func(name, extra string) string {
+		return "- name: " + name + "\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n" + extra
+	}
+	faults := func(n int) string {
+		return "faults:\n" + strings.Repeat("- node: n0001\n  migEnabled: {}\n", n)
+	}
+	tests := map[string]struct {
+		yaml string
+		want []string // substrings of the error; none: accepted
+	}{
+		"count zero":        {yaml: group("n%04d", "  count: 0\n"), want: []string{"nodeGroups[0] (n%04d)", "count", "1..10000, got 0"}},
+		"count above limit": {yaml: group("n%04d", "  count: 10001\n"), want: []string{"nodeGroups[0] (n%04d)", "count", "1..10000, got 10001"}},
+		"count at limit":    {yaml: group("n%04d", "  count: 10000\n")},
+		"nodes over all groups": {yaml: group("n%04d", "  count: 6000\n") + group("m%04d", "  count: 4001\n"),
+			want: []string{"nodeGroups[1] (m%04d)", "count", "4001 more nodes make 10001, more than the limit of 10000"}},
+		"negative start":     {yaml: group("n%d", "  start: -1\n"), want: []string{"nodeGroups[0] (n%d)", "start", "0..1000000, got -1"}},
+		"start above limit":  {yaml: group("n%d", "  start: 1000001\n"), want: []string{"start", "0..1000000"}},
+		"start zero":         {yaml: group("n%d", "  start: 0\n")},
+		"gpus per node":      {yaml: "nodeGroups:\n- name: a\n  gpus: {model: H100, count: 17}\n  nvlink: {kind: nvswitch}\n", want: []string{"nodeGroups[0] (a)", "gpus.count", "1..16, got 17"}},
+		"hcas per node":      {yaml: group("a", "  hcas: {count: 17}\n"), want: []string{"nodeGroups[0] (a)", "hcas.count", "0..16, got 17"}},
+		"hcas at limit":      {yaml: group("a", "  hcas: {count: 16}\n")},
+		"numa nodes":         {yaml: group("a", "  numaNodes: 9\n"), want: []string{"numaNodes", "1..8, got 9"}},
+		"port rate":          {yaml: group("a", "  hcas: {count: 1, rateGbps: 100001}\n"), want: []string{"hcas.rateGbps", "1..100000, got 100001"}},
+		"pattern width":      {yaml: group("n%003d", "  count: 2\n"), want: []string{"nodeGroups[0] (n%003d)", "name", "width at most two digits"}},
+		"faults above limit": {yaml: group("n%04d", "  count: 1\n") + faults(10001), want: []string{"faults", "10001 entries, more than the limit of 10000"}},
+		"faults at limit":    {yaml: group("n%04d", "  count: 1\n") + faults(10000)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			data := tc.yaml
+			if !strings.HasPrefix(data, "nodeGroups:") {
+				data = "nodeGroups:\n" + data
+			}
+			_, err := gpumock.Parse("big.yaml", []byte(data))
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("a file at the limit is refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Parse succeeded, want an error")
+			}
+			for _, w := range append([]string{"big.yaml: "}, tc.want...) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestFileSizeLimit checks that a file over 8 MiB is refused before it is
+// parsed, by Parse and by LoadFile (which does not read it).
+func TestFileSizeLimit(t *testing.T) {
+	big := make([]byte, gpumock.MaxFileSize+1)
+	if _, err := gpumock.Parse("big.yaml", big); err == nil || !strings.Contains(err.Error(), "big.yaml: file is 8388609 bytes, more than the limit") {
+		t.Errorf("Parse error = %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "huge.yaml")
+	if err := os.WriteFile(path, []byte(goodGroup), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 1<<30); err != nil { // sparse: a 1 GiB file that LoadFile must not read
+		t.Fatal(err)
+	}
+	if _, err := gpumock.LoadFile(path); err == nil || !strings.Contains(err.Error(), path+": file is 1073741824 bytes") {
+		t.Errorf("LoadFile error = %v", err)
 	}
 }

@@ -17,6 +17,9 @@ type nodeFaults struct {
 	nvml      map[int]nvmlFault
 	mig       map[int]bool
 	sysfs     map[int][]string
+	imex      imexFault
+	// events are the node's xid and ecc faults in file order.
+	events []eventFault
 }
 
 type fabricFault struct {
@@ -39,10 +42,13 @@ const (
 	BreakNoRate       = "no-rate"
 	BreakGarbageGUID  = "garbage-guid"
 	BreakNoNUMA       = "no-numa"
+	// BreakMissing: the HCA is not enumerated at all (dead or pulled); its
+	// PCIe switch stays, and the kernel names the HCAs after it one lower.
+	BreakMissing = "missing"
 )
 
 func knownBreaks() []string {
-	return []string{BreakNoPort, BreakNoDeviceLink, BreakNoVerbs, BreakGarbageState, BreakGarbageRate, BreakNoRate, BreakGarbageGUID, BreakNoNUMA}
+	return []string{BreakNoPort, BreakNoDeviceLink, BreakNoVerbs, BreakGarbageState, BreakGarbageRate, BreakNoRate, BreakGarbageGUID, BreakNoNUMA, BreakMissing}
 }
 
 // applyFault validates fault i and records it on its node.
@@ -54,10 +60,11 @@ func (f *Fabric) applyFault(i int, s faultSpec) error {
 	errf := func(field, format string, args ...any) error {
 		return fmt.Errorf("node %s: faults[%d].%s: %s", s.Node, i, field, fmt.Sprintf(format, args...))
 	}
-	if s.FabricNotCompleted == nil && s.NVLinkDegraded == nil && s.PortDown == nil && s.NVMLError == nil && s.MIGEnabled == nil && s.Sysfs == nil {
+	if s.FabricNotCompleted == nil && s.NVLinkDegraded == nil && s.PortDown == nil && s.NVMLError == nil && s.MIGEnabled == nil && s.Sysfs == nil && s.IMEX == nil &&
+		s.XID == nil && s.ECC == nil {
 		return fmt.Errorf("node %s: faults[%d]: names no fault", s.Node, i)
 	}
-	for _, apply := range []func(*node, faultSpec, errFunc) error{applyFabric, applyNVLink, applyPort, applyNVML, applyMIG, applySysfs} {
+	for _, apply := range []func(*node, faultSpec, errFunc) error{applyFabric, applyNVLink, applyPort, applyNVML, applyMIG, applySysfs, applyIMEX, applyEvents} {
 		if err := apply(n, s, errf); err != nil {
 			return err
 		}

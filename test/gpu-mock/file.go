@@ -57,6 +57,23 @@ type faultSpec struct {
 	NVMLError          *nvmlFaultSpec   `json:"nvmlError,omitempty"`
 	MIGEnabled         *gpuSetFaultSpec `json:"migEnabled,omitempty"`
 	Sysfs              *sysfsFaultSpec  `json:"sysfs,omitempty"`
+	IMEX               *imexFaultSpec   `json:"imex,omitempty"`
+	XID                *xidFaultSpec    `json:"xid,omitempty"`
+	ECC                *eccFaultSpec    `json:"ecc,omitempty"`
+}
+
+// xidFaultSpec is an Xid error event of one GPU, delivered through the
+// mock's NVML event set once it is in the file.
+type xidFaultSpec struct {
+	GPU int    `json:"gpu"`
+	XID uint64 `json:"xid"`
+}
+
+// eccFaultSpec is an ECC error event of one GPU.
+type eccFaultSpec struct {
+	GPU int `json:"gpu"`
+	// Type is DoubleBit (uncorrectable, default) or SingleBit (corrected).
+	Type string `json:"type,omitempty"`
 }
 
 type gpuSetFaultSpec struct {
@@ -95,3 +112,30 @@ type sysfsFaultSpec struct {
 	// garbage-rate, no-rate, garbage-guid, no-numa.
 	Break string `json:"break"`
 }
+
+// imexFaultSpec breaks a multi-node NVLink node's IMEX support.
+type imexFaultSpec struct {
+	// Daemon is the IMEX daemon's state: NotReady (it answers NOT_READY)
+	// or Down (nothing answers). Empty leaves it READY.
+	Daemon string `json:"daemon,omitempty"`
+	// Channels overrides the driver's channel count (ImexChannelCount).
+	Channels *int `json:"channels,omitempty"`
+	// NoDriverSupport removes nvidia-caps-imex-channels from /proc/devices.
+	NoDriverSupport bool `json:"noDriverSupport,omitempty"`
+}
+
+// Bounds of a fabric file (docs/fabric-file.md, "Limits"). A file beyond
+// them is refused with an error naming the file, the group or fault and
+// the field, before any work proportional to the excess is done.
+const (
+	// MaxFileSize is checked before parsing.
+	MaxFileSize = 8 << 20
+	// MaxNodes counts expanded nodes over all groups.
+	MaxNodes       = 10000
+	MaxStart       = 1_000_000
+	MaxGPUsPerNode = 16
+	MaxHCAsPerNode = 16
+	MaxNUMANodes   = 8
+	MaxRateGbps    = 100_000
+	MaxFaults      = 10000
+)

@@ -17,7 +17,7 @@ import (
 // calls unset; this sets exactly the calls discovery makes (every other call
 // still panics) and derives UUIDs and bus ids from the node name and layout
 // so results are deterministic.
-func (n *node) newServer(lay layout) *server.Server {
+func (n *node) newServer(lay layout, fabricPath string) *server.Server {
 	s := n.model.newServer(gpus.Multiple(n.gpuCount, n.model.config)...)
 	if n.driverVersion != "" {
 		s.DriverVersion = n.driverVersion
@@ -29,6 +29,7 @@ func (n *node) newServer(lay layout) *server.Server {
 		if n.faults.mig[i] {
 			dev.MigMode = nvml.DEVICE_MIG_ENABLE
 		}
+		setMIG(dev)
 		n.setPCI(dev)
 		n.setNVLinks(i, dev)
 		n.setFabric(i, dev)
@@ -36,6 +37,7 @@ func (n *node) newServer(lay layout) *server.Server {
 			injectNVMLError(s, i, dev, f)
 		}
 	}
+	n.setEvents(s, fabricPath)
 	return s
 }
 

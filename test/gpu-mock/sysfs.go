@@ -137,8 +137,14 @@ func (n *node) writeSysfs(root string, lay layout) error {
 	for _, g := range lay.gpus {
 		w.pciDevice(g, "0x030200", "0x10de", g.numa)
 	}
+	missing := 0
 	for r, h := range lay.hcas {
 		breaks := n.faults.sysfs[r]
+		if slices.Contains(breaks, BreakMissing) {
+			// Not enumerated: the kernel names the later HCAs one lower.
+			missing++
+			continue
+		}
 		numa := h.numa
 		if slices.Contains(breaks, BreakNoNUMA) {
 			numa = -2 // no file
@@ -148,7 +154,7 @@ func (n *node) writeSysfs(root string, lay layout) error {
 			class = "0x020000"
 		}
 		w.pciDevice(h, class, "0x15b3", numa)
-		n.writeHCA(w, r, h, breaks)
+		n.writeHCA(w, r, r-missing, h, breaks)
 	}
 	return w.err
 }
@@ -170,8 +176,9 @@ func (w *treeWriter) pciDevice(d pciDevice, class, vendor string, numa int) {
 	}
 }
 
-func (n *node) writeHCA(w *treeWriter, rail int, h pciDevice, breaks []string) {
-	ibdev := fmt.Sprintf("mlx5_%d", rail)
+// writeHCA writes the HCA of rail as the kernel's RDMA device number ib.
+func (n *node) writeHCA(w *treeWriter, rail, ib int, h pciDevice, breaks []string) {
+	ibdev := fmt.Sprintf("mlx5_%d", ib)
 	dir := h.path() + "/infiniband/" + ibdev
 	w.dir(dir)
 	w.link("class/infiniband/"+ibdev, dir)
@@ -185,7 +192,7 @@ func (n *node) writeHCA(w *treeWriter, rail int, h pciDevice, breaks []string) {
 	}
 	w.file(dir+"/node_guid", guid+"\n")
 	if !slices.Contains(breaks, BreakNoVerbs) {
-		w.file(fmt.Sprintf("%s/infiniband_verbs/uverbs%d/ibdev", h.path(), rail), ibdev+"\n")
+		w.file(fmt.Sprintf("%s/infiniband_verbs/uverbs%d/ibdev", h.path(), ib), ibdev+"\n")
 	}
 	if slices.Contains(breaks, BreakNoPort) {
 		return
@@ -200,6 +207,9 @@ func (n *node) writeHCA(w *treeWriter, rail int, h pciDevice, breaks []string) {
 		stateLine = "banana\n"
 	}
 	w.file(port+"state", stateLine)
+	// The port GUID differs from the node GUID (one node, several ports).
+	pg := fmt.Sprintf("%x", sha256.Sum256([]byte(n.name+"/"+h.busID+"/port1")))
+	w.file(port+"gids/0", "fe80:0000:0000:0000:"+pg[0:4]+":"+pg[4:8]+":"+pg[8:12]+":"+pg[12:16]+"\n")
 	w.file(port+"phys_state", fmt.Sprintf("%d: %s\n", physStateNumbers()[phys], phys))
 	w.file(port+"link_layer", n.linkLayer+"\n")
 	switch {
@@ -233,8 +243,12 @@ func (n *node) writeDev(root string) error {
 	if n.hcaCount > 0 {
 		w.file("infiniband/rdma_cm", "")
 	}
+	ib := 0
 	for r := range n.hcaCount {
-		w.file(fmt.Sprintf("infiniband/uverbs%d", r), "")
+		if !slices.Contains(n.faults.sysfs[r], BreakMissing) {
+			w.file(fmt.Sprintf("infiniband/uverbs%d", ib), "")
+			ib++
+		}
 	}
 	return w.err
 }

@@ -56,6 +56,8 @@ type chartProfile struct {
 	metrics           bool
 	gpuNodeLabel      string
 	schedulerArgsWant []string
+	// lease is the Lease name the scheduler's Role may renew.
+	lease string
 }
 
 // TestChartTemplate renders the chart with each profile and checks what
@@ -81,18 +83,19 @@ scheduler:
 	profiles := []chartProfile{
 		{
 			name: "default", privileged: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
-			gpuNodeLabel:      "gpufabric.dev/gpu-node",
-			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--metrics-address=:8080"},
+			gpuNodeLabel: "gpufabric.dev/gpu-node", lease: schedName,
+			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--leader-elect-identity=$(POD_NAME)",
+				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--metrics-address=:8080"},
 		},
 		{
 			name: "mock", values: []string{mockValuesFile}, mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
-			gpuNodeLabel:      "gpufabric.dev/gpu-node",
+			gpuNodeLabel: "gpufabric.dev/gpu-node", lease: schedName,
 			schedulerArgsWant: []string{"--topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf", "--domain-channels=4"},
 		},
 		{
 			name: "custom", values: []string{custom}, privileged: true, replicas: 1,
-			gpuNodeLabel:      "nvidia.com/gpu.present",
-			schedulerArgsWant: []string{"--leader-elect=false", "--metrics-address="},
+			gpuNodeLabel: "nvidia.com/gpu.present", lease: "x",
+			schedulerArgsWant: []string{"--leader-elect=false", "--commit-record-namespace=$(POD_NAMESPACE)", "--metrics-address="},
 		},
 	}
 	for _, p := range profiles {
@@ -101,7 +104,7 @@ scheduler:
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkRBAC(t, r)
+			checkRBAC(t, r, p.lease)
 			checkPlugin(t, r, root, p)
 			checkScheduler(t, r, root, p)
 			checkClusterObjects(t, r, p)
@@ -109,8 +112,9 @@ scheduler:
 	}
 }
 
-// checkRBAC: each identity gets exactly the rules of its files/rbac file.
-func checkRBAC(t *testing.T, r *rendered) {
+// checkRBAC: each identity gets exactly the rules of its files/rbac file;
+// the scheduler's Role renews only the configured Lease.
+func checkRBAC(t *testing.T, r *rendered, lease string) {
 	for _, c := range []struct{ name, file string }{{pluginName, pluginRulesFile}, {schedName, schedulerRulesFile}} {
 		want, err := framework.LoadRules(c.file)
 		if err != nil {
@@ -126,6 +130,23 @@ func checkRBAC(t *testing.T, r *rendered) {
 			t.Errorf("ClusterRoleBinding %s: roleRef %s, subjects (-want +got):\n%s", c.name, binding.RoleRef.Name, diff)
 		}
 		get[*corev1.ServiceAccount](t, r, "ServiceAccount", c.name)
+	}
+	want, err := framework.LoadRules(framework.SchedulerNamespaceRulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if len(want[i].ResourceNames) > 0 {
+			want[i].ResourceNames = []string{lease}
+		}
+	}
+	role := get[*rbacv1.Role](t, r, "Role", schedName)
+	if diff := cmp.Diff(want, role.Rules); diff != "" {
+		t.Errorf("Role %s rules differ from %s (-want +got):\n%s", schedName, framework.SchedulerNamespaceRulesFile, diff)
+	}
+	binding := get[*rbacv1.RoleBinding](t, r, "RoleBinding", schedName)
+	if binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != schedName || len(binding.Subjects) != 1 || binding.Subjects[0].Name != schedName {
+		t.Errorf("RoleBinding %s: %+v %+v", schedName, binding.RoleRef, binding.Subjects)
 	}
 }
 
@@ -156,11 +177,11 @@ func checkPlugin(t *testing.T, r *rendered, root string, p chartProfile) {
 			t.Errorf("env %s: %+v, want fieldRef %s", name, e, path)
 		}
 	}
-	// Every variable is one the plugin reads (its flags' twins in run.go).
-	runGo := readFile(t, filepath.Join(root, "cmd/kubelet-plugin/run.go"))
+	// Every variable is one the plugin reads (its flags' twins in flags.go).
+	flagsGo := readFile(t, filepath.Join(root, "cmd/kubelet-plugin/flags.go"))
 	for name := range env {
-		if name != "LD_LIBRARY_PATH" && !strings.Contains(runGo, `"`+name+`"`) {
-			t.Errorf("env %s is not read by cmd/kubelet-plugin/run.go", name)
+		if name != "LD_LIBRARY_PATH" && !strings.Contains(flagsGo, `"`+name+`"`) {
+			t.Errorf("env %s is not read by cmd/kubelet-plugin/flags.go", name)
 		}
 	}
 	wantBackend := map[bool]string{true: "mock", false: "nvml"}[p.mock]
@@ -251,7 +272,7 @@ func checkScheduler(t *testing.T, r *rendered, root string, p chartProfile) {
 // checkClusterObjects: DeviceClasses, the admission policy, metrics Services.
 func checkClusterObjects(t *testing.T, r *rendered, p chartProfile) {
 	classes := 0
-	for _, typ := range []string{"gpu", "nic", "fabric-domain"} {
+	for _, typ := range []string{"gpu", "nic", "fabric-domain", "mig"} {
 		key := "DeviceClass/" + typ + ".gpufabric.dev"
 		if _, ok := r.typed[key]; !ok {
 			continue
@@ -263,7 +284,7 @@ func checkClusterObjects(t *testing.T, r *rendered, p chartProfile) {
 			t.Errorf("%s selectors %+v, want CEL %s", key, dc.Spec.Selectors, want)
 		}
 	}
-	if want := map[bool]int{true: 3, false: 0}[p.deviceClasses]; classes != want {
+	if want := map[bool]int{true: 4, false: 0}[p.deviceClasses]; classes != want {
 		t.Errorf("%d DeviceClasses, want %d", classes, want)
 	}
 	policyName := pluginName + "-resourceslices"
@@ -279,6 +300,7 @@ func checkClusterObjects(t *testing.T, r *rendered, p chartProfile) {
 			t.Errorf("policy match conditions %+v, want %s", vap.Spec.MatchConditions, want)
 		}
 	}
+	checkSchedulerPolicies(t, r, p)
 	for _, c := range []struct{ name, workload string }{{pluginName, "DaemonSet"}, {schedName, "Deployment"}} {
 		key := "Service/" + c.name + "-metrics"
 		if _, ok := r.typed[key]; ok != p.metrics {
@@ -366,5 +388,26 @@ func TestChartSchemaRejects(t *testing.T) {
 				t.Errorf("want a schema error mentioning %q, got:\n%v", c.want, err)
 			}
 		})
+	}
+}
+
+// checkSchedulerPolicies: the scheduler's scope and protected-objects
+// policies always, the fence with leader election, bound to its Lease.
+func checkSchedulerPolicies(t *testing.T, r *rendered, p chartProfile) {
+	for _, name := range []string{schedName + "-scope", schedName + "-protected", schedName + "-fence"} {
+		want := name != schedName+"-fence" || p.leaderElect
+		_, hasPolicy := r.typed["ValidatingAdmissionPolicy/"+name]
+		_, hasBinding := r.typed["ValidatingAdmissionPolicyBinding/"+name]
+		if hasPolicy != want || hasBinding != want {
+			t.Errorf("policy %s rendered %v, binding %v, want %v", name, hasPolicy, hasBinding, want)
+		}
+	}
+	if !p.leaderElect {
+		return
+	}
+	b := get[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, r, "ValidatingAdmissionPolicyBinding", schedName+"-fence")
+	if pr := b.Spec.ParamRef; pr == nil || pr.Name != p.lease || pr.Namespace != chartNamespace ||
+		pr.ParameterNotFoundAction == nil || *pr.ParameterNotFoundAction != admissionregistrationv1.AllowAction {
+		t.Errorf("fence binding paramRef %+v, want the Lease %s/%s, allowing without it (or nobody could write)", pr, chartNamespace, p.lease)
 	}
 }

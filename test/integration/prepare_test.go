@@ -112,7 +112,8 @@ func TestPluginPrepareOverGRPC(t *testing.T) {
 	}
 	spec, err := os.ReadFile(cdiSpecPath(p, worker.UID))
 	must(t, "read worker CDI spec", err)
-	for _, want := range []string{"NVIDIA_VISIBLE_DEVICES=GPU-", "NCCL_IB_HCA==mlx5_0", "/dev/infiniband/rdma_cm"} {
+	for _, want := range []string{"GPUFABRIC_GPU_UUIDS=GPU-", "NCCL_IB_HCA==mlx5_0", "/dev/infiniband/rdma_cm",
+		"/usr/lib/x86_64-linux-gnu/libcuda.so.", "/usr/bin/nvidia-smi", "update-ldcache", "NVIDIA_VISIBLE_DEVICES=void"} {
 		if !strings.Contains(string(spec), want) {
 			t.Errorf("worker CDI spec lacks %q:\n%s", want, spec)
 		}

@@ -64,17 +64,20 @@ const (
 func BenchmarkGang512(b *testing.B) {
 	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true})
 	admin := cp.AdminClient(b)
-	rules, err := framework.LoadRules(schedulerRulesFile)
-	benchMust(b, "load scheduler rules", err)
-	client := cp.ClientWithRules(b, topology.SchedulerName, rules)
+	benchMust(b, "grant scheduler rules", framework.GrantSchedulerRules(b.Context(), admin, topology.SchedulerName, recordNamespace))
+	cfg, err := cp.UserConfig(topology.SchedulerName)
+	benchMust(b, "user config", err)
+	client, err := kubernetes.NewForConfig(cfg)
+	benchMust(b, "client", err)
 	_, err = admin.ResourceV1().DeviceClasses().Create(b.Context(), schedDeviceClass(topology.GPUDeviceClass, placementtest.GPUSelector), metav1.CreateOptions{})
 	benchMust(b, "create device class", err)
 	reg := prometheus.NewRegistry()
 	metrics, err := scheduler.NewMetrics(reg)
 	benchMust(b, "create metrics", err)
 	startBenchScheduler(b, client, scheduler.Config{
-		Tree:    topology.TreeConfig{LabelLevels: []string{benchRackLabel, benchLeafLabel}},
-		Metrics: metrics,
+		RecordNamespace: recordNamespace,
+		Tree:            topology.TreeConfig{LabelLevels: []string{benchRackLabel, benchLeafLabel}},
+		Metrics:         metrics,
 	})
 
 	var sum benchResult

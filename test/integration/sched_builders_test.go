@@ -174,6 +174,9 @@ func startScheduler(t *testing.T, client kubernetes.Interface, cfg scheduler.Con
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
 	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), logger))
 	cfg.Client = client
+	if cfg.RecordNamespace == "" {
+		cfg.RecordNamespace = recordNamespace
+	}
 	if cfg.InitialBackoff == 0 {
 		cfg.InitialBackoff, cfg.MaxBackoff = 200*time.Millisecond, 2*time.Second
 	}
@@ -194,12 +197,20 @@ func (rs *runningScheduler) stop() {
 	<-rs.done
 }
 
-// schedulerClient returns a client with exactly the shipped scheduler rules.
+// recordNamespace is the scheduler's own namespace in the tests: its commit
+// records (and, in some tests, its Lease).
+const recordNamespace = "gpufabric-system"
+
+// schedulerClient returns a client with exactly the shipped scheduler rules
+// (the namespaced ones in recordNamespace).
 func schedulerClient(t *testing.T, cp *framework.ControlPlane, user string) kubernetes.Interface {
 	t.Helper()
-	rules, err := framework.LoadRules(schedulerRulesFile)
-	must(t, "load scheduler rules", err)
-	return cp.ClientWithRules(t, user, rules)
+	must(t, "grant scheduler rules", framework.GrantSchedulerRules(t.Context(), cp.AdminClient(t), user, recordNamespace))
+	cfg, err := cp.UserConfig(user)
+	must(t, "user config", err)
+	c, err := kubernetes.NewForConfig(cfg)
+	must(t, "client for "+user, err)
+	return c
 }
 
 // poll waits until cond returns nil, and fails the test with its last error.
@@ -207,8 +218,11 @@ func poll(t *testing.T, what string, timeout time.Duration, cond func(context.Co
 	t.Helper()
 	var last error
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		last = cond(ctx)
-		return last == nil, nil
+		err := cond(ctx)
+		if err == nil || ctx.Err() == nil || last == nil {
+			last = err // keep the last real answer over the deadline's
+		}
+		return err == nil, nil
 	})
 	if err != nil {
 		t.Fatalf("%s: %v (last: %v)", what, err, last)
@@ -217,9 +231,10 @@ func poll(t *testing.T, what string, timeout time.Duration, cond func(context.Co
 
 // gangState is what the API holds for one namespace's gang.
 type gangState struct {
-	pods   []corev1.Pod
-	claims []resourceapi.ResourceClaim
-	groups []schedulingv1beta1.PodGroup
+	pods    []corev1.Pod
+	claims  []resourceapi.ResourceClaim
+	groups  []schedulingv1beta1.PodGroup
+	records []string // commit records of the namespace's PodGroups
 }
 
 func readGang(ctx context.Context, c kubernetes.Interface, ns string) (*gangState, error) {
@@ -236,6 +251,15 @@ func readGang(ctx context.Context, c kubernetes.Interface, ns string) (*gangStat
 		return nil, err
 	}
 	st := &gangState{pods: pods.Items, claims: claims.Items, groups: groups.Items}
+	for _, g := range groups.Items {
+		_, err := c.CoreV1().ConfigMaps(recordNamespace).Get(ctx, scheduler.RecordName(g.UID), metav1.GetOptions{})
+		switch {
+		case err == nil:
+			st.records = append(st.records, g.Name)
+		case !apierrors.IsNotFound(err):
+			return nil, err
+		}
+	}
 	sort.Slice(st.pods, func(i, j int) bool { return st.pods[i].Name < st.pods[j].Name })
 	return st, nil
 }
@@ -262,7 +286,7 @@ func (st *gangState) allocated() int {
 
 // consistent checks the commit invariants of one namespace: every allocated
 // claim is reserved, every reservation names a live consumer (the PodGroup,
-// or a bound pod), and no intent annotation is left when requireDone.
+// or a bound pod), and no commit record is left when requireDone.
 func (st *gangState) consistent(requireDone bool) error {
 	var errs []error
 	podByUID := map[string]corev1.Pod{}
@@ -272,9 +296,9 @@ func (st *gangState) consistent(requireDone bool) error {
 	groupUIDs := map[string]bool{}
 	for _, g := range st.groups {
 		groupUIDs[string(g.UID)] = true
-		if _, ok := g.Annotations[scheduler.AnnotationPlacement]; ok && requireDone {
-			errs = append(errs, fmt.Errorf("podgroup %s keeps its intent annotation", g.Name))
-		}
+	}
+	if requireDone && len(st.records) > 0 {
+		errs = append(errs, fmt.Errorf("podgroups %v keep their commit records", st.records))
 	}
 	for _, c := range st.claims {
 		if c.Status.Allocation == nil {

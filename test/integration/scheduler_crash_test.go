@@ -33,12 +33,12 @@ func TestSchedulerCrashRecovery(t *testing.T) {
 	fabricCluster(t, admin, []string{"a", "b"}, 8, 4)
 	client := schedulerClient(t, cp, "gpufabric-scheduler")
 	const pods = 2
-	// N: intent, shared claim (finalizer, status), per-pod claims
-	// (finalizer, status) each, bindings, condition, clear intent.
+	// N: record, shared claim (finalizer, status), per-pod claims
+	// (finalizer, status) each, bindings, condition, clear record.
 	const writes = 1 + 2 + 2*pods + pods + 1 + 1
 	for k := 0; k <= writes; k++ {
 		t.Run(fmt.Sprintf("gang-killed-before-write-%d", k), func(t *testing.T) {
-			crashAndRecover(t, cp, client, crashCase{ns: fmt.Sprintf("crash-%d", k), k: k, pods: pods, claims: pods + 1, first: scheduler.StepIntent,
+			crashAndRecover(t, cp, client, crashCase{ns: fmt.Sprintf("crash-%d", k), k: k, pods: pods, claims: pods + 1, first: scheduler.StepRecord,
 				create: func(ns string) { createGang(t, admin, ns, "g", int32(pods), pods) }})
 		})
 	}
@@ -108,7 +108,7 @@ func crashAndRecover(t *testing.T, cp *framework.ControlPlane, client kubernetes
 	if len(steps) != k {
 		t.Fatalf("killed after %d writes, want %d", len(steps), k)
 	}
-	if err := phaseOrder(steps, tc.first == scheduler.StepIntent); err != nil {
+	if err := phaseOrder(steps, tc.first == scheduler.StepRecord); err != nil {
 		t.Fatalf("writes out of phase order: %v", err)
 	}
 
@@ -170,8 +170,8 @@ func allOrNothing(st *gangState, pods int) error {
 // is not written again by the per-pod phase.
 func phaseOrder(steps []string, withGroup bool) error {
 	rank := map[scheduler.Step]int{
-		scheduler.StepIntent: 0, scheduler.StepClaimFinalizer: 1, scheduler.StepClaimStatus: 1,
-		scheduler.StepBind: 2, scheduler.StepCondition: 3, scheduler.StepClearIntent: 4, scheduler.StepDone: 5,
+		scheduler.StepRecord: 0, scheduler.StepClaimFinalizer: 1, scheduler.StepClaimStatus: 1,
+		scheduler.StepBind: 2, scheduler.StepCondition: 3, scheduler.StepClearRecord: 4, scheduler.StepDone: 5,
 	}
 	last := -1
 	for i, s := range steps {

@@ -38,13 +38,13 @@ func TestSchedulerLeaderElection(t *testing.T) {
 		replicas[id] = r
 		go func() {
 			r.done <- scheduler.RunWithLeaderElection(ctx,
-				scheduler.Config{Client: client, DomainChannels: 2, InitialBackoff: 200 * time.Millisecond},
-				scheduler.LeaderElection{Namespace: ns, Identity: id, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond})
+				scheduler.Config{Client: client, RecordNamespace: recordNamespace, DomainChannels: 2, InitialBackoff: 200 * time.Millisecond},
+				scheduler.LeaderElection{Namespace: recordNamespace, Identity: id, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond})
 		}()
 		t.Cleanup(func() { cancel(); <-r.done })
 	}
 	holder := func(ctx context.Context) (string, error) {
-		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, "gpufabric-scheduler", metav1.GetOptions{})
+		l, err := admin.CoordinationV1().Leases(recordNamespace).Get(ctx, "gpufabric-scheduler", metav1.GetOptions{})
 		if err != nil {
 			return "", err
 		}

@@ -42,8 +42,8 @@ func TestSchedulerPlacesGangInOneDomain(t *testing.T) {
 		if b := st.bound(); b != 16 {
 			return fmt.Errorf("%d of 16 bound", b)
 		}
-		if _, ok := st.groups[0].Annotations[scheduler.AnnotationPlacement]; ok {
-			return fmt.Errorf("intent annotation not cleared yet")
+		if len(st.records) > 0 {
+			return fmt.Errorf("commit record not removed yet")
 		}
 		return nil
 	})

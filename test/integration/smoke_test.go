@@ -20,8 +20,9 @@ import (
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
-// schedulerRulesFile holds the RBAC rules the chart ships for the scheduler.
-const schedulerRulesFile = "deployments/helm/gpufabric/files/rbac/scheduler.yaml"
+// schedulerRulesFile holds the cluster-wide RBAC rules the chart ships for
+// the scheduler.
+const schedulerRulesFile = framework.SchedulerRulesFile
 
 // TestSmoke proves the control plane serves what gpufabric builds on: the
 // 1.37 gates keep every field of our objects, and the scheduler's shipped

@@ -76,8 +76,10 @@ func TestKubeletPreparesGroupClaim(t *testing.T) {
 	spec := filepath.Join(plugin.CDIRoot(), topology.DriverName+"-claim_"+string(claim.UID)+".json")
 	data, err := os.ReadFile(spec)
 	must(t, "read CDI spec", err)
-	if !strings.Contains(string(data), "NVIDIA_VISIBLE_DEVICES=GPU-") {
-		t.Errorf("CDI spec %s does not select a GPU by UUID:\n%s", spec, data)
+	for _, want := range []string{"GPUFABRIC_GPU_UUIDS=GPU-", "libcuda.so", "update-ldcache"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("CDI spec %s lacks %s (the GPU's UUID, the driver's files and hooks):\n%s", spec, want, data)
+		}
 	}
 
 	if err := mgr.PrepareResources(ctx, outsider); err == nil || !strings.Contains(err.Error(), "not allowed to use ResourceClaim") {

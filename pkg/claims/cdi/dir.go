@@ -14,7 +14,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpufabric/gpufabric/pkg/claims/checkpoint"
-	"github.com/gpufabric/gpufabric/pkg/claims/internal/fsutil"
+	"github.com/gpufabric/gpufabric/pkg/internal/fsutil"
 )
 
 // Dir is a CDI spec directory (e.g. /var/run/cdi) holding this driver's

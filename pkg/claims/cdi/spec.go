@@ -9,6 +9,7 @@
 package cdi
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -37,6 +38,9 @@ const (
 	AnnotationDevice         = topology.DriverName + "/device"
 	AnnotationShareID        = topology.DriverName + "/share-id"
 	AnnotationAdminAccess    = topology.DriverName + "/admin-access"
+	// AnnotationConfigEnv holds a device's config variables (see
+	// checkpoint.Device.ConfigEnv), one KEY=VALUE per line.
+	AnnotationConfigEnv = topology.DriverName + "/config-env"
 )
 
 // defaultMountOptions apply when a resolver gives none.
@@ -66,9 +70,17 @@ func DeviceID(name string) string { return Kind + "=" + name }
 // request gets the request-wide variables: for GPUs NVIDIA_VISIBLE_DEVICES
 // and GPUFABRIC_GPU_UUIDS (the request's GPU UUIDs), for NICs
 // NCCL_IB_HCA (exact-match form "=mlx5_0,mlx5_3") and GPUFABRIC_IB_DEVICES.
-// A device with no edits at all gets GPUFABRIC_DEVICE=<device name>, since
-// CDI rejects devices without edits.
-func BuildSpec(ref ClaimRef, devs []Device) (*cdispec.Spec, []string, error) {
+// The device's config variables (Result.ConfigEnv) come last. A device
+// with no edits at all gets GPUFABRIC_DEVICE=<device name>, since CDI
+// rejects devices without edits.
+//
+// driver, if set, are the driver installation's edits (libraries,
+// binaries, hooks; devices.DriverEdits): they become the spec's own edits,
+// which a runtime applies once for any device of the spec, when the claim
+// has a GPU. The container then gets everything from CDI, so
+// NVIDIA_VISIBLE_DEVICES is left to the driver edits ("void": a
+// nvidia-container-runtime in legacy mode must not inject the GPUs again).
+func BuildSpec(ref ClaimRef, devs []Device, driver *cdispec.ContainerEdits) (*cdispec.Spec, []string, error) {
 	if len(devs) == 0 {
 		return nil, nil, fmt.Errorf("claim %s has no devices", ref.UID)
 	}
@@ -80,7 +92,11 @@ func BuildSpec(ref ClaimRef, devs []Device) (*cdispec.Spec, []string, error) {
 			AnnotationClaimName:      ref.Name,
 		},
 	}
-	shared := requestEnv(devs)
+	withDriver := driver != nil && hasGPU(devs)
+	if withDriver {
+		spec.ContainerEdits = copyEdits(driver)
+	}
+	shared := requestEnv(devs, !withDriver)
 	names := deviceNames(ref.UID, devs)
 	ids := make([]string, len(devs))
 	for i, d := range devs {
@@ -128,11 +144,38 @@ func deviceAnnotations(r checkpoint.Device) map[string]string {
 	if r.AdminAccess {
 		a[AnnotationAdminAccess] = "true"
 	}
+	if len(r.ConfigEnv) > 0 {
+		a[AnnotationConfigEnv] = strings.Join(r.ConfigEnv, "\n")
+	}
 	return a
 }
 
-// requestEnv computes the request-wide variables, keyed by request and type.
-func requestEnv(devs []Device) map[string][]string {
+func hasGPU(devs []Device) bool {
+	for _, d := range devs {
+		if d.Type == topology.DeviceTypeGPU {
+			return true
+		}
+	}
+	return false
+}
+
+// copyEdits deep-copies edits through JSON (they are plain data), so that
+// a cached value is never shared with a spec.
+func copyEdits(e *cdispec.ContainerEdits) cdispec.ContainerEdits {
+	var out cdispec.ContainerEdits
+	data, err := json.Marshal(e)
+	if err == nil {
+		err = json.Unmarshal(data, &out)
+	}
+	if err != nil {
+		return *e
+	}
+	return out
+}
+
+// requestEnv computes the request-wide variables, keyed by request and
+// type; NVIDIA_VISIBLE_DEVICES only with visible.
+func requestEnv(devs []Device, visible bool) map[string][]string {
 	gpus := map[string][]string{}
 	ibs := map[string][]string{}
 	var order []string
@@ -154,9 +197,11 @@ func requestEnv(devs []Device) map[string][]string {
 	env := map[string][]string{}
 	for _, req := range order {
 		if g := strings.Join(gpus[req], ","); g != "" {
-			env[req+"\x00"+topology.DeviceTypeGPU] = []string{
-				claims.EnvVisibleDevices + "=" + g, claims.EnvGPUUUIDs + "=" + g,
+			e := []string{claims.EnvGPUUUIDs + "=" + g}
+			if visible {
+				e = append([]string{claims.EnvVisibleDevices + "=" + g}, e...)
 			}
+			env[req+"\x00"+topology.DeviceTypeGPU] = e
 		}
 		if n := strings.Join(ibs[req], ","); n != "" {
 			env[req+"\x00"+topology.DeviceTypeNIC] = []string{
@@ -170,9 +215,15 @@ func requestEnv(devs []Device) map[string][]string {
 func containerEdits(d Device, shared []string) cdispec.ContainerEdits {
 	var e cdispec.ContainerEdits
 	for _, n := range d.Edits.DeviceNodes {
-		e.DeviceNodes = append(e.DeviceNodes, &cdispec.DeviceNode{
+		dn := &cdispec.DeviceNode{
 			Path: n.Path, HostPath: n.HostPath, Permissions: n.Permissions,
-		})
+			Type: n.Type, Major: n.Major, Minor: n.Minor,
+		}
+		if n.FileMode != 0 {
+			mode := n.FileMode
+			dn.FileMode = &mode
+		}
+		e.DeviceNodes = append(e.DeviceNodes, dn)
 	}
 	for _, m := range d.Edits.Mounts {
 		opts := m.Options
@@ -183,7 +234,7 @@ func containerEdits(d Device, shared []string) cdispec.ContainerEdits {
 			HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: opts, Type: "bind",
 		})
 	}
-	e.Env = append(append(e.Env, d.Edits.Env...), shared...)
+	e.Env = append(append(append(e.Env, d.Edits.Env...), shared...), d.Result.ConfigEnv...)
 	if len(e.Env) == 0 && len(e.DeviceNodes) == 0 && len(e.Mounts) == 0 {
 		e.Env = []string{"GPUFABRIC_DEVICE=" + d.Result.Device}
 	}
@@ -211,11 +262,15 @@ func ParseClaim(spec *cdispec.Spec) (*checkpoint.Claim, error) {
 		if a[AnnotationPool] == "" || a[AnnotationDevice] == "" {
 			return nil, fmt.Errorf("spec device %q lacks pool or device annotation", d.Name)
 		}
-		c.Devices = append(c.Devices, checkpoint.Device{
+		dev := checkpoint.Device{
 			Request: a[AnnotationRequest], Pool: a[AnnotationPool], Device: a[AnnotationDevice],
 			ShareID: a[AnnotationShareID], AdminAccess: a[AnnotationAdminAccess] == "true",
 			CDIDeviceIDs: []string{DeviceID(d.Name)},
-		})
+		}
+		if env := a[AnnotationConfigEnv]; env != "" {
+			dev.ConfigEnv = strings.Split(env, "\n")
+		}
+		c.Devices = append(c.Devices, dev)
 	}
 	c.Fingerprint = checkpoint.Fingerprint(c.Devices)
 	return c, nil

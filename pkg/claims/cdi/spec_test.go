@@ -42,7 +42,7 @@ func TestBuildSpec(t *testing.T) {
 			Type:   topology.DeviceTypeFabricDomain,
 		},
 	}
-	spec, ids, err := BuildSpec(ref, devs)
+	spec, ids, err := BuildSpec(ref, devs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +74,38 @@ func TestBuildSpec(t *testing.T) {
 	}
 }
 
+// TestConfigEnv checks that a device's config variables come after the
+// driver's and read back from the spec with ParseClaim (a rebuilt
+// checkpoint entry then has the same fingerprint).
+func TestConfigEnv(t *testing.T) {
+	d := gpu("gpus", 0, "GPU-a")
+	d.Result.ConfigEnv = []string{"NCCL_ALGO=Ring", "NCCL_DEBUG="}
+	spec, _, err := BuildSpec(ClaimRef{UID: "u"}, []Device{d, gpu("other", 1, "GPU-b")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"NVIDIA_VISIBLE_DEVICES=GPU-a", "GPUFABRIC_GPU_UUIDS=GPU-a", "NCCL_ALGO=Ring", "NCCL_DEBUG="}
+	if diff := cmp.Diff(want, spec.Devices[0].ContainerEdits.Env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	got, err := ParseClaim(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(d.Result.ConfigEnv, got.Devices[0].ConfigEnv); diff != "" || got.Devices[1].ConfigEnv != nil {
+		t.Errorf("parsed config env (-want +got):\n%s; other device %q", diff, got.Devices[1].ConfigEnv)
+	}
+	devs := []checkpoint.Device{d.Result, gpu("other", 1, "GPU-b").Result}
+	if got.Fingerprint != checkpoint.Fingerprint(devs) {
+		t.Error("the parsed claim's fingerprint differs from the prepared one")
+	}
+}
+
 func TestBuildSpecDuplicateDeviceNames(t *testing.T) {
 	d := gpu("r", 0, "GPU-a")
 	d2 := d
 	d2.Result.ShareID = "s2"
-	_, ids, err := BuildSpec(ClaimRef{UID: "u"}, []Device{d, d2})
+	_, ids, err := BuildSpec(ClaimRef{UID: "u"}, []Device{d, d2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +120,7 @@ func TestDirWriteListRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := ClaimRef{UID: "0b7a3c2e-5d1f-4a8b-9c6e-2f4d8a1b3c5e", Namespace: "ns", Name: "c"}
-	spec, ids, err := BuildSpec(ref, []Device{gpu("gpus", 3, "GPU-x")})
+	spec, ids, err := BuildSpec(ref, []Device{gpu("gpus", 3, "GPU-x")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

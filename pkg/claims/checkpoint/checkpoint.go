@@ -20,6 +20,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -51,6 +52,10 @@ type Device struct {
 	ShareID      string   `json:"shareID,omitempty"`
 	AdminAccess  bool     `json:"adminAccess,omitempty"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+	// ConfigEnv are the KEY=VALUE variables the claim's opaque configs
+	// give the device's request (sorted), recorded so that a redo after a
+	// restart or reboot writes the same CDI spec.
+	ConfigEnv []string `json:"configEnv,omitempty"`
 }
 
 // Key identifies the device (or the device share) for double-booking checks.
@@ -105,11 +110,17 @@ func (c *Checkpoint) Holders() map[string]*Claim {
 }
 
 // Fingerprint is a short, order-independent hash of a claim's devices
-// (request, pool, device, share and admin access; not the CDI ids).
+// (request, pool, device, share, admin access and config variables; not
+// the CDI ids). Devices without config variables hash as before they
+// existed.
 func Fingerprint(devices []Device) string {
 	lines := make([]string, 0, len(devices))
 	for _, d := range devices {
-		lines = append(lines, d.Request+"\x00"+d.Key()+"\x00"+strconv.FormatBool(d.AdminAccess))
+		line := d.Request + "\x00" + d.Key() + "\x00" + strconv.FormatBool(d.AdminAccess)
+		if len(d.ConfigEnv) > 0 {
+			line += "\x00" + strings.Join(d.ConfigEnv, "\x00")
+		}
+		lines = append(lines, line)
 	}
 	slices.Sort(lines)
 	h := sha256.New()

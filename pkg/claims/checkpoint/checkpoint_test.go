@@ -173,3 +173,18 @@ func TestHolders(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+func TestFingerprintConfigEnv(t *testing.T) {
+	a := Device{Request: "r", Pool: "p", Device: "gpu-0"}
+	b := a
+	b.ConfigEnv = []string{"NCCL_DEBUG=INFO"}
+	c := a
+	c.ConfigEnv = []string{"NCCL_DEBUG=WARN"}
+	const before = "e68003c7a6f8dfa1" // Fingerprint([]Device{a}) before config variables existed
+	if got := Fingerprint([]Device{a}); got != before {
+		t.Errorf("fingerprint without config env changed: %s, want %s", got, before)
+	}
+	if Fingerprint([]Device{a}) == Fingerprint([]Device{b}) || Fingerprint([]Device{b}) == Fingerprint([]Device{c}) {
+		t.Error("config variables do not change the fingerprint")
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpufabric/gpufabric/pkg/claims/internal/fsutil"
+	"github.com/gpufabric/gpufabric/pkg/internal/fsutil"
 )
 
 // FileName is the checkpoint's file name inside the state directory.

@@ -34,6 +34,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpufabric/gpufabric/pkg/claims"
 	"github.com/gpufabric/gpufabric/pkg/claims/cdi"
@@ -68,8 +69,13 @@ type Config struct {
 	// Resolver resolves node-local devices (required).
 	Resolver claims.DeviceResolver
 	// Channels resolves fabric-domain channels. Default:
-	// claims.FabricChannelResolver{} (no domain check, IMEX nodes under /).
+	// claims.FabricChannelResolver{} (no domain check, no IMEX channels).
 	Channels claims.ChannelResolver
+	// DriverEdits, if set, returns the driver installation's container
+	// edits (libraries, binaries, hooks: devices.DriverEdits), which every
+	// claim with a GPU gets as its spec's own edits. An error fails the
+	// claim (ErrCDI): a GPU without its driver would fail in the pod.
+	DriverEdits func(ctx context.Context) (*cdispec.ContainerEdits, error)
 	// ClaimGetter, if set, drops claims that no longer exist in the API
 	// when the state is rebuilt from CDI specs.
 	ClaimGetter claims.ClaimGetter

@@ -26,6 +26,8 @@ var (
 	ErrCDI = errors.New("cdi spec")
 	// ErrCheckpoint: the checkpoint could not be read or written.
 	ErrCheckpoint = errors.New("checkpoint")
+	// ErrConfig: a gpufabric.dev opaque config of the claim is invalid.
+	ErrConfig = errors.New("invalid opaque config")
 )
 
 // reason is the metric label of an error.
@@ -39,6 +41,10 @@ func reason(err error) string {
 		return "not_on_node"
 	case errors.Is(err, ErrDoubleBooked):
 		return "double_booked"
+	case errors.Is(err, ErrConfig):
+		return "config"
+	case errors.Is(err, claims.ErrIMEXNotReady), errors.Is(err, claims.ErrIMEXUnavailable):
+		return "imex"
 	case errors.Is(err, claims.ErrUnknownDevice):
 		return "unknown_device"
 	case errors.Is(err, ErrResolve):

@@ -25,7 +25,9 @@ func ExampleNewDriver() {
 		CDIRoot:  "/var/run/cdi",
 		StateDir: "/var/lib/kubelet/plugins/gpufabric.dev",
 		Resolver: resolver,
-		Channels: claims.FabricChannelResolver{LocalDomainID: "<this node's nvlinkDomain>", DevRoot: "/"},
+		// IMEX from pkg/devices' inventory (major, channel count) and the
+		// node's IMEX daemon (devices.Backend.IMEXStatus).
+		Channels: claims.FabricChannelResolver{LocalDomainID: "<this node's nvlinkDomain>", IMEX: &claims.IMEX{}},
 		// ClaimGetter: client-go ResourceClaims(ns).Get, via claims.ClaimGetterFunc.
 		Registry:      prometheus.NewRegistry(),
 		HealthUpdates: health, // fed by the device health monitor

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -80,6 +82,9 @@ type env struct {
 	resolver *fakeResolver
 	getter   claims.ClaimGetter
 	noSync   bool
+	// imexReady is what the IMEX daemon answers; imexAsked counts asks.
+	imexReady atomic.Bool
+	imexAsked atomic.Int32
 
 	mu     sync.Mutex
 	events []Event
@@ -94,13 +99,7 @@ func newEnv(t testing.TB) *env {
 		bootPath: filepath.Join(dir, "boot_id"), devRoot: filepath.Join(dir, "host"),
 	}
 	e.setBootID("boot-1")
-	imex := filepath.Join(e.devRoot, claims.IMEXChannelPath(1))
-	if err := os.MkdirAll(filepath.Dir(imex), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(imex, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	e.imexReady.Store(true)
 	return e
 }
 
@@ -115,7 +114,7 @@ func (e *env) config() Config {
 	return Config{
 		NodeName: testNode, CDIRoot: e.cdiRoot, StateDir: e.stateDir, BootIDPath: e.bootPath,
 		Resolver:    e.resolver,
-		Channels:    claims.FabricChannelResolver{LocalDomainID: testDomain, DevRoot: e.devRoot},
+		Channels:    claims.FabricChannelResolver{LocalDomainID: testDomain, IMEX: e.imex()},
 		ClaimGetter: e.getter,
 		Registry:    prometheus.NewRegistry(),
 		OnEvent: func(_ context.Context, ev Event) {
@@ -124,6 +123,21 @@ func (e *env) config() Config {
 			e.events = append(e.events, ev)
 		},
 		DisableFsync: e.noSync,
+	}
+}
+
+// imex is a driver with 16 IMEX channels whose daemon answers imexReady;
+// a wait for it gives up after 200ms.
+func (e *env) imex() *claims.IMEX {
+	return &claims.IMEX{
+		Major: 511, Channels: 16, ReadyTimeout: 200 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+		Ready: func(context.Context) (bool, string, error) {
+			e.imexAsked.Add(1)
+			if e.imexReady.Load() {
+				return true, "READY", nil
+			}
+			return false, "NOT_READY", nil
+		},
 	}
 }
 

@@ -52,6 +52,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts(opts("recovered_claims_total",
 			"Claims redone or rolled back during recovery, by action.")), []string{"action"}),
 	}
+	// Every reason's series exists from the start, at zero (alerts on a
+	// rate need the series before the first error).
+	for _, r := range []string{"not_allocated", "no_devices", "not_on_node", "double_booked", "config", "unknown_device", "resolve", "cdi", "checkpoint", "other"} {
+		m.prepareErrors.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/claims"
 	"github.com/gpufabric/gpufabric/pkg/claims/cdi"
 	"github.com/gpufabric/gpufabric/pkg/claims/checkpoint"
+	"github.com/gpufabric/gpufabric/pkg/claims/config"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -32,7 +34,6 @@ const (
 type plan struct {
 	claim *resourceapi.ResourceClaim
 	entry *checkpoint.Claim
-	spec  *cdispec.Spec
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin. It prepares
@@ -44,6 +45,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, rcs []*resourceapi.R
 	start := time.Now()
 	defer func() { d.metrics.prepareSeconds.Observe(time.Since(start).Seconds()) }()
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(rcs))
+	notReady := d.waitChannels(ctx, rcs)
 	s, release, err := d.begin(ctx)
 	if err != nil {
 		for _, rc := range rcs {
@@ -58,6 +60,10 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, rcs []*resourceapi.R
 	for _, rc := range rcs {
 		if planned[rc.UID] {
 			continue // the same claim twice in one call
+		}
+		if err := notReady[rc.UID]; err != nil {
+			results[rc.UID] = d.prepareFailed(ctx, rc, err)
+			continue
 		}
 		p, err := d.planClaim(ctx, s.cp, holders, rc)
 		switch {
@@ -79,17 +85,50 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, rcs []*resourceapi.R
 	return results, nil
 }
 
+// waitChannels waits until the node can serve the fabric-domain channels
+// of the claims (Channels.WaitReady, e.g. the IMEX daemon), once per domain
+// and call, before the state is locked: a slow daemon never blocks other
+// claims' prepare or unprepare. It returns the error of each claim whose
+// domain is not ready.
+func (d *Driver) waitChannels(ctx context.Context, rcs []*resourceapi.ResourceClaim) map[types.UID]error {
+	checked := map[string]error{}
+	out := map[types.UID]error{}
+	for _, rc := range rcs {
+		if rc.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range rc.Status.Allocation.Devices.Results {
+			if r.Driver != topology.DriverName || !strings.HasPrefix(r.Pool, fabricPoolPrefix) {
+				continue
+			}
+			domain := strings.TrimPrefix(r.Pool, fabricPoolPrefix)
+			err, done := checked[domain]
+			if !done {
+				err = d.cfg.Channels.WaitReady(ctx, domain)
+				checked[domain] = err
+			}
+			if err != nil && out[rc.UID] == nil {
+				out[rc.UID] = fmt.Errorf("%w %s of pool %s: %w", ErrResolve, r.Device, r.Pool, err)
+			}
+		}
+	}
+	return out
+}
+
 func (d *Driver) prepareFailed(ctx context.Context, rc *resourceapi.ResourceClaim, err error) kubeletplugin.PrepareResult {
 	d.metrics.prepareErrors.WithLabelValues(reason(err)).Inc()
 	klog.FromContext(ctx).Error(err, "Cannot prepare claim", "claim", klog.KObj(rc), "uid", rc.UID)
 	return kubeletplugin.PrepareResult{Err: fmt.Errorf("prepare claim %s/%s: %w", rc.Namespace, rc.Name, err)}
 }
 
-// planClaim checks one claim and computes its CDI spec. It returns nil,nil
+// planClaim checks one claim and its devices. It returns nil,nil
 // if the claim is already prepared with this allocation in this boot.
 func (d *Driver) planClaim(ctx context.Context, cp *checkpoint.Checkpoint, holders map[string]*checkpoint.Claim, rc *resourceapi.ResourceClaim) (*plan, error) {
 	devs, err := ourDevices(rc)
 	if err != nil {
+		return nil, err
+	}
+	if err := applyConfigs(rc, devs); err != nil {
 		return nil, err
 	}
 	fp := checkpoint.Fingerprint(devs)
@@ -106,28 +145,23 @@ func (d *Driver) planClaim(ctx context.Context, cp *checkpoint.Checkpoint, holde
 				ErrDoubleBooked, dev.Device, dev.Pool, h.Namespace, h.Name, h.UID)
 		}
 	}
-	cdevs, err := d.resolve(devs)
-	if err != nil {
+	// Checked now, made (on-demand devices) once the claim is Started.
+	if _, err := d.resolve(ctx, devs, false); err != nil {
 		return nil, err
-	}
-	spec, ids, err := cdi.BuildSpec(cdi.ClaimRef{UID: rc.UID, Namespace: rc.Namespace, Name: rc.Name}, cdevs)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCDI, err)
-	}
-	for i := range devs {
-		devs[i].CDIDeviceIDs = []string{ids[i]}
 	}
 	entry := &checkpoint.Claim{
 		UID: rc.UID, Namespace: rc.Namespace, Name: rc.Name,
 		State: checkpoint.StatePrepareStarted, BootID: d.bootID, Fingerprint: fp,
 		Devices: devs, UpdatedAt: d.cfg.Now().UTC(),
 	}
-	return &plan{claim: rc, entry: entry, spec: spec}, nil
+	return &plan{claim: rc, entry: entry}, nil
 }
 
-// execute records the planned claims as Started, writes their CDI specs,
-// and records them as Completed: two durable checkpoint writes per call,
-// whatever the number of claims.
+// execute records the planned claims as Started, makes their on-demand
+// devices, writes their CDI specs, and records them as Completed: two
+// durable checkpoint writes per call, whatever the number of claims. A
+// claim that fails after Started is undone (its on-demand devices
+// destroyed, its spec removed) before the Completed write drops it.
 func (d *Driver) execute(ctx context.Context, s *session, todo []*plan, results map[types.UID]kubeletplugin.PrepareResult) {
 	if len(todo) == 0 {
 		return
@@ -143,8 +177,9 @@ func (d *Driver) execute(ctx context.Context, s *session, todo []*plan, results 
 	}
 	var done []*plan
 	for _, p := range todo {
-		if err := d.specs.Write(p.claim.UID, p.spec); err != nil {
-			results[p.claim.UID] = d.prepareFailed(ctx, p.claim, fmt.Errorf("%w: %w", ErrCDI, err))
+		if err := d.writeSpec(ctx, p.entry); err != nil {
+			results[p.claim.UID] = d.prepareFailed(ctx, p.claim, err)
+			_ = d.undoOnDemand(ctx, p.entry) // logged
 			_ = d.specs.Remove(p.claim.UID)
 			delete(s.cp.Claims, p.claim.UID)
 			continue
@@ -190,13 +225,87 @@ func ourDevices(rc *resourceapi.ResourceClaim) ([]checkpoint.Device, error) {
 	return devs, nil
 }
 
-// resolve asks the resolvers what each device needs.
-func (d *Driver) resolve(devs []checkpoint.Device) ([]cdi.Device, error) {
+// applyConfigs sets each device's ConfigEnv from the claim's gpufabric.dev
+// opaque configs (see package config); an invalid one fails the claim.
+func applyConfigs(rc *resourceapi.ResourceClaim, devs []checkpoint.Device) error {
+	requests := make([]string, 0, len(devs))
+	for _, d := range devs {
+		requests = append(requests, d.Request)
+	}
+	env, err := config.RequestEnv(rc.Status.Allocation.Devices.Config, requests)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	for i := range devs {
+		devs[i].ConfigEnv = env[devs[i].Request]
+	}
+	return nil
+}
+
+// writeSpec makes the claim's on-demand devices, builds its CDI spec from
+// all devices' edits and writes it; the devices' CDI ids are set.
+func (d *Driver) writeSpec(ctx context.Context, c *checkpoint.Claim) error {
+	cdevs, err := d.resolve(ctx, c.Devices, true)
+	if err != nil {
+		return err
+	}
+	var driver *cdispec.ContainerEdits
+	if d.cfg.DriverEdits != nil && slices.ContainsFunc(cdevs, func(cd cdi.Device) bool { return cd.Type == topology.DeviceTypeGPU }) {
+		if driver, err = d.cfg.DriverEdits(ctx); err != nil {
+			return fmt.Errorf("%w: driver files: %w", ErrCDI, err)
+		}
+	}
+	spec, ids, err := cdi.BuildSpec(cdi.ClaimRef{UID: c.UID, Namespace: c.Namespace, Name: c.Name}, cdevs, driver)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCDI, err)
+	}
+	if err := d.specs.Write(c.UID, spec); err != nil {
+		return fmt.Errorf("%w: %w", ErrCDI, err)
+	}
+	for i := range c.Devices {
+		c.Devices[i].CDIDeviceIDs = []string{ids[i]}
+	}
+	return nil
+}
+
+// onDemand reports whether the resolver makes dev at prepare.
+func (d *Driver) onDemand(dev checkpoint.Device) (claims.DevicePreparer, bool) {
+	p, ok := d.cfg.Resolver.(claims.DevicePreparer)
+	return p, ok && dev.Pool == d.cfg.PoolName && p.OnDemand(dev.Device)
+}
+
+// undoOnDemand destroys a claim's on-demand devices, logging failures; it
+// returns the first.
+func (d *Driver) undoOnDemand(ctx context.Context, c *checkpoint.Claim) error {
+	var first error
+	for _, dev := range c.Devices {
+		if p, ok := d.onDemand(dev); ok {
+			if err := p.UnprepareDevice(ctx, dev.Device); err != nil {
+				klog.FromContext(ctx).Error(err, "Cannot destroy device", "claim", klog.KRef(c.Namespace, c.Name), "device", dev.Device)
+				if first == nil {
+					first = fmt.Errorf("%w %s: %w", ErrResolve, dev.Device, err)
+				}
+			}
+		}
+	}
+	return first
+}
+
+// resolve asks the resolvers what each device needs. On-demand devices
+// (claims.DevicePreparer) are made when create is set; otherwise they are
+// only checked to be known, and get no edits.
+func (d *Driver) resolve(ctx context.Context, devs []checkpoint.Device, create bool) ([]cdi.Device, error) {
 	out := make([]cdi.Device, 0, len(devs))
 	for _, dev := range devs {
 		cd := cdi.Device{Result: dev, Type: deviceType(dev)}
+		prep, onDemand := d.onDemand(dev)
 		var err error
 		switch {
+		case onDemand && dev.AdminAccess:
+			err = fmt.Errorf("admin access to a device made at prepare is not supported: %w", claims.ErrUnknownDevice)
+		case onDemand && create:
+			cd.Edits, err = prep.PrepareDevice(ctx, dev.Device)
+		case onDemand:
 		case cd.Type == topology.DeviceTypeFabricDomain:
 			n, perr := strconv.Atoi(strings.TrimPrefix(dev.Device, channelPrefix))
 			if perr != nil || !strings.HasPrefix(dev.Device, channelPrefix) {

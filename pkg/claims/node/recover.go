@@ -11,7 +11,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufabric/gpufabric/pkg/claims/cdi"
 	"github.com/gpufabric/gpufabric/pkg/claims/checkpoint"
 )
 
@@ -158,29 +157,22 @@ func (d *Driver) redoReason(c *checkpoint.Claim, startup bool) string {
 	return ""
 }
 
-// redo repeats a claim's side effects from its checkpoint entry.
+// redo repeats a claim's side effects from its checkpoint entry (making
+// its on-demand devices again, or finding them).
 func (d *Driver) redo(ctx context.Context, c *checkpoint.Claim) error {
-	cdevs, err := d.resolve(c.Devices)
-	if err != nil {
+	if err := d.writeSpec(ctx, c); err != nil {
 		return err
-	}
-	spec, ids, err := cdi.BuildSpec(cdi.ClaimRef{UID: c.UID, Namespace: c.Namespace, Name: c.Name}, cdevs)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrCDI, err)
-	}
-	if err := d.specs.Write(c.UID, spec); err != nil {
-		return fmt.Errorf("%w: %w", ErrCDI, err)
-	}
-	for i := range c.Devices {
-		c.Devices[i].CDIDeviceIDs = []string{ids[i]}
 	}
 	c.State, c.BootID, c.UpdatedAt = checkpoint.StatePrepareCompleted, d.bootID, d.cfg.Now().UTC()
 	return nil
 }
 
-// drop removes a claim's spec and checkpoint entry and reports why.
+// drop removes a claim's on-demand devices, spec and checkpoint entry and
+// reports why.
 func (d *Driver) drop(ctx context.Context, cp *checkpoint.Checkpoint, c *checkpoint.Claim, reason, why string) {
 	logger := klog.FromContext(ctx)
+	_ = d.undoOnDemand(ctx, c) // logged; a leftover instance is the operator's to see
+
 	if err := d.specs.Remove(c.UID); err != nil {
 		logger.Error(err, "Cannot remove CDI spec", "claim", klog.KRef(c.Namespace, c.Name))
 	}

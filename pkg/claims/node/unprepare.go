@@ -32,11 +32,19 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, refs []kubeletplug
 	var removed []kubeletplugin.NamespacedObject
 	for _, r := range refs {
 		results[r.UID] = nil
+		entry := s.cp.Claims[r.UID]
+		if entry != nil {
+			// Devices made at prepare go first: if that fails, the claim
+			// stays prepared and the kubelet retries.
+			if err := d.undoOnDemand(ctx, entry); err != nil {
+				results[r.UID] = d.unprepareFailed(ctx, r, err)
+				continue
+			}
+		}
 		if err := d.specs.Remove(r.UID); err != nil {
 			results[r.UID] = d.unprepareFailed(ctx, r, fmt.Errorf("%w: %w", ErrCDI, err))
 			continue
 		}
-		entry := s.cp.Claims[r.UID]
 		if entry == nil {
 			logger.V(4).Info("Claim is not prepared, nothing to undo", "claim", r)
 			continue

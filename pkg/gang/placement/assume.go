@@ -5,31 +5,42 @@ import (
 	"fmt"
 	"sort"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // decision turns a winning attempt into a Decision.
 func (p *placer) decision(l *topology.Level, att *attempt) *Decision {
-	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Score: att.score, Stats: p.stats}
+	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Score: att.score, Stats: p.stats, Warnings: p.warnings}
 	for i, c := range p.sharedClaims {
 		d.Claims = append(d.Claims, ClaimAllocation{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Shared: true, Allocation: att.shared[i]})
 	}
-	for mi, m := range p.g.Members {
-		d.Pods = append(d.Pods, PodPlacement{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID, Node: att.memberNode[mi].node.Name})
-		for ci, c := range att.memberClm[mi] {
-			d.Claims = append(d.Claims, ClaimAllocation{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Pod: m.Pod.Name, Allocation: att.memberRes[mi][ci]})
+	for i, mi := range att.members {
+		m := p.g.Members[mi]
+		d.Pods = append(d.Pods, PodPlacement{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID, Node: att.memberNode[i].node.Name})
+		for ci, c := range att.memberClm[i] {
+			d.Claims = append(d.Claims, ClaimAllocation{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Pod: m.Pod.Name, Allocation: att.memberRes[i][ci]})
 		}
 	}
 	return d
 }
 
 // unschedulable builds the report: the levels tried, and per-node check
-// counts for the first member's shape over all nodes plus the refusals seen
-// while verifying.
+// counts for the first member's shape over all nodes (the pinned domain's,
+// when pinned) plus the refusals seen while verifying.
 func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
-	u := &Unschedulable{Gang: p.g.Key(), Pods: len(p.g.Members), Devices: p.need, DeviceClass: p.class, Levels: p.reports, Stats: p.stats}
+	u := &Unschedulable{Gang: p.g.Key(), Pods: len(p.g.Members), MinCount: p.g.MinCount, Devices: p.need, DeviceClass: p.class, Levels: p.reports, Stats: p.stats}
 	counts := map[string]int{}
-	for _, ns := range p.s.nodes {
+	nodes := p.s.nodes
+	if p.pin != nil {
+		nodes = nil
+		for _, n := range p.pin.Nodes {
+			nodes = append(nodes, p.s.byName[n])
+		}
+	}
+	for _, ns := range nodes {
 		if _, why, err := p.fitOn(ctx, ns, 0, nil); err != nil {
 			return nil, err
 		} else if why != "" {
@@ -40,24 +51,38 @@ func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
 		counts[check] += len(nodes)
 	}
 	u.NodeChecks = sortedChecks(counts)
+	if err := p.explain(ctx, u); err != nil {
+		return nil, err
+	}
 	u.Message = u.message()
+	for _, w := range p.warnings {
+		u.Message += "\n" + w
+	}
 	return u, nil
 }
 
 // Assume adds a decision of Place for gang g to the snapshot: its pods use
 // their nodes' resources and its claims' devices are allocated, so the next
-// Place sees them. It does not verify the decision.
+// Place sees them. It does not verify the decision. A pod whose node is not
+// in the snapshot (deleted since) is skipped: it holds nothing there.
 func (s *Snapshot) Assume(ctx context.Context, g *Gang, d *Decision) error {
-	if len(d.Pods) != len(g.Members) {
-		return fmt.Errorf("decision for %d pods, gang has %d members", len(d.Pods), len(g.Members))
+	byUID := make(map[types.UID]*v1.Pod, len(g.Members))
+	for _, m := range g.Members {
+		byUID[m.Pod.UID] = m.Pod
 	}
 	touched := map[*nodeState]bool{}
-	for i, pp := range d.Pods {
+	for _, pp := range d.Pods {
+		pod := byUID[pp.UID]
+		if pod == nil {
+			return fmt.Errorf("decision places pod %s/%s, which is not a member of gang %s", pp.Namespace, pp.Name, g.Key())
+		}
 		ns := s.byName[pp.Node]
 		if ns == nil {
-			return fmt.Errorf("node %s not in snapshot", pp.Node)
+			continue
 		}
-		ns.addPod(podRequests(g.Members[i].Pod))
+		ns.addPod(podRequests(pod))
+		ns.boundPods = append(ns.boundPods, pod)
+		s.indexAnti(pod, ns.node)
 		touched[ns] = true
 	}
 	for _, c := range d.Claims {
@@ -92,6 +117,7 @@ func (s *Snapshot) Assume(ctx context.Context, g *Gang, d *Decision) error {
 	}
 	for i := range d.Claims {
 		s.markAllocated(&d.Claims[i].Allocation)
+		s.recordHolders(g.Key(), &d.Claims[i].Allocation)
 	}
 	for _, k := range keys {
 		li := s.levels[k]

@@ -27,10 +27,13 @@ type usage struct {
 
 // attempt is a (partial) placement of the gang in one domain.
 type attempt struct {
-	dom        *topology.Domain
-	inflight   map[poolID][]structured.DeviceID
-	used       map[*nodeState]*usage
-	shared     []resourceapi.AllocationResult
+	dom      *topology.Domain
+	inflight map[poolID][]structured.DeviceID
+	used     map[*nodeState]*usage
+	shared   []resourceapi.AllocationResult
+	// members[i] is the gang index of the i-th placed member; memberNode,
+	// memberRes and memberClm are parallel to it.
+	members    []int
 	memberNode []*nodeState
 	memberRes  [][]resourceapi.AllocationResult
 	memberClm  [][]*resourceapi.ResourceClaim
@@ -96,17 +99,18 @@ func (p *placer) packOrder(ctx context.Context, d *topology.Domain) ([]*nodeStat
 	return out, nil
 }
 
-// verify places the whole gang in the domain or returns nil. Shared claims
-// are allocated first on an anchor node; the members then go only to nodes
-// matching the allocations' node selectors. Anchors whose node matches the
-// selectors of an anchor that already failed are skipped.
-func (p *placer) verify(ctx context.Context, d *topology.Domain) (*attempt, error) {
+// verify places at least need members (all of them when need is the gang's
+// size) in the domain, or returns nil. Shared claims are allocated first on
+// an anchor node; the members then go only to nodes matching the
+// allocations' node selectors. Anchors whose node matches the selectors of
+// an anchor that already failed are skipped.
+func (p *placer) verify(ctx context.Context, d *topology.Domain, need int) (*attempt, error) {
 	nodes, err := p.packOrder(ctx, d)
 	if err != nil || len(p.sharedClaims) == 0 {
 		if err != nil {
 			return nil, err
 		}
-		return p.fillAligned(ctx, d, nodes, nil)
+		return p.fillAligned(ctx, d, nodes, nil, need)
 	}
 	var failed [][]*nodeaffinity.NodeSelector
 	refusedViews := map[string]bool{}
@@ -141,7 +145,7 @@ func (p *placer) verify(ctx context.Context, d *topology.Domain) (*attempt, erro
 				sub = append(sub, n)
 			}
 		}
-		att, err := p.fillAligned(ctx, d, sub, res)
+		att, err := p.fillAligned(ctx, d, sub, res, need)
 		if att != nil || err != nil {
 			return att, err
 		}
@@ -206,9 +210,9 @@ func matchesAny(sets [][]*nodeaffinity.NodeSelector, ns *nodeState) bool {
 // is required and the first fill is not aligned, it refills with every
 // member's main-class requests restricted to one rail set at a time (the
 // most used sets of the first fill, at most four).
-func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult) (*attempt, error) {
+func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
 	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
-	att, err := p.fill(ctx, d, nodes, shared, own)
+	att, err := p.fill(ctx, d, nodes, shared, own, need)
 	if att == nil || err != nil {
 		return nil, err
 	}
@@ -218,7 +222,7 @@ func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*n
 	}
 	for _, rails := range railCandidates(p.railSets(att), 4) {
 		restricted := p.restrictRails(rails)
-		alt, err := p.fill(ctx, d, nodes, shared, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] })
+		alt, err := p.fill(ctx, d, nodes, shared, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] }, need)
 		if err != nil {
 			return nil, err
 		}
@@ -236,8 +240,10 @@ func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*n
 // the given order, from where the previous member of its shape went) that
 // passes the cheap checks and where the allocator finds its claims'
 // devices next to the gang's in-flight ones. Nodes a shape failed on are
-// not tried again for that shape: the gang only ever takes more.
-func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
+// not tried again for that shape: the gang only ever takes more. When need
+// is less than the gang's size, a member that fits nowhere is left out; the
+// attempt succeeds with at least need members.
+func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, claimsOf func(int) []*resourceapi.ResourceClaim, need int) (*attempt, error) {
 	att := &attempt{dom: d, inflight: map[poolID][]structured.DeviceID{}, used: map[*nodeState]*usage{}, shared: shared}
 	att.addDevices(shared)
 	cursor := make([]int, len(p.distinct))
@@ -253,6 +259,10 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 			if c == 0 {
 				continue
 			}
+			if p.antiFailExisting(mi, ns) || p.antiFailPlaced(att, mi, ns) {
+				p.refuse(CheckPodAntiAffinity, ns.node.Name)
+				continue
+			}
 			claims := claimsOf(mi)
 			var res []resourceapi.AllocationResult
 			if len(claims) > 0 {
@@ -266,18 +276,21 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 					continue
 				}
 			}
-			att.place(ns, sh, claims, res)
+			att.place(mi, ns, sh, claims, res)
 			placed = true
 			cursor[id]-- // stay on this node for the next member of the shape
 		}
-		if !placed {
+		if !placed && need >= len(p.per) {
 			return nil, nil
 		}
+	}
+	if len(att.members) < need {
+		return nil, nil
 	}
 	return att, nil
 }
 
-func (att *attempt) place(ns *nodeState, sh *shape, claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult) {
+func (att *attempt) place(mi int, ns *nodeState, sh *shape, claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult) {
 	u := att.used[ns]
 	if u == nil {
 		u = &usage{res: resList{}, dev: map[string]int{}}
@@ -289,6 +302,7 @@ func (att *attempt) place(ns *nodeState, sh *shape, claims []*resourceapi.Resour
 		u.dev[c] += n
 	}
 	att.addDevices(res)
+	att.members = append(att.members, mi)
 	att.memberNode = append(att.memberNode, ns)
 	att.memberRes = append(att.memberRes, res)
 	att.memberClm = append(att.memberClm, claims)

@@ -247,3 +247,38 @@ func (l classList) Get(name string) (*resourceapi.DeviceClass, error) {
 	}
 	return nil, fmt.Errorf("class %s not found", name)
 }
+
+// BenchmarkRefusal refuses a 64-pod gang with 8 GPUs per pod that requires
+// one rack (128 GPUs) on the 5,000-node cluster, and reports the latency of
+// Place including the per-domain explanation (compare with
+// BenchmarkGang64x8, the same gang placed in a spine).
+func BenchmarkRefusal(b *testing.B) {
+	ctx := context.Background()
+	built := buildBench(b, 5000, 1, placementtest.GangSpec{Name: "big", Pods: 64, GPUsPerPod: 8, TopologyKey: "rack"})
+	built.Config.MatchCache = placement.NewMatchCache()
+	snap, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, _, err := snap.Place(ctx, built.Gangs[0]); err != nil { // warm-up: class matching
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	explained := 0
+	for b.Loop() {
+		t0 := time.Now()
+		d, u, err := snap.Place(ctx, built.Gangs[0])
+		lat = append(lat, time.Since(t0))
+		if err != nil || d != nil || u == nil {
+			b.Fatalf("want a refusal: %v %v", err, d)
+		}
+		explained = len(u.Domains)
+	}
+	if explained == 0 {
+		b.Fatal("refusal explains no domain")
+	}
+	slices.Sort(lat)
+	b.ReportMetric(percentile(lat, 0.5), "p50-ms")
+	b.ReportMetric(percentile(lat, 0.99), "p99-ms")
+	b.ReportMetric(float64(explained), "domains-explained")
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -17,14 +18,49 @@ import (
 // a claim it needs does not exist.
 var ErrNotReady = errors.New("gang not ready")
 
+// MissingClaim is a claim a gang needs that does not exist (yet): one from
+// a template that kube-controller-manager has not created, or one named
+// directly that cannot be read. It is ErrNotReady.
+type MissingClaim struct {
+	Owner    string // "pod ns/name" or "podgroup ns/name"
+	Claim    string // the claim's name, or the pod's/PodGroup's name for it
+	Template string // the template it is made from, if any
+	Err      error  // the lookup's error, for a claim named directly
+}
+
+func (e *MissingClaim) Error() string {
+	switch {
+	case e.Template != "":
+		return fmt.Sprintf("%v: %s: claim %s (from template %s) not created yet", ErrNotReady, e.Owner, e.Claim, e.Template)
+	case e.Err != nil:
+		return fmt.Sprintf("%v: %s: claim %s: %v", ErrNotReady, e.Owner, e.Claim, e.Err)
+	}
+	return fmt.Sprintf("%v: %s: claim %s not created yet", ErrNotReady, e.Owner, e.Claim)
+}
+
+func (e *MissingClaim) Unwrap() []error { return []error{ErrNotReady, e.Err} }
+
+func ptrOr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// ErrInvalid marks a gang whose PodGroup asks for something invalid (an
+// annotation value not in its documented list): it is refused with the
+// reason, never read as a default.
+var ErrInvalid = errors.New("invalid")
+
 // Gang is what Place places: all Members on one domain, or none.
 type Gang struct {
 	Namespace string
 	// Name of the PodGroup, or of the pod for a gang of one.
 	Name string
 	UID  types.UID
-	// MinCount is the PodGroup's gang minCount; Place places all Members,
-	// and a gang with fewer Members than MinCount is not ready.
+	// MinCount is the PodGroup's gang minCount: Place places all Members
+	// when it can, else at least MinCount of them in one domain; a gang with
+	// fewer Members than MinCount is not ready.
 	MinCount int
 	// TopologyKey is schedulingConstraints.topology[0].key: a level of the
 	// fabric tree or any node label. Empty: the smallest level that fits.
@@ -36,6 +72,10 @@ type Gang struct {
 	RailAlignmentRequired bool
 	// Members in a stable order (by pod name from the builders).
 	Members []Member
+	// BoundNodes are the nodes of the gang's members that already run (late
+	// members join them): Place keeps the gang in the one domain that holds
+	// all of them.
+	BoundNodes []string
 	// SharedClaims are the PodGroup's claims, used by every member.
 	SharedClaims []*resourceapi.ResourceClaim
 }
@@ -44,6 +84,10 @@ type Gang struct {
 type Member struct {
 	Pod    *v1.Pod
 	Claims []*resourceapi.ResourceClaim
+	// VolumePins are the node affinities of the pod's bound persistent
+	// volumes (the caller resolves them): the member goes only to nodes
+	// that match every one.
+	VolumePins []*v1.NodeSelector
 }
 
 // Key is "namespace/name".
@@ -63,20 +107,32 @@ func NewGang(pg *schedulingv1beta1.PodGroup, pods []*v1.Pod, getClaim ClaimGette
 	if sc := pg.Spec.SchedulingConstraints; sc != nil && len(sc.Topology) > 0 {
 		g.TopologyKey = sc.Topology[0].Key
 	}
-	g.PreferredTopologyKey = pg.Annotations[topology.AnnotationPreferredTopologyKey]
-	g.RailAlignmentRequired = pg.Annotations[topology.AnnotationRailAlignment] == topology.RailAlignmentRequired
+	if v, ok := pg.Annotations[topology.AnnotationPreferredTopologyKey]; ok {
+		key, err := topology.ParsePreferredTopologyKey(v)
+		if err != nil {
+			return nil, fmt.Errorf("podgroup %s/%s: %w: %w", pg.Namespace, pg.Name, err, ErrInvalid)
+		}
+		g.PreferredTopologyKey = key
+	}
+	if v, ok := pg.Annotations[topology.AnnotationRailAlignment]; ok {
+		required, err := topology.ParseRailAlignment(v)
+		if err != nil {
+			return nil, fmt.Errorf("podgroup %s/%s: %w: %w", pg.Namespace, pg.Name, err, ErrInvalid)
+		}
+		g.RailAlignmentRequired = required
+	}
 	if len(pods) < g.MinCount {
-		return nil, fmt.Errorf("%w: %d of %d members exist", ErrNotReady, len(pods), g.MinCount)
+		return nil, fmt.Errorf("%w: %d of minCount %d members exist", ErrNotReady, len(pods), g.MinCount)
 	}
 	shared := map[string]bool{}
 	for _, rc := range pg.Spec.ResourceClaims {
 		name := claimNameFromStatus(rc.Name, rc.ResourceClaimName, pg.Status.ResourceClaimStatuses)
 		if name == "" {
-			return nil, fmt.Errorf("%w: podgroup claim %s not created", ErrNotReady, rc.Name)
+			return nil, &MissingClaim{Owner: "podgroup " + pg.Namespace + "/" + pg.Name, Claim: rc.Name, Template: ptrOr(rc.ResourceClaimTemplateName)}
 		}
 		c, err := getClaim(pg.Namespace, name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: podgroup claim %s: %w", ErrNotReady, name, err)
+			return nil, &MissingClaim{Owner: "podgroup " + pg.Namespace + "/" + pg.Name, Claim: name, Err: err}
 		}
 		shared[name] = true
 		g.SharedClaims = append(g.SharedClaims, c)
@@ -103,6 +159,9 @@ func NewPodGang(pod *v1.Pod, getClaim ClaimGetter) (*Gang, error) {
 }
 
 func newMember(p *v1.Pod, pg *schedulingv1beta1.PodGroup, shared map[string]bool, getClaim ClaimGetter) (Member, error) {
+	if fields := Unsupported(p); len(fields) > 0 {
+		return Member{}, fmt.Errorf("pod %s/%s: %s: %w", p.Namespace, p.Name, strings.Join(fields, ", "), ErrUnsupported)
+	}
 	m := Member{Pod: p}
 	for _, pc := range p.Spec.ResourceClaims {
 		if pg != nil && pc.ResourceClaimTemplateName != nil && sharedTemplate(pg, pc) {
@@ -115,7 +174,7 @@ func newMember(p *v1.Pod, pg *schedulingv1beta1.PodGroup, shared map[string]bool
 		default:
 			st, ok := podClaimStatus(p, pc.Name)
 			if !ok {
-				return Member{}, fmt.Errorf("%w: pod %s/%s claim %s not created", ErrNotReady, p.Namespace, p.Name, pc.Name)
+				return Member{}, &MissingClaim{Owner: "pod " + p.Namespace + "/" + p.Name, Claim: pc.Name, Template: ptrOr(pc.ResourceClaimTemplateName)}
 			}
 			if st == "" {
 				continue // the control plane decided the claim is not needed
@@ -127,7 +186,7 @@ func newMember(p *v1.Pod, pg *schedulingv1beta1.PodGroup, shared map[string]bool
 		}
 		c, err := getClaim(p.Namespace, name)
 		if err != nil {
-			return Member{}, fmt.Errorf("%w: pod %s/%s claim %s: %w", ErrNotReady, p.Namespace, p.Name, name, err)
+			return Member{}, &MissingClaim{Owner: "pod " + p.Namespace + "/" + p.Name, Claim: name, Err: err}
 		}
 		m.Claims = append(m.Claims, c)
 	}

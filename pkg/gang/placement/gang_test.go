@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -180,5 +182,140 @@ func TestInvalidPoolSelectorIgnored(t *testing.T) {
 	}
 	if d, _, err := snap.Place(ctx, b.Gangs[1]); err != nil || d == nil {
 		t.Errorf("gang without fabric claim: err %v, want a decision", err)
+	}
+}
+
+// TestAssumeOnDeletedNode: a committed decision whose node has been deleted
+// since is assumed without error (its pods hold nothing there), so one
+// deleted node never blocks the placement of unrelated gangs.
+func TestAssumeOnDeletedNode(t *testing.T) {
+	ctx := context.Background()
+	b, err := pt.Build(pt.Scenario{
+		Domains: []pt.DomainSpec{{ID: "a", Kind: string(topology.DomainKindNVSwitch), Nodes: 2, GPUsPerNode: 4}},
+		Gangs:   []pt.GangSpec{{Name: "first", Pods: 1, GPUsPerPod: 4}, {Name: "second", Pods: 1, GPUsPerPod: 4}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _, err := snap.Place(ctx, b.Gangs[0])
+	if err != nil || d == nil {
+		t.Fatalf("first gang not placed: %v", err)
+	}
+	// The first gang's node is deleted before the informers show its commit.
+	in := b.Input
+	in.Nodes = slices.DeleteFunc(slices.Clone(in.Nodes), func(n *v1.Node) bool { return n.Name == d.Pods[0].Node })
+	next, err := placement.NewSnapshot(ctx, b.Config, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Assume(ctx, b.Gangs[0], d); err != nil {
+		t.Fatalf("assume on a deleted node: %v", err)
+	}
+	d2, u, err := next.Place(ctx, b.Gangs[1])
+	if err != nil || d2 == nil {
+		t.Fatalf("second gang not placed: %v %+v", err, u)
+	}
+	if d2.Pods[0].Node == d.Pods[0].Node {
+		t.Errorf("second gang placed on the deleted node %s", d2.Pods[0].Node)
+	}
+}
+
+// TestAntiAffinityExistingPods: required pod anti-affinity is honoured in
+// both directions against pods already running: a member avoids nodes with
+// pods its terms select, and nodes whose pods' terms select it.
+func TestAntiAffinityExistingPods(t *testing.T) {
+	ctx := context.Background()
+	term := func(key, value string) *v1.Affinity {
+		return &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{key: value}}, TopologyKey: v1.LabelHostname,
+		}}}}
+	}
+	tests := []struct {
+		name     string
+		existing func(*v1.Pod) // on node a-n00, a-n01 and a-n02
+		member   func(*v1.Pod)
+	}{
+		{"the member's terms select running pods",
+			func(p *v1.Pod) { p.Labels = map[string]string{"role": "db"} },
+			func(p *v1.Pod) { p.Spec.Affinity = term("role", "db") }},
+		{"running pods' terms select the member",
+			func(p *v1.Pod) { p.Spec.Affinity = term("role", "train") },
+			func(p *v1.Pod) { p.Labels = map[string]string{"role": "train"} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := pt.Build(pt.Scenario{
+				Domains: []pt.DomainSpec{{ID: "a", Nodes: 4, GPUsPerNode: 4}},
+				Gangs:   []pt.GangSpec{{Name: "g", Pods: 1, GPUsPerPod: 1}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				p := pt.BoundPod(fmt.Sprintf("running-%d", i), pt.NodeName("a", i), "1", "1Gi")
+				tt.existing(p)
+				b.Input.Pods = append(b.Input.Pods, p)
+			}
+			tt.member(b.Gangs[0].Members[0].Pod)
+			snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, u, err := snap.Place(ctx, b.Gangs[0])
+			if err != nil || d == nil {
+				t.Fatalf("not placed: %v %+v", err, u)
+			}
+			if got, want := d.Pods[0].Node, pt.NodeName("a", 3); got != want {
+				t.Errorf("placed on %s, want %s (the only node without a conflicting pod)", got, want)
+			}
+		})
+	}
+}
+
+// TestUnsupportedFields: a pod with a feature the engine does not model is
+// refused with the field named.
+func TestUnsupportedFields(t *testing.T) {
+	pod := func(f func(*v1.Pod)) *v1.Pod {
+		p := pt.Pod("p", "1", "1Gi")
+		f(p)
+		return p
+	}
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		want []string
+	}{
+		{"plain", pod(func(*v1.Pod) {}), nil},
+		{"preferred terms are ignored", pod(func(p *v1.Pod) {
+			p.Spec.Affinity = &v1.Affinity{PodAffinity: &v1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.WeightedPodAffinityTerm{{Weight: 1}}}}
+			p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{WhenUnsatisfiable: v1.ScheduleAnyway}}
+		}), nil},
+		{"required pod affinity", pod(func(p *v1.Pod) {
+			p.Spec.Affinity = &v1.Affinity{PodAffinity: &v1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{TopologyKey: "k"}}}}
+		}), []string{"spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution"}},
+		{"anti-affinity with a namespace selector", pod(func(p *v1.Pod) {
+			p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+				TopologyKey: "k", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+			}}}}
+		}), []string{"spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector"}},
+		{"hard spread and a host port", pod(func(p *v1.Pod) {
+			p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{WhenUnsatisfiable: v1.DoNotSchedule}}
+			p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+		}), []string{"spec.topologySpreadConstraints[0] (whenUnsatisfiable: DoNotSchedule)", "spec.containers[0].ports[0].hostPort"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, placement.Unsupported(tt.pod)); diff != "" {
+				t.Errorf("unsupported fields (-want +got):\n%s", diff)
+			}
+		})
+	}
+	_, err := placement.NewPodGang(tests[2].pod, getter())
+	if !errors.Is(err, placement.ErrUnsupported) || !strings.Contains(err.Error(), "podAffinity") {
+		t.Errorf("NewPodGang: %v, want ErrUnsupported naming the field", err)
 	}
 }

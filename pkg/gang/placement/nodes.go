@@ -61,6 +61,7 @@ type nodeState struct {
 	allocatable resList
 	requested   resList
 	pods        int64
+	boundPods   []*v1.Pod      // for pod anti-affinity
 	devs        *nodeDevices   // built on first use
 	free        map[string]int // class → free matching devices; reset by dirty
 	// trimmed: class → the node's slices with only that class's devices.
@@ -96,10 +97,10 @@ func staticCheck(logger klog.Logger, ns *nodeState, m *shape) string {
 			return CheckUnschedulable
 		}
 	}
-	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logger, n.Spec.Taints, m.pod.Spec.Tolerations, func(t *v1.Taint) bool {
+	if taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logger, n.Spec.Taints, m.pod.Spec.Tolerations, func(t *v1.Taint) bool {
 		return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
 	}, false); untolerated {
-		return CheckTaint
+		return CheckTaint + " " + taint.Key
 	}
 	if ok, err := m.affinity.Match(n); err != nil || !ok {
 		return CheckAffinity
@@ -107,6 +108,11 @@ func staticCheck(logger klog.Logger, ns *nodeState, m *shape) string {
 	for _, sel := range m.pinned {
 		if !sel.Match(n) {
 			return CheckClaimSelector
+		}
+	}
+	for _, sel := range m.volumes {
+		if !sel.Match(n) {
+			return CheckVolumeAffinity
 		}
 	}
 	return ""

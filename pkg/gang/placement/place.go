@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -20,7 +21,12 @@ import (
 // smallest leftover up (best fit), each verified node by node with the
 // allocator; among verified domains with the same leftover (at most
 // Config.CompareDomains of them) fewer rail sets win, then the smaller id.
-// Place does not change what the snapshot considers allocated; call Assume.
+// When no level holds all members and MinCount is smaller, the most members
+// that fit (at least MinCount) are placed in one domain of the first level
+// where that many fit; the Decision lists only them. A gang with BoundNodes
+// (members already running) goes only to the domain that holds all those
+// nodes, at the smallest of its levels that has one. Place does not change
+// what the snapshot considers allocated; call Assume.
 func (s *Snapshot) Place(ctx context.Context, g *Gang) (*Decision, *Unschedulable, error) {
 	if len(g.Members) == 0 || len(g.Members) < g.MinCount {
 		return nil, nil, fmt.Errorf("%w: %d members, minCount %d", ErrNotReady, len(g.Members), g.MinCount)
@@ -29,17 +35,66 @@ func (s *Snapshot) Place(ctx context.Context, g *Gang) (*Decision, *Unschedulabl
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, l := range s.levelsFor(g) {
-		att, err := p.placeAtLevel(ctx, l)
-		if err != nil {
-			return nil, nil, err
+	levels := s.levelsFor(g)
+	if len(g.BoundNodes) > 0 {
+		l, why := p.pinTo(levels)
+		if l == nil {
+			u := &Unschedulable{Gang: g.Key(), Pods: len(g.Members), Devices: p.need, DeviceClass: p.class, Stats: p.stats, Message: why}
+			return nil, u, nil
 		}
-		if att != nil {
-			return p.decision(l, att), nil, nil
+		levels = []*topology.Level{l}
+	}
+	if key := g.PreferredTopologyKey; key != "" && len(s.level(key).Domains) == 0 {
+		p.warnings = append(p.warnings, fmt.Sprintf("preferred topology key %s: no node carries it, so it was ignored", key))
+	}
+	for _, l := range levels {
+		att, err := p.placeAtLevel(ctx, l)
+		if err != nil || att != nil {
+			return p.decisionOrErr(l, att, err)
+		}
+	}
+	if g.MinCount < len(g.Members) {
+		for _, l := range levels {
+			att, err := p.placePartial(ctx, l)
+			if err != nil || att != nil {
+				return p.decisionOrErr(l, att, err)
+			}
 		}
 	}
 	u, err := p.unschedulable(ctx)
 	return nil, u, err
+}
+
+func (p *placer) decisionOrErr(l *topology.Level, att *attempt, err error) (*Decision, *Unschedulable, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.decision(l, att), nil, nil
+}
+
+// pinTo returns the first level (in the given order) where the gang's bound
+// nodes are all in one domain, and pins the placer to that domain; or nil
+// and why not.
+func (p *placer) pinTo(levels []*topology.Level) (*topology.Level, string) {
+	var spans []string
+	for _, l := range levels {
+		var dom *topology.Domain
+		for _, n := range p.g.BoundNodes {
+			d := l.DomainOf(n)
+			if d == nil || dom != nil && d != dom {
+				dom = nil
+				break
+			}
+			dom = d
+		}
+		if dom != nil {
+			p.pin = dom
+			return l, ""
+		}
+		spans = append(spans, l.Key)
+	}
+	return nil, fmt.Sprintf("%d members of the gang already run on nodes %v, which share no domain of %v: the others cannot join them",
+		len(p.g.BoundNodes), p.g.BoundNodes, spans)
 }
 
 // placer holds one Place call's state.
@@ -63,6 +118,11 @@ type placer struct {
 	refused       map[string]map[string]bool // check → nodes
 	stats         Stats
 	reports       []LevelReport
+	// pin, when set, is the only domain the gang may go to: the one its
+	// bound members run in.
+	pin *topology.Domain
+	// warnings about the gang's spec, for the Decision or Unschedulable.
+	warnings []string
 }
 
 // staticCache holds staticFail's answers for one shape, by node index.
@@ -180,8 +240,23 @@ func (p *placer) countFit(ctx context.Context, d *topology.Domain) (bool, int, e
 	return ok, min(first, want[0]), nil
 }
 
+// entries returns the level's domains to try in best-fit order: those with
+// at least need free devices, or only the pinned domain.
+func (p *placer) entries(li *levelIndex, need int) []*domEntry {
+	if p.pin == nil {
+		return li.entries[li.from(need):]
+	}
+	if len(p.pin.Nodes) == 0 {
+		return nil
+	}
+	if e := li.byNode[p.pin.Nodes[0]]; e != nil && e.free >= need {
+		return []*domEntry{e}
+	}
+	return nil
+}
+
 // placeAtLevel tries the level's domains in best-fit order and returns the
-// winning attempt, or nil after recording a LevelReport.
+// winning attempt for the whole gang, or nil after recording a LevelReport.
 func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt, error) {
 	li, err := p.s.index(ctx, l, p.class)
 	if err != nil {
@@ -190,8 +265,7 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 	rep := LevelReport{TopologyKey: l.Key, Domains: len(li.entries)}
 	var best *attempt
 	compared := 0
-	for i := li.from(p.need); i < len(li.entries); i++ {
-		e := li.entries[i]
+	for _, e := range p.entries(li, p.need) {
 		left := e.free - p.need
 		if best != nil && (left > best.score.LeftoverDevices || compared >= p.s.cfg.CompareDomains || best.score.RailSets <= 1) {
 			break
@@ -209,7 +283,7 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 		rep.Candidates++
 		rep.Verified++
 		p.stats.DomainsVerified++
-		att, err := p.verify(ctx, e.dom)
+		att, err := p.verify(ctx, e.dom, len(p.per))
 		if err != nil {
 			return nil, err
 		}
@@ -225,14 +299,125 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 	if best != nil {
 		return best, nil
 	}
-	if n := len(li.entries); n > 0 {
-		e := li.entries[n-1]
-		_, fit, err := p.countFit(ctx, e.dom)
-		if err != nil {
-			return nil, err
-		}
-		rep.Best = &DomainReport{ID: e.dom.ID, FreeDevices: e.free, PodsFit: fit}
+	if err := p.report(ctx, li, &rep); err != nil {
+		return nil, err
 	}
 	p.reports = append(p.reports, rep)
 	return nil, nil
+}
+
+// report fills a level's Best: the pinned domain, or the one with the most
+// free devices.
+func (p *placer) report(ctx context.Context, li *levelIndex, rep *LevelReport) error {
+	var e *domEntry
+	switch {
+	case p.pin != nil && len(p.pin.Nodes) > 0:
+		e = li.byNode[p.pin.Nodes[0]]
+		rep.Pinned = true
+	case len(li.entries) > 0:
+		e = li.entries[len(li.entries)-1]
+	}
+	if e == nil {
+		return nil
+	}
+	_, fit, err := p.countFit(ctx, e.dom)
+	if err != nil {
+		return err
+	}
+	rep.Best = &DomainReport{ID: e.dom.ID, FreeDevices: e.free, PodsFit: fit}
+	return nil
+}
+
+// placePartial places the most members that fit, at least MinCount, in one
+// domain of the level: the domains where the cheap checks fit the most
+// members are verified (at most Config.CompareDomains of them); more
+// members win, then the smaller leftover, then fewer rail sets.
+func (p *placer) placePartial(ctx context.Context, l *topology.Level) (*attempt, error) {
+	li, err := p.s.index(ctx, l, p.class)
+	if err != nil {
+		return nil, err
+	}
+	type cand struct {
+		e   *domEntry
+		fit int
+	}
+	var cands []cand
+	for _, e := range p.entries(li, p.perPod*p.g.MinCount) {
+		if e.podsBound(p.perPod) < p.g.MinCount {
+			continue
+		}
+		fit, err := p.countMembers(ctx, e.dom)
+		if err != nil {
+			return nil, err
+		}
+		if fit >= p.g.MinCount {
+			cands = append(cands, cand{e, fit})
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		if cands[i].fit != cands[j].fit {
+			return cands[i].fit > cands[j].fit
+		}
+		return less(cands[i].e, cands[j].e)
+	})
+	var best *attempt
+	for _, c := range cands[:min(len(cands), p.s.cfg.CompareDomains)] {
+		p.stats.DomainsVerified++
+		att, err := p.verify(ctx, c.e.dom, p.g.MinCount)
+		if err != nil {
+			return nil, err
+		}
+		if att == nil {
+			continue
+		}
+		att.score.LeftoverDevices = c.e.free - p.devicesOf(att)
+		if best == nil || betterPartial(att, best) {
+			best = att
+		}
+	}
+	return best, nil
+}
+
+func betterPartial(a, b *attempt) bool {
+	if len(a.members) != len(b.members) {
+		return len(a.members) > len(b.members)
+	}
+	if a.score.LeftoverDevices != b.score.LeftoverDevices {
+		return a.score.LeftoverDevices < b.score.LeftoverDevices
+	}
+	return a.score.RailSets < b.score.RailSets
+}
+
+// devicesOf counts the devices of the main class the attempt's members take.
+func (p *placer) devicesOf(att *attempt) int {
+	n := 0
+	for _, mi := range att.members {
+		n += p.per[mi].need[p.class]
+	}
+	return n
+}
+
+// countMembers is how many members fit in the domain by the cheap checks:
+// per shape, the copies that fit on its nodes, at most its members.
+func (p *placer) countMembers(ctx context.Context, d *topology.Domain) (int, error) {
+	want := make([]int, len(p.distinct))
+	for _, id := range p.ids {
+		want[id]++
+	}
+	total := 0
+	for id := range p.distinct {
+		got := 0
+		for _, n := range d.Nodes {
+			c, _, err := p.fitOn(ctx, p.s.byName[n], id, nil)
+			if err != nil {
+				return 0, err
+			}
+			if got += c; got >= want[id] {
+				got = want[id]
+				break
+			}
+		}
+		total += got
+	}
+	return total, nil
 }

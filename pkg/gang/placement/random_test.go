@@ -149,6 +149,11 @@ func TestRandomVsBruteForce(t *testing.T) {
 		if got := d != nil; got != want {
 			t.Fatalf("case %d: placed = %v, brute force %v\nscenario: %+v\nunschedulable: %+v", i, got, want, sc, u)
 		}
+		if u != nil {
+			if err := checkLargestFree(u, sc, nodes); err != nil {
+				t.Fatalf("case %d: %v\nscenario: %+v\nmessage: %s", i, err, sc, u.Message)
+			}
+		}
 		if d != nil {
 			placed++
 			if err := placementtest.NewChecker(b.Input).Check(b.Gangs[0], d); err != nil {
@@ -157,4 +162,23 @@ func TestRandomVsBruteForce(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d random gangs placed", placed, cases)
+}
+
+// checkLargestFree: a refusal's "largest free" at the NVLink-domain level
+// is the most free GPUs any domain has, never a smaller one.
+func checkLargestFree(u *placement.Unschedulable, sc placementtest.Scenario, nodes []bfNode) error {
+	free := map[string]int{}
+	for _, n := range nodes {
+		free[n.domain] += n.freeGPUs
+	}
+	most := 0
+	for _, f := range free {
+		most = max(most, f)
+	}
+	for _, l := range u.Levels {
+		if l.TopologyKey == topology.TopologyKeyNVLinkDomain && l.Best != nil && l.Best.FreeDevices != most {
+			return fmt.Errorf("largest free reported %d in %s, but a domain has %d", l.Best.FreeDevices, l.Best.ID, most)
+		}
+	}
+	return nil
 }

@@ -22,6 +22,9 @@ type Decision struct {
 	Claims []ClaimAllocation
 	Score  Score
 	Stats  Stats
+	// Warnings about the gang's spec that did not stop the placement (a
+	// preferred topology key no node carries).
+	Warnings []string
 }
 
 // PodPlacement binds one member to a node.
@@ -71,8 +74,10 @@ type Unschedulable struct {
 	Gang string
 	// Message is one line for a PodGroup condition or an event.
 	Message string
-	// Pods and Devices are what the gang needs: Devices of DeviceClass.
+	// Pods and Devices are what the gang needs: Devices of DeviceClass;
+	// at least MinCount of the Pods would do.
 	Pods        int
+	MinCount    int
 	Devices     int
 	DeviceClass string
 	Levels      []LevelReport
@@ -80,7 +85,10 @@ type Unschedulable struct {
 	// (static and load checks over all nodes; allocator and shared-claim
 	// refusals as seen while verifying domains). Sorted by Check.
 	NodeChecks []CheckCount
-	Stats      Stats
+	// Domains explain the domains of the required level that came closest
+	// (or the pinned domain): the binding constraint and what would help.
+	Domains []DomainRefusal
+	Stats   Stats
 }
 
 // LevelReport is what one tried level offered.
@@ -92,8 +100,10 @@ type LevelReport struct {
 	Candidates int
 	Verified   int
 	// Best is the domain with the most free devices (then the most pods that
-	// fit by node checks), nil when the level has no domain.
+	// fit by node checks), or the pinned domain; nil when the level has none.
 	Best *DomainReport
+	// Pinned: the gang may only join the domain its running members are in.
+	Pinned bool
 }
 
 // DomainReport is one domain's free capacity.
@@ -124,7 +134,10 @@ func sortedChecks(m map[string]int) []CheckCount {
 // devices, room for 10 pods in nvl-a; nodes rejected: 3 untolerated taint".
 func (u *Unschedulable) message() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "needs %d pods", u.Pods)
+	fmt.Fprintf(&b, "needs %s", plural(u.Pods, "pod"))
+	if u.MinCount > 0 && u.MinCount < u.Pods {
+		fmt.Fprintf(&b, " (at least %d)", u.MinCount)
+	}
 	if u.DeviceClass != "" {
 		fmt.Fprintf(&b, " with %d %s devices", u.Devices, u.DeviceClass)
 	}
@@ -135,11 +148,19 @@ func (u *Unschedulable) message() string {
 		}
 		fmt.Fprintf(&b, "%s%s: ", sep, l.TopologyKey)
 		if l.Best == nil {
-			b.WriteString("no domain")
+			if l.Domains == 0 {
+				b.WriteString("no node carries this label")
+			} else {
+				b.WriteString("no domain")
+			}
 			continue
 		}
-		fmt.Fprintf(&b, "largest free %d devices with room for %d pods in %s (%d of %d domains passed counts, %d verified)",
-			l.Best.FreeDevices, l.Best.PodsFit, l.Best.ID, l.Candidates, l.Domains, l.Verified)
+		if l.Pinned {
+			fmt.Fprintf(&b, "%s, where the gang runs, has %d free devices with room for %s", l.Best.ID, l.Best.FreeDevices, plural(l.Best.PodsFit, "pod"))
+			continue
+		}
+		fmt.Fprintf(&b, "largest free %d devices with room for %s in %s (%d of %d domains passed counts, %d verified)",
+			l.Best.FreeDevices, plural(l.Best.PodsFit, "pod"), l.Best.ID, l.Candidates, l.Domains, l.Verified)
 	}
 	if len(u.NodeChecks) > 0 {
 		b.WriteString("; nodes rejected:")
@@ -150,5 +171,16 @@ func (u *Unschedulable) message() string {
 			fmt.Fprintf(&b, " %d %s", c.Nodes, c.Check)
 		}
 	}
+	for _, d := range u.Domains {
+		fmt.Fprintf(&b, "\n%s %s (%d free, room for %s): %s. To place the gang: %s.", d.TopologyKey, d.Domain, d.FreeDevices, plural(d.PodsFit, "pod"), d.Why, d.Action)
+	}
 	return b.String()
+}
+
+// plural is "1 pod", "2 pods".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -18,8 +18,12 @@ type shape struct {
 	req      resList
 	resNames []v1.ResourceName // sorted
 	affinity nodeaffinity.RequiredNodeAffinity
-	// pinned are node selectors of the member's already allocated claims.
-	pinned []*nodeaffinity.NodeSelector
+	// pinned are node selectors of the member's already allocated claims;
+	// volumes those of its bound volumes.
+	pinned  []*nodeaffinity.NodeSelector
+	volumes []*nodeaffinity.NodeSelector
+	// anti are its required pod anti-affinity terms.
+	anti []*antiTerm
 	// claims to allocate (unallocated), and all classes they use.
 	claims     []*resourceapi.ResourceClaim
 	allClasses []string
@@ -55,6 +59,18 @@ func newShape(m Member) (*shape, error) {
 		specs = append(specs, c.Spec)
 		addNeed(sh.need, c)
 	}
+	for _, vs := range m.VolumePins {
+		sel, err := nodeaffinity.NewNodeSelector(vs)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: volume node affinity: %w", m.Pod.Namespace, m.Pod.Name, err)
+		}
+		sh.volumes = append(sh.volumes, sel)
+	}
+	anti, err := antiTerms(m.Pod)
+	if err != nil {
+		return nil, err
+	}
+	sh.anti = anti
 	for class := range sh.need {
 		sh.classes = append(sh.classes, class)
 	}
@@ -67,12 +83,21 @@ func newShape(m Member) (*shape, error) {
 		Affinity     *v1.NodeSelector
 		Claims       []resourceapi.ResourceClaimSpec
 		Pins         []*v1.NodeSelector
-	}{sh.req, m.Pod.Spec.Tolerations, m.Pod.Spec.NodeSelector, requiredAffinity(m.Pod), specs, pins})
+		Volumes      []*v1.NodeSelector
+		Anti         []v1.PodAffinityTerm
+	}{sh.req, m.Pod.Spec.Tolerations, m.Pod.Spec.NodeSelector, requiredAffinity(m.Pod), specs, pins, m.VolumePins, requiredAnti(m.Pod)})
 	if err != nil {
 		return nil, fmt.Errorf("member signature: %w", err)
 	}
 	sh.sig = string(sig)
 	return sh, nil
+}
+
+func requiredAnti(p *v1.Pod) []v1.PodAffinityTerm {
+	if a := p.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+		return a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	return nil
 }
 
 func requiredAffinity(p *v1.Pod) *v1.NodeSelector {

@@ -100,6 +100,12 @@ type Snapshot struct {
 	adHoc    map[string]*topology.Level
 	allNodes []*v1.Node
 	warnings []string
+	// holder: who holds an allocated device of a cluster-level pool
+	// (namespace/consumer), for explanations.
+	holder map[structured.DeviceID]string
+	// antiIndex: the bound pods' required anti-affinity terms, by topology
+	// key and label value of their node.
+	antiIndex map[string]map[string][]*antiTerm
 }
 
 type poolID struct{ driver, pool string }
@@ -191,9 +197,13 @@ func (s *Snapshot) indexPods(pods []*v1.Pod) {
 		if p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
 			continue
 		}
-		if ns := s.byName[p.Spec.NodeName]; ns != nil {
-			ns.addPod(podRequests(p))
+		ns := s.byName[p.Spec.NodeName]
+		if ns == nil {
+			continue
 		}
+		ns.addPod(podRequests(p))
+		ns.boundPods = append(ns.boundPods, p)
+		s.indexAnti(p, ns.node)
 	}
 }
 
@@ -203,6 +213,7 @@ func (s *Snapshot) indexClaims(claims []*resourceapi.ResourceClaim) {
 			continue
 		}
 		s.markAllocated(c.Status.Allocation)
+		s.recordHolders(claimHolder(c), c.Status.Allocation)
 	}
 }
 

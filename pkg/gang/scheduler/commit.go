@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,8 +19,6 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
 
-var metav1PatchOptions = metav1.PatchOptions{FieldManager: schedulerName}
-
 // claimWrite is one claim write of a commit: an allocation plus a
 // reservation, or (alloc nil) a reservation on an already allocated claim.
 type claimWrite struct {
@@ -29,8 +28,8 @@ type claimWrite struct {
 }
 
 // planWrites lists a commit's claim writes in protocol order: the shared
-// claims (reserved for the PodGroup), then each member's claims (reserved for
-// the member), skipping reservations that exist.
+// claims (reserved for the PodGroup), then each placed member's claims
+// (reserved for the member), skipping reservations that exist.
 func planWrites(pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.Decision) []claimWrite {
 	allocs := map[string]*resourceapi.AllocationResult{}
 	for i := range d.Claims {
@@ -50,7 +49,14 @@ func planWrites(pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.
 			add(c, ref)
 		}
 	}
+	placed := map[types.UID]bool{}
+	for _, pp := range d.Pods {
+		placed[pp.UID] = true
+	}
 	for _, m := range g.Members {
+		if !placed[m.Pod.UID] {
+			continue // left for later (minCount below the gang's size)
+		}
 		ref := resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: m.Pod.Name, UID: m.Pod.UID}
 		for _, c := range m.Claims {
 			add(c, ref)
@@ -67,74 +73,118 @@ func reservedFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
 // decision was made on.
 var errConflict = errors.New("conflict")
 
-// commit writes a decision in protocol order. On failure it rolls back or
-// finishes what it wrote (recovery of this gang) and returns the error;
-// a lost race wraps errConflict. A hook abort returns without undoing
+// commitRun is one commit of a decision.
+type commitRun struct {
+	pg     *schedulingv1beta1.PodGroup // nil for a gang of one
+	gang   *placement.Gang
+	d      *placement.Decision
+	writes []claimWrite
+
+	mu sync.Mutex
+	// written: the resourceVersion of each claim after the commit's write,
+	// by claim UID (the assume cache waits for the informers to reach it).
+	written map[types.UID]string
+}
+
+func (c *commitRun) wrote(claim *resourceapi.ResourceClaim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.written[claim.UID] = claim.ResourceVersion
+}
+
+// commit writes a decision in protocol order and returns the written
+// claims' resourceVersions. On failure it rolls back or finishes what it
+// wrote (recovery of this gang) and returns the error; a lost race wraps
+// errConflict. A hook abort or a lost Lease returns without undoing
 // anything, once the writes already started have returned.
-func (s *Scheduler) commit(ctx context.Context, pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.Decision) error {
+func (s *Scheduler) commit(ctx context.Context, pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.Decision) (map[types.UID]string, error) {
 	start := time.Now()
 	defer func() { s.cfg.Metrics.observeCommit(time.Since(start).Seconds()) }()
-	writes := planWrites(pg, g, d)
-	err := s.writeAll(ctx, pg, d, writes)
-	if err == nil || errors.Is(err, ErrAborted) {
-		return err
+	c := &commitRun{pg: pg, gang: g, d: d, writes: planWrites(pg, g, d), written: map[types.UID]string{}}
+	err := s.writeAll(ctx, c)
+	if err == nil || stops(err) {
+		return c.written, err
 	}
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
 		err = fmt.Errorf("%w: %w", errConflict, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Commit failed, undoing it", "gang", d.Gang, "err", err)
 	var rerr error
 	if pg != nil {
-		rerr = s.recoverGroupByName(ctx, pg.Namespace, pg.Name)
+		if cm := s.records.get(pg.UID); cm != nil {
+			rerr = s.recoverRecord(ctx, cm)
+		}
 	} else {
-		rerr = s.releasePodClaims(ctx, g.Members[0].Pod, writes)
+		rerr = s.releasePodClaims(ctx, g.Members[0].Pod, c.writes)
 	}
-	if errors.Is(rerr, ErrAborted) {
-		return rerr
+	if stops(rerr) {
+		return nil, rerr
 	}
 	if rerr != nil {
-		return errors.Join(err, fmt.Errorf("undo commit: %w", rerr))
+		return nil, errors.Join(err, fmt.Errorf("undo commit: %w", rerr))
 	}
-	return err
+	return nil, err
 }
 
-// writeAll writes a decision phase by phase: intent, shared claims, per-pod
-// claims, bindings, condition, clear intent. The writes of one phase run in
+// writeAll writes a decision phase by phase: record, shared claims, per-pod
+// claims, bindings, condition, clear record. The writes of one phase run in
 // parallel (Config.CommitParallelism); a phase starts only after every
 // write of the previous one succeeded, so "a member is bound" still implies
 // "every claim write is done".
-func (s *Scheduler) writeAll(ctx context.Context, pg *schedulingv1beta1.PodGroup, d *placement.Decision, writes []claimWrite) error {
-	if pg != nil {
-		in := newIntent(d, writes)
-		var err error
-		if pg, err = s.patchIntent(ctx, pg, &in); err != nil {
+func (s *Scheduler) writeAll(ctx context.Context, c *commitRun) error {
+	var record *v1.ConfigMap
+	shared, perPod := splitShared(c.writes)
+	phases := []struct {
+		name string
+		skip bool
+		run  func(ctx context.Context) error
+	}{
+		{phaseRecord, c.pg == nil, func(ctx context.Context) error {
+			var err error
+			record, err = s.createRecord(ctx, newRecord(c.pg, c.d, c.writes))
+			if apierrors.IsAlreadyExists(err) {
+				s.adoptRecord(ctx, c.pg.UID) // a record this term did not know of: recover it first
+			}
+			return err
+		}},
+		{phaseSharedClaims, len(shared) == 0, func(ctx context.Context) error { return s.writeClaims(ctx, c, shared) }},
+		{phasePodClaims, len(perPod) == 0, func(ctx context.Context) error { return s.writeClaims(ctx, c, perPod) }},
+		{phaseBind, false, func(ctx context.Context) error {
+			return parallel(ctx, s.cfg.CommitParallelism, len(c.d.Pods), func(ctx context.Context, i int) error {
+				pp := c.d.Pods[i]
+				return s.bind(ctx, pp.Namespace, pp.Name, pp.UID, pp.Node)
+			})
+		}},
+		{phaseCondition, c.pg == nil, func(ctx context.Context) error {
+			return s.setCondition(ctx, c.pg, metav1.ConditionTrue, "Scheduled", placedMessage(c.gang, c.d))
+		}},
+		{phaseClearRecord, c.pg == nil, func(ctx context.Context) error {
+			return s.deleteRecord(ctx, record, c.pg.Namespace+"/"+c.pg.Name)
+		}},
+	}
+	for _, ph := range phases {
+		if ph.skip {
+			continue
+		}
+		start := time.Now()
+		err := ph.run(ctx)
+		s.cfg.Metrics.observePhase(ph.name, time.Since(start).Seconds())
+		if err != nil {
 			return err
 		}
 	}
-	shared, perPod := splitShared(writes)
-	if err := s.writeClaims(ctx, shared); err != nil {
-		return err
-	}
-	if err := s.writeClaims(ctx, perPod); err != nil {
-		return err
-	}
-	err := parallel(ctx, s.cfg.CommitParallelism, len(d.Pods), func(ctx context.Context, i int) error {
-		pp := d.Pods[i]
-		return s.bind(ctx, pp.Namespace, pp.Name, pp.UID, pp.Node)
-	})
+	return s.step(StepDone, c.d.Gang)
+}
+
+// adoptRecord reads a commit record that exists but was not in this term's
+// set, so that the gang's next attempt recovers it first.
+func (s *Scheduler) adoptRecord(ctx context.Context, uid types.UID) {
+	cm, err := s.cfg.Client.CoreV1().ConfigMaps(s.cfg.RecordNamespace).Get(ctx, RecordName(uid), metav1.GetOptions{})
 	if err != nil {
-		return err
+		klog.FromContext(ctx).Error(err, "Reading an unknown commit record", "record", RecordName(uid))
+		return
 	}
-	if pg != nil {
-		msg := fmt.Sprintf("placed %d pods in %s %s", len(d.Pods), d.TopologyKey, d.Domain)
-		if err := s.setCondition(ctx, pg, metav1.ConditionTrue, "Scheduled", msg); err != nil {
-			return err
-		}
-		if _, err := s.patchIntent(ctx, pg, nil); err != nil {
-			return err
-		}
-	}
-	return s.step(StepDone, d.Gang)
+	s.records.put(cm)
 }
 
 // splitShared splits planWrites' output into the shared claims' writes
@@ -148,9 +198,13 @@ func splitShared(writes []claimWrite) (shared, perPod []claimWrite) {
 }
 
 // writeClaims runs one phase of claim writes in parallel.
-func (s *Scheduler) writeClaims(ctx context.Context, writes []claimWrite) error {
+func (s *Scheduler) writeClaims(ctx context.Context, c *commitRun, writes []claimWrite) error {
 	return parallel(ctx, s.cfg.CommitParallelism, len(writes), func(ctx context.Context, i int) error {
-		return s.writeClaim(ctx, writes[i])
+		out, err := s.writeClaim(ctx, writes[i])
+		if err == nil {
+			c.wrote(out)
+		}
+		return err
 	})
 }
 
@@ -158,34 +212,39 @@ func (s *Scheduler) writeClaims(ctx context.Context, writes []claimWrite) error 
 // allocation (kube-controller-manager clears the allocation of a claim that
 // carries it once the last consumer is gone), then writes allocation and
 // reservation in one status update. Both writes carry the resourceVersion
-// the decision saw.
-func (s *Scheduler) writeClaim(ctx context.Context, w claimWrite) error {
+// the decision saw. It returns the claim as written.
+func (s *Scheduler) writeClaim(ctx context.Context, w claimWrite) (*resourceapi.ResourceClaim, error) {
 	c := w.claim
 	name := c.Namespace + "/" + c.Name
 	claims := s.cfg.Client.ResourceV1().ResourceClaims(c.Namespace)
 	if w.alloc != nil && !slices.Contains(c.Finalizers, resourceapi.Finalizer) {
 		if err := s.step(StepClaimFinalizer, name); err != nil {
-			return err
+			return nil, err
 		}
 		c = c.DeepCopy()
 		c.Finalizers = append(c.Finalizers, resourceapi.Finalizer)
 		var err error
 		if c, err = claims.Update(ctx, c, metav1.UpdateOptions{FieldManager: schedulerName}); err != nil {
-			return fmt.Errorf("add finalizer to claim %s: %w", name, err)
+			return nil, fmt.Errorf("add finalizer to claim %s: %w", name, err)
 		}
 	}
 	if err := s.step(StepClaimStatus, name); err != nil {
-		return err
+		return nil, err
 	}
 	c = c.DeepCopy()
 	if w.alloc != nil {
 		c.Status.Allocation = w.alloc.DeepCopy()
+		// Dropped by the apiserver unless DRADeviceBindingConditions is
+		// on; where it is kept, double-allocation repair orders by it.
+		now := metav1.Now()
+		c.Status.Allocation.AllocationTimestamp = &now
 	}
 	c.Status.ReservedFor = append(c.Status.ReservedFor, w.consumer)
-	if _, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{FieldManager: schedulerName}); err != nil {
-		return fmt.Errorf("allocate claim %s: %w", name, err)
+	out, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{FieldManager: schedulerName})
+	if err != nil {
+		return nil, fmt.Errorf("allocate claim %s: %w", name, err)
 	}
-	return nil
+	return out, nil
 }
 
 // bind binds a pod; the binding carries the pod's UID as a precondition.

@@ -37,7 +37,8 @@ func pod(name string) *v1.Pod {
 }
 
 // TestPlanWrites: shared claims first (reserved for the PodGroup), then each
-// member's; allocated claims only get a missing reservation.
+// placed member's; allocated claims only get a missing reservation; members
+// the decision left out get nothing.
 func TestPlanWrites(t *testing.T) {
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg", UID: "uid-pg"}}
 	g := &placement.Gang{
@@ -45,9 +46,14 @@ func TestPlanWrites(t *testing.T) {
 		Members: []placement.Member{
 			{Pod: pod("p0"), Claims: []*resourceapi.ResourceClaim{claim("p0-gpus", false), claim("user", true, "uid-other")}},
 			{Pod: pod("p1"), Claims: []*resourceapi.ResourceClaim{claim("p1-gpus", false)}},
+			// Left out by a partial placement (minCount): nothing for it.
+			{Pod: pod("p2"), Claims: []*resourceapi.ResourceClaim{claim("p2-gpus", false), claim("user2", true, "uid-other")}},
 		},
 	}
-	d := &placement.Decision{Claims: []placement.ClaimAllocation{{Name: "fabric", Shared: true}, {Name: "p0-gpus"}, {Name: "p1-gpus"}}}
+	d := &placement.Decision{
+		Pods:   []placement.PodPlacement{{Name: "p0", UID: "uid-p0"}, {Name: "p1", UID: "uid-p1"}},
+		Claims: []placement.ClaimAllocation{{Name: "fabric", Shared: true}, {Name: "p0-gpus"}, {Name: "p1-gpus"}},
+	}
 	var got []string
 	for _, w := range planWrites(pg, g, d) {
 		got = append(got, fmt.Sprintf("%s alloc=%v for=%s/%s", w.claim.Name, w.alloc != nil, w.consumer.Resource, w.consumer.Name))
@@ -64,7 +70,7 @@ func TestPlanWrites(t *testing.T) {
 }
 
 // TestCommitPhases: with parallel writers, every write of a phase starts
-// after every write of the previous phase: intent, shared claims, per-pod
+// after every write of the previous phase: record, shared claims, per-pod
 // claims, bindings, condition, clear. The bindings do run in parallel.
 func TestCommitPhases(t *testing.T) {
 	const pods, workers = 24, 4
@@ -99,17 +105,24 @@ func TestCommitPhases(t *testing.T) {
 		phases = append(phases, commitPhase(step, object))
 		return nil
 	}
-	s, err := New(Config{Client: client, CommitParallelism: workers, CommitHook: hook})
+	s, err := New(Config{Client: client, RecordNamespace: "gpufabric-system", CommitParallelism: workers, CommitHook: hook})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.commit(t.Context(), pg, g, d); err != nil {
+	written, err := s.commit(t.Context(), pg, g, d)
+	if err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	if !slices.IsSorted(phases) {
 		t.Errorf("phases out of order: %v", phases)
 	}
-	// intent, 2 shared, 2 per pod claim, a binding per pod, condition, clear, done.
+	if len(written) != pods+1 {
+		t.Errorf("%d written claims reported, want %d", len(written), pods+1)
+	}
+	if s.records.get(pg.UID) != nil {
+		t.Errorf("commit record still known after the commit")
+	}
+	// record, 2 shared, 2 per pod claim, a binding per pod, condition, clear, done.
 	if want := 1 + 2 + 3*pods + 3; len(phases) != want {
 		t.Errorf("%d steps, want %d", len(phases), want)
 	}
@@ -121,7 +134,7 @@ func TestCommitPhases(t *testing.T) {
 // commitPhase numbers a step by its commit phase.
 func commitPhase(step Step, object string) int {
 	switch step {
-	case StepIntent:
+	case StepRecord:
 		return 0
 	case StepClaimFinalizer, StepClaimStatus:
 		if object == "ns/fabric" {
@@ -132,7 +145,7 @@ func commitPhase(step Step, object string) int {
 		return 3
 	case StepCondition:
 		return 4
-	case StepClearIntent:
+	case StepClearRecord:
 		return 5
 	default:
 		return 6

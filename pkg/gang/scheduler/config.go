@@ -3,8 +3,10 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
@@ -15,6 +17,11 @@ import (
 // without cleaning up, as if the process had been killed.
 var ErrAborted = errors.New("scheduler aborted by commit hook")
 
+// ErrFenced wraps the error of Config.Fence: this replica may have lost the
+// Lease, so the scheduler stops at once without writing or undoing anything
+// (the next leader's recovery finishes or rolls back what it left).
+var ErrFenced = errors.New("fenced: not sure to hold the Lease")
+
 // DefaultCommitParallelism is Config.CommitParallelism's default.
 const DefaultCommitParallelism = 16
 
@@ -22,6 +29,13 @@ const DefaultCommitParallelism = 16
 // field is usable.
 type Config struct {
 	Client kubernetes.Interface
+	// RecordNamespace holds the commit records (ConfigMaps only the
+	// scheduler's identity may write). Required.
+	RecordNamespace string
+	// Fence, when set, is called before every write; an error means this
+	// replica may no longer hold the Lease: the scheduler stops with
+	// ErrFenced. RunWithLeaderElection sets it.
+	Fence func() error
 	// Tree configures the node-label levels above the NVLink domain.
 	Tree topology.TreeConfig
 	// DomainChannels is the number of channels per fabric-domain pool. When
@@ -44,6 +58,20 @@ type Config struct {
 	// writes, bindings) in flight at once; the phases stay in order.
 	// Default 16.
 	CommitParallelism int
+	// DisablePreemption turns preemption off: a gang that does not fit
+	// waits for room whatever its priority.
+	DisablePreemption bool
+	// NominationTimeout bounds a preemption: the nodes held for the gang
+	// are released, and it may preempt again, when its victims have not all
+	// gone after this long, or when they have gone and the gang still does
+	// not fit after min(30s, NominationTimeout). Default 5m.
+	NominationTimeout time.Duration
+	// PreemptionBudget bounds the wall time of one preemption evaluation.
+	// Default 2s.
+	PreemptionBudget time.Duration
+	// StarvationBound: a gang that has waited longer than this holds the
+	// domain closest to fitting it (docs/design/preemption.md); 0 disables.
+	StarvationBound time.Duration
 	// Placement configures the engine; its MatchCache is set by the
 	// scheduler.
 	Placement placement.Config
@@ -64,12 +92,19 @@ type Step string
 
 // The steps of a commit, in order.
 const (
-	StepIntent         Step = "intent"
+	StepRecord         Step = "record"
 	StepClaimFinalizer Step = "claim-finalizer"
 	StepClaimStatus    Step = "claim-status"
 	StepBind           Step = "bind"
 	StepCondition      Step = "condition"
-	StepClearIntent    Step = "clear-intent"
+	StepClearRecord    Step = "clear-record"
+	// StepEvict evicts a pod: a preemption victim, or the pod of a claim
+	// that lost a device allocated twice (repair).
+	StepEvict Step = "evict"
+	// StepNominate writes a nomination record (before the first eviction
+	// of a preemption); StepClearNomination deletes it.
+	StepNominate        Step = "nominate"
+	StepClearNomination Step = "clear-nomination"
 	// StepDone is reported after the last write; aborting there leaves a
 	// complete commit.
 	StepDone Step = "done"
@@ -78,6 +113,9 @@ const (
 func (c Config) withDefaults() (Config, error) {
 	if c.Client == nil {
 		return c, fmt.Errorf("config: client is required")
+	}
+	if msgs := validation.IsDNS1123Label(c.RecordNamespace); len(msgs) > 0 {
+		return c, fmt.Errorf("config: record namespace %q: %s", c.RecordNamespace, strings.Join(msgs, "; "))
 	}
 	if c.DomainChannels < 0 || c.DomainChannels > 128 {
 		return c, fmt.Errorf("config: domain channels must be 0..128, got %d", c.DomainChannels)
@@ -96,6 +134,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxUnschedulableWait <= 0 {
 		c.MaxUnschedulableWait = time.Minute
+	}
+	if c.NominationTimeout <= 0 {
+		c.NominationTimeout = 5 * time.Minute
+	}
+	if c.PreemptionBudget <= 0 {
+		c.PreemptionBudget = 2 * time.Second
+	}
+	if c.StarvationBound < 0 {
+		return c, fmt.Errorf("config: starvation bound must be >= 0, got %s", c.StarvationBound)
 	}
 	if c.MetricsInterval <= 0 {
 		c.MetricsInterval = 15 * time.Second

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -12,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
@@ -22,8 +25,30 @@ type attempt struct {
 	key string
 	// cycle is the queue's move counter when the attempt started.
 	cycle uint64
-	pg    *schedulingv1beta1.PodGroup // nil for a gang of one
-	pod   *v1.Pod                     // the pod of a gang of one
+	// result of the attempt, for attempt_duration_seconds.
+	result string
+	pg     *schedulingv1beta1.PodGroup // nil for a gang of one
+	pod    *v1.Pod                     // the pod of a gang of one
+	// priority of the gang (priority.go).
+	priority int32
+	// members are the gang's pods to place.
+	members []*v1.Pod
+}
+
+// uid is the UID of the PodGroup, or of the pod of a gang of one.
+func (a *attempt) uid() types.UID {
+	if a.pg != nil {
+		return a.pg.UID
+	}
+	return a.pod.UID
+}
+
+// describe names the gang for messages: "PodGroup ns/name" or "pod ns/name".
+func (a *attempt) describe() string {
+	if a.pg != nil {
+		return "PodGroup " + a.pg.Namespace + "/" + a.pg.Name
+	}
+	return "pod " + a.pod.Namespace + "/" + a.pod.Name
 }
 
 // about is the object events and conditions are about.
@@ -47,86 +72,160 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	isGroup, ns, name := splitKey(key)
 	if !isGroup {
 		pod, err := s.pods.Pods(ns).Get(name)
+		if err == nil && ours(pod) && pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 {
+			s.markGated(ctx, []*v1.Pod{pod})
+		}
 		if apierrors.IsNotFound(err) || err == nil && !pending(pod) {
-			s.queue.forget(key)
-			return nil
+			s.forget(key)
+			return s.gangDone(ctx, key)
 		}
 		if err != nil {
 			return fmt.Errorf("get pod: %w", err)
 		}
 		g, err := placement.NewPodGang(pod, s.getClaim)
-		return s.place(ctx, &attempt{key: key, cycle: cycle, pod: pod}, g, err)
+		if err == nil {
+			err = s.pinVolumes(g)
+		}
+		a := &attempt{key: key, cycle: cycle, pod: pod, priority: podPriority(pod), members: []*v1.Pod{pod}}
+		return s.place(ctx, a, g, err)
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		s.queue.forget(key)
-		return nil
+		s.podGroupMissing(ctx, ns, name)
+		s.forget(key)
+		return s.gangDone(ctx, key)
 	}
 	if err != nil {
 		return fmt.Errorf("get podgroup: %w", err)
 	}
-	if _, ok := pg.Annotations[AnnotationPlacement]; ok {
-		// A commit of this gang is half done (another leader, or a failed
-		// undo): finish or roll it back first; the annotation's removal
-		// queues the gang again.
-		return s.recoverGroupByName(ctx, ns, name)
+	if pg.DeletionTimestamp != nil && s.records.get(pg.UID) == nil {
+		// Its pods keep it (finalizer podgroup-protection) until they are
+		// deleted; none of them is placed meanwhile.
+		s.podGroupDeleting(ctx, pg)
+		s.forget(key)
+		return s.gangDone(ctx, key)
 	}
-	members, anyBound, err := s.members(pg)
+	if cm := s.records.get(pg.UID); cm != nil {
+		// A commit of this gang is half done (a crash, or a failed undo):
+		// finish or roll it back first, then look again once the informers
+		// show it.
+		if err := s.recoverRecord(ctx, cm); err != nil {
+			if !stops(err) {
+				s.queue.park(key, cycle)
+			}
+			return err
+		}
+		s.queue.retryAfter(key, time.Second)
+		return nil
+	}
+	ms, err := s.members(pg)
 	if err != nil {
 		return err
 	}
-	if len(members) == 0 {
-		s.queue.forget(key)
-		return nil
+	s.markGated(ctx, ms.gated)
+	if err := s.checkMembers(ctx, pg, ms); err != nil {
+		if stops(err) {
+			return err
+		}
+		klog.FromContext(ctx).Error(err, "Updating the members-lost condition", "podgroup", klog.KObj(pg))
+	}
+	if len(ms.pending) == 0 {
+		s.forget(key)
+		return s.gangDone(ctx, key)
 	}
 	group := pg
-	if anyBound {
-		// Late members join the placed gang where its shared claims pin them.
+	if ms.anyBound {
+		// Late members join the placed gang in the domain it runs in.
 		group = pg.DeepCopy()
 		group.Spec.SchedulingPolicy.Gang = nil
 	}
-	g, err := placement.NewGang(group, members, s.getClaim)
-	return s.place(ctx, &attempt{key: key, cycle: cycle, pg: pg}, g, err)
+	g, err := placement.NewGang(group, ms.pending, s.getClaim)
+	if err == nil {
+		g.BoundNodes = ms.boundNodes
+		err = s.pinVolumes(g)
+	} else if errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0 {
+		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
+	}
+	a := &attempt{key: key, cycle: cycle, pg: pg, priority: podGroupPriority(pg, ms.pending), members: ms.pending}
+	return s.place(ctx, a, g, err)
 }
 
-// members returns the pending pods of a PodGroup and whether any of its pods
-// is bound already.
-func (s *Scheduler) members(pg *schedulingv1beta1.PodGroup) ([]*v1.Pod, bool, error) {
+// memberSet is what a PodGroup's pods say about its gang.
+type memberSet struct {
+	// pending members to place: ours, unbound, not terminating, without
+	// scheduling gates (a gated pod is never placed nor counted).
+	pending []*v1.Pod
+	gated   []*v1.Pod
+	// anyBound: a member was bound before (the gang was placed); the
+	// pending ones are late members.
+	anyBound bool
+	// running members: bound, not finished, not terminating, on a node that
+	// exists; boundNodes are their nodes, sorted, without duplicates.
+	running    []*v1.Pod
+	boundNodes []string
+	// lost describes bound members that do not run: failed, terminating,
+	// or on a deleted node.
+	lost []string
+}
+
+// members reads a PodGroup's pods from the informers.
+func (s *Scheduler) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
 	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
 	if err != nil {
-		return nil, false, fmt.Errorf("list members: %w", err)
+		return nil, fmt.Errorf("list members: %w", err)
 	}
-	var out []*v1.Pod
-	anyBound := false
+	ms := &memberSet{}
+	nodes := map[string]bool{}
 	for _, o := range objs {
 		p, ok := o.(*v1.Pod)
-		if !ok || !ours(p) || p.DeletionTimestamp != nil || terminated(p) {
+		if !ok || !ours(p) {
 			continue
 		}
-		if p.Spec.NodeName != "" {
-			anyBound = true
-			continue
+		switch {
+		case p.Spec.NodeName != "":
+			ms.anyBound = true
+			if p.Status.Phase == v1.PodSucceeded {
+				continue
+			}
+			if why := s.lostReason(p); why != "" {
+				ms.lost = append(ms.lost, why)
+				continue
+			}
+			ms.running = append(ms.running, p)
+			nodes[p.Spec.NodeName] = true
+		case p.DeletionTimestamp != nil || terminated(p):
+		case len(p.Spec.SchedulingGates) > 0:
+			ms.gated = append(ms.gated, p)
+		default:
+			ms.pending = append(ms.pending, p)
 		}
-		out = append(out, p)
 	}
-	return out, anyBound, nil
+	ms.boundNodes = slices.Sorted(maps.Keys(nodes))
+	ms.lost = sortedLost(ms.lost)
+	return ms, nil
 }
 
 // place places a built gang and commits or reports the result.
 func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, buildErr error) error {
+	begin := time.Now()
+	defer func() { s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds()) }()
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "gang", a.key)
 	ctx = klog.NewContext(ctx, logger)
 	if errors.Is(buildErr, placement.ErrNotReady) {
 		logger.V(3).Info("Gang not ready", "reason", buildErr.Error())
 		_, ns, _ := splitKey(a.key)
 		s.queue.wait(a.key, ns, a.cycle)
-		return nil
+		return s.notReady(ctx, a, buildErr)
+	}
+	if errors.Is(buildErr, placement.ErrUnsupported) || errors.Is(buildErr, placement.ErrInvalid) {
+		// Until the pod changes (most of these fields are immutable).
+		return s.refuse(ctx, a, ReasonUnsupported, schedulingv1beta1.PodGroupReasonUnschedulable, buildErr.Error())
 	}
 	if buildErr != nil {
 		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, buildErr.Error())
 	}
 	start := time.Now()
-	snap, err := s.snapshot(ctx)
+	snap, in, err := s.snapshot(ctx, a)
 	var d *placement.Decision
 	var u *placement.Unschedulable
 	if err == nil {
@@ -137,37 +236,75 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	case err != nil:
 		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, err.Error())
 	case u != nil:
-		return s.refuse(ctx, a, ReasonUnschedulable, schedulingv1beta1.PodGroupReasonUnschedulable, u.Message)
+		msg := u.Message
+		extra, err := s.afterRefusal(ctx, a, g, in, a.members)
+		if stops(err) {
+			return err
+		}
+		if err != nil {
+			logger.Error(err, "Preemption failed")
+			extra = "preemption failed: " + err.Error()
+		}
+		if extra != "" {
+			msg += "\n" + extra
+		}
+		return s.refuse(ctx, a, ReasonUnschedulable, schedulingv1beta1.PodGroupReasonUnschedulable, msg)
 	}
 	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims), "duration", time.Since(start))
-	err = s.commit(ctx, a.pg, g, d)
+	written, err := s.commit(ctx, a.pg, g, d)
 	switch {
-	case errors.Is(err, ErrAborted):
+	case stops(err):
 		return err
 	case errors.Is(err, errConflict):
+		a.result = resultConflict
 		logger.V(2).Info("Commit lost a race, retrying on a fresh snapshot", "err", err)
 		s.cfg.Metrics.gangRefused(ReasonConflict)
 		s.queue.retryAfter(a.key, time.Duration(50+rand.IntN(100))*time.Millisecond)
 		return nil
 	case err != nil:
+		a.result = resultError
+		s.pending.set(a.key, ReasonCommitError)
 		s.cfg.Metrics.gangRefused(ReasonCommitError)
 		s.event(a.about(), v1.EventTypeWarning, EventFailedScheduling, "Binding", "commit failed: "+err.Error())
 		s.queue.park(a.key, a.cycle)
 		return err
 	}
-	s.assumed.add(a.key, g, d)
-	s.queue.forget(a.key)
+	a.result = resultPlaced
+	if err := s.gangDone(ctx, a.key); stops(err) {
+		return err
+	} else if err != nil {
+		logger.Error(err, "Ending the gang's nomination")
+	}
+	s.assumed.add(a.key, g, d, written)
+	s.cfg.Metrics.setAssumed(s.assumed.len())
+	s.forget(a.key)
 	s.cfg.Metrics.gangPlaced()
-	s.event(a.about(), v1.EventTypeNormal, EventScheduled, "Binding",
-		fmt.Sprintf("placed %d pods in %s %s", len(d.Pods), d.TopologyKey, d.Domain))
+	s.event(a.about(), v1.EventTypeNormal, EventScheduled, "Binding", placedMessage(g, d))
+	for _, w := range d.Warnings {
+		s.event(a.about(), v1.EventTypeWarning, EventPreferenceIgnored, "Scheduling", w)
+	}
+	if left := len(g.Members) - len(d.Pods); left > 0 {
+		// The others wait for room in the same domain (minCount below the
+		// gang's size); say so on them.
+		s.markWaiting(ctx, a, g, d)
+	}
 	return nil
 }
 
 // refuse reports a gang that was not placed: metric, condition (PodGroups),
 // event, and backoff.
 func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, conditionReason, message string) error {
+	a.result = resultUnschedulable
+	if metricReason == ReasonSchedulerError {
+		a.result = resultError
+	}
+	s.pending.set(a.key, metricReason)
 	s.cfg.Metrics.gangRefused(metricReason)
-	backoff := s.queue.park(a.key, a.cycle)
+	park := s.queue.park
+	if s.nominations.get(a.key) != nil {
+		park = s.queue.parkShort // its victims are going
+	}
+	backoff := park(a.key, a.cycle)
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
 	s.event(a.about(), v1.EventTypeWarning, EventFailedScheduling, "Scheduling", message)
 	s.markUnschedulable(ctx, a, message)
@@ -175,4 +312,10 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 		return nil
 	}
 	return s.setCondition(ctx, a.pg, metav1.ConditionFalse, conditionReason, message)
+}
+
+// forget drops a gang from the queue and from the pending metric.
+func (s *Scheduler) forget(key string) {
+	s.queue.forget(key)
+	s.pending.clear(key)
 }

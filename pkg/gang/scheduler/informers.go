@@ -11,8 +11,20 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// podGroupIndex indexes pods by "<namespace>/<podGroupName>".
-const podGroupIndex = "podgroup"
+// podGroupIndex indexes pods by "<namespace>/<podGroupName>"; nodeIndex
+// bound pods by node name.
+const (
+	podGroupIndex = "podgroup"
+	nodeIndex     = "node"
+)
+
+func indexByNode(obj any) ([]string, error) {
+	p, ok := obj.(*v1.Pod)
+	if !ok || p.Spec.NodeName == "" {
+		return nil, nil
+	}
+	return []string{p.Spec.NodeName}, nil
+}
 
 func indexByPodGroup(obj any) ([]string, error) {
 	p, ok := obj.(*v1.Pod)
@@ -31,6 +43,11 @@ type informerSet struct {
 	slices    cache.SharedIndexInformer
 	classes   cache.SharedIndexInformer
 	nodes     cache.SharedIndexInformer
+	pvcs      cache.SharedIndexInformer
+	volumes   cache.SharedIndexInformer
+	storage   cache.SharedIndexInformer
+	templates cache.SharedIndexInformer
+	pdbs      cache.SharedIndexInformer
 }
 
 func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, error) {
@@ -42,8 +59,13 @@ func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, erro
 		slices:    factory.Resource().V1().ResourceSlices().Informer(),
 		classes:   factory.Resource().V1().DeviceClasses().Informer(),
 		nodes:     factory.Core().V1().Nodes().Informer(),
+		pvcs:      factory.Core().V1().PersistentVolumeClaims().Informer(),
+		volumes:   factory.Core().V1().PersistentVolumes().Informer(),
+		storage:   factory.Storage().V1().StorageClasses().Informer(),
+		templates: factory.Resource().V1().ResourceClaimTemplates().Informer(),
+		pdbs:      factory.Policy().V1().PodDisruptionBudgets().Informer(),
 	}
-	if err := s.pods.AddIndexers(cache.Indexers{podGroupIndex: indexByPodGroup}); err != nil {
+	if err := s.pods.AddIndexers(cache.Indexers{podGroupIndex: indexByPodGroup, nodeIndex: indexByNode}); err != nil {
 		return nil, fmt.Errorf("add pod index: %w", err)
 	}
 	return s, nil
@@ -51,7 +73,7 @@ func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, erro
 
 func (s *informerSet) synced() []cache.InformerSynced {
 	return []cache.InformerSynced{s.pods.HasSynced, s.podGroups.HasSynced, s.claims.HasSynced,
-		s.slices.HasSynced, s.classes.HasSynced, s.nodes.HasSynced}
+		s.slices.HasSynced, s.classes.HasSynced, s.nodes.HasSynced, s.pvcs.HasSynced, s.volumes.HasSynced, s.storage.HasSynced, s.templates.HasSynced, s.pdbs.HasSynced}
 }
 
 // watch connects the informers to the queue. Rules: an event about a gang's
@@ -74,7 +96,7 @@ func (s *informerSet) watch(q *gangQueue) error {
 			UpdateFunc: func(old, obj any) { podGroupChanged(q, old, obj) },
 			DeleteFunc: func(obj any) {
 				if pg, ok := tombstone[*schedulingv1beta1.PodGroup](obj); ok {
-					q.forget(podGroupKey(pg.Namespace, pg.Name))
+					q.add(podGroupKey(pg.Namespace, pg.Name)) // its waiting pods say so
 				}
 			},
 		}},
@@ -91,9 +113,15 @@ func (s *informerSet) watch(q *gangQueue) error {
 			AddFunc:    func(any) { q.flushParked() },
 			UpdateFunc: func(any, any) { q.flushParked() },
 		}},
+		{s.pvcs, cache.ResourceEventHandlerFuncs{
+			// A claim created or bound may make a waiting gang of its namespace ready.
+			AddFunc:    func(obj any) { wakeNamespace(q, obj) },
+			UpdateFunc: func(_, obj any) { wakeNamespace(q, obj) },
+		}},
 		{s.nodes, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { q.flushParked() },
 			UpdateFunc: func(old, obj any) { nodeChanged(q, old, obj) },
+			DeleteFunc: func(obj any) { s.nodeDeleted(q, obj) },
 		}},
 	}
 	for _, h := range handlers {
@@ -118,12 +146,40 @@ func podChanged(q *gangQueue, oldObj, obj any) {
 	if !ok {
 		return
 	}
-	if pending(p) {
-		q.add(gangKeyOf(p))
+	if pending(p) || ours(p) && p.Spec.NodeName == "" && len(p.Spec.SchedulingGates) > 0 {
+		q.add(gangKeyOf(p)) // to place, or to say it is gated
 		return
 	}
-	if old, ok := oldObj.(*v1.Pod); ok && old.Spec.NodeName != "" && !terminated(old) && terminated(p) {
+	old, ok := oldObj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	if old.Spec.NodeName == "" {
+		if p.Spec.NodeName != "" && ours(p) && podGroupName(p) != "" {
+			q.add(gangKeyOf(p)) // a member bound: its gang's status
+		}
+		return
+	}
+	if !terminated(old) && terminated(p) {
 		q.flushParked() // a bound pod finished: its node resources are free
+	}
+	if ours(p) && podGroupName(p) != "" && (old.Status.Phase != p.Status.Phase || old.DeletionTimestamp == nil && p.DeletionTimestamp != nil) {
+		q.add(gangKeyOf(p)) // a member stopped running: its gang's status
+	}
+}
+
+// nodeDeleted frees the node's capacity for parked gangs and looks at the
+// gangs that had members there.
+func (s *informerSet) nodeDeleted(q *gangQueue, obj any) {
+	n, ok := tombstone[*v1.Node](obj)
+	if !ok {
+		return
+	}
+	q.flushParked()
+	for _, o := range s.pods.GetStore().List() {
+		if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName == n.Name && ours(p) && podGroupName(p) != "" {
+			q.add(gangKeyOf(p))
+		}
 	}
 }
 
@@ -146,7 +202,7 @@ func podGroupChanged(q *gangQueue, oldObj, obj any) {
 		return
 	}
 	old, ok := oldObj.(*schedulingv1beta1.PodGroup)
-	if ok && old.Generation == pg.Generation &&
+	if ok && old.Generation == pg.Generation && (old.DeletionTimestamp == nil) == (pg.DeletionTimestamp == nil) &&
 		equality.Semantic.DeepEqual(old.Annotations, pg.Annotations) &&
 		equality.Semantic.DeepEqual(old.Status.ResourceClaimStatuses, pg.Status.ResourceClaimStatuses) {
 		return // our own condition writes, mostly
@@ -180,5 +236,11 @@ func nodeChanged(q *gangQueue, oldObj, obj any) {
 		!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 		!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) {
 		q.flushParked()
+	}
+}
+
+func wakeNamespace(q *gangQueue, obj any) {
+	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok {
+		q.wakeWaiting(pvc.Namespace)
 	}
 }

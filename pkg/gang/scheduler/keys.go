@@ -51,9 +51,10 @@ func podGroupName(p *v1.Pod) string {
 func ours(p *v1.Pod) bool { return p.Spec.SchedulerName == topology.SchedulerName }
 
 // pending reports whether a pod of ours waits for a node: unbound, not
-// terminating, not finished.
+// terminating, not finished, and without scheduling gates (a gated pod is
+// not placed until its gates are removed, as in kube-scheduler).
 func pending(p *v1.Pod) bool {
-	return ours(p) && p.Spec.NodeName == "" && p.DeletionTimestamp == nil && !terminated(p)
+	return ours(p) && p.Spec.NodeName == "" && p.DeletionTimestamp == nil && !terminated(p) && len(p.Spec.SchedulingGates) == 0
 }
 
 func terminated(p *v1.Pod) bool {

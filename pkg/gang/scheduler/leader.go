@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,7 +19,8 @@ type LeaderElection struct {
 	Namespace string
 	// Name of the Lease. Default "gpufabric-scheduler".
 	Name string
-	// Identity of this replica (e.g. the pod name). Required.
+	// Identity of this replica: its pod name, which the chart's admission
+	// policy compares with the Lease's holder to fence writes. Required.
 	Identity string
 	// LeaseDuration, RenewDeadline, RetryPeriod: defaults 15s, 10s, 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
@@ -31,7 +34,14 @@ var ErrLostLeadership = errors.New("lost leadership")
 // publisher) while this replica holds the Lease. Rules: each term gets a
 // fresh Scheduler, which recovers half-done commits before it schedules; a
 // term ends when ctx is done (nil), when the Scheduler fails, or when the
-// Lease is lost (ErrLostLeadership).
+// Lease is lost or may be lost (ErrLostLeadership).
+//
+// Fencing: before every write the Scheduler checks that the last renewal
+// of the Lease was sent less than RenewDeadline ago (monotonic clock, so a
+// process paused past its Lease finds out when it resumes); other replicas
+// take the Lease only LeaseDuration after they saw that renewal. A write
+// already on the wire when the process pauses is refused by the chart's
+// admission policy once another replica holds the Lease.
 func RunWithLeaderElection(ctx context.Context, cfg Config, le LeaderElection) error {
 	if le.Identity == "" || le.Namespace == "" {
 		return fmt.Errorf("leader election: identity and namespace are required")
@@ -39,30 +49,36 @@ func RunWithLeaderElection(ctx context.Context, cfg Config, le LeaderElection) e
 	if le.Name == "" {
 		le.Name = schedulerName
 	}
-	lock := &resourcelock.LeaseLock{
+	le.LeaseDuration = orDefault(le.LeaseDuration, 15*time.Second)
+	le.RenewDeadline = orDefault(le.RenewDeadline, 10*time.Second)
+	le.RetryPeriod = orDefault(le.RetryPeriod, 2*time.Second)
+	lock := &observedLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
 		Client:     cfg.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
-	}
+	}}
+	cfg.Fence = func() error { return lock.renewedWithin(le.RenewDeadline) }
 	outer := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var runErr error
+	var started atomic.Bool
+	done := make(chan error, 1)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
-		LeaseDuration:   orDefault(le.LeaseDuration, 15*time.Second),
-		RenewDeadline:   orDefault(le.RenewDeadline, 10*time.Second),
-		RetryPeriod:     orDefault(le.RetryPeriod, 2*time.Second),
+		LeaseDuration:   le.LeaseDuration,
+		RenewDeadline:   le.RenewDeadline,
+		RetryPeriod:     le.RetryPeriod,
 		ReleaseOnCancel: true,
 		Name:            le.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
+				started.Store(true)
 				klog.FromContext(ctx).Info("Started leading", "identity", le.Identity)
 				s, err := New(cfg)
 				if err == nil {
 					err = s.Run(ctx)
 				}
-				runErr = err
+				done <- err
 				cancel()
 			},
 			OnStoppedLeading: func() {},
@@ -72,13 +88,75 @@ func RunWithLeaderElection(ctx context.Context, cfg Config, le LeaderElection) e
 		return fmt.Errorf("leader election: %w", err)
 	}
 	elector.Run(ctx) // returns when ctx is done or the term ended
+	cancel()
+	var runErr error
+	if started.Load() {
+		// The term's scheduler stops on ctx; its writes in flight return.
+		select {
+		case runErr = <-done:
+		case <-time.After(termStopTimeout):
+			klog.FromContext(outer).Info("The scheduler did not stop in time after the term ended", "timeout", termStopTimeout)
+		}
+	}
 	switch {
+	case errors.Is(runErr, ErrFenced):
+		return fmt.Errorf("%w: %w", ErrLostLeadership, runErr)
 	case runErr != nil:
 		return runErr
 	case outer.Err() != nil:
 		return nil
 	}
 	return ErrLostLeadership
+}
+
+// termStopTimeout bounds how long a term's end waits for its scheduler.
+const termStopTimeout = 30 * time.Second
+
+// observedLock is the elector's Lock; it remembers when the last successful
+// acquisition or renewal by this replica was sent.
+type observedLock struct {
+	resourcelock.Interface
+	mu      sync.Mutex
+	renewed time.Time // with a monotonic reading
+}
+
+func (l *observedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Create(ctx, r)
+	l.observe(sent, r, err)
+	return err
+}
+
+func (l *observedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Update(ctx, r)
+	l.observe(sent, r, err)
+	return err
+}
+
+func (l *observedLock) observe(sent time.Time, r resourcelock.LeaderElectionRecord, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && r.HolderIdentity == l.Identity() {
+		l.renewed = sent
+	} else if err == nil {
+		l.renewed = time.Time{} // released
+	}
+}
+
+// renewedWithin returns an error unless this replica's last renewal was sent
+// less than d ago.
+func (l *observedLock) renewedWithin(d time.Duration) error {
+	l.mu.Lock()
+	renewed := l.renewed
+	l.mu.Unlock()
+	if renewed.IsZero() {
+		return errors.New("the Lease is not held")
+	}
+	if age := time.Since(renewed); age >= d {
+		return fmt.Errorf("the Lease was last renewed %s ago, the renew deadline is %s", age.Round(time.Millisecond), d)
+	}
+	return nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -1,59 +1,172 @@
 package scheduler
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Refusal reasons of the gangs_refused_total metric.
+// Refusal reasons of the gangs_refused_total and pending_gangs metrics.
 const (
 	ReasonUnschedulable  = "unschedulable"
 	ReasonSchedulerError = "scheduler-error"
 	ReasonConflict       = "conflict"
 	ReasonCommitError    = "commit-error"
+	// ReasonUnsupported: a member uses a pod feature the engine does not
+	// model; the message names the field.
+	ReasonUnsupported = "unsupported"
+	// reasonNotReady: the gang waits for members or claims (pending_gangs).
+	reasonNotReady = "waiting-for-members"
+)
+
+// Results of the recoveries_total metric.
+const (
+	RecoveryFinished   = "finished"
+	RecoveryRolledBack = "rolled-back"
+	RecoveryRejected   = "rejected"
+)
+
+// Results of attempt_duration_seconds.
+const (
+	resultPlaced        = "placed"
+	resultUnschedulable = "unschedulable"
+	resultNotReady      = "not-ready"
+	resultConflict      = "conflict"
+	resultError         = "error"
+)
+
+// Phases of commit_phase_duration_seconds.
+const (
+	phaseRecord       = "record"
+	phaseSharedClaims = "shared-claims"
+	phasePodClaims    = "pod-claims"
+	phaseBind         = "bind"
+	phaseCondition    = "condition"
+	phaseClearRecord  = "clear-record"
 )
 
 // Metrics of the scheduler. Create with NewMetrics; all methods accept a nil
-// receiver (no metrics).
+// receiver (no metrics). Every labelled series an alert may need exists
+// from the start, at zero.
 type Metrics struct {
 	placement prometheus.Histogram
 	commit    prometheus.Histogram
+	attempts  *prometheus.HistogramVec
+	phases    *prometheus.HistogramVec
 	placed    prometheus.Counter
 	refused   *prometheus.CounterVec
 	freeGPUs  *prometheus.GaugeVec
+	recovered *prometheus.CounterVec
+	assumed   prometheus.Gauge
+	doubles   *prometheus.CounterVec
+	preempt   preemptionMetrics
+
+	mu sync.Mutex
+	// state reads the current term's queue and pending gangs at scrape.
+	state func() (queue map[string]int, pending map[string]int)
+}
+
+func opts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: "gpufabric", Subsystem: "scheduler", Name: name, Help: help}
+}
+
+func histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	o := opts(name, help)
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, Buckets: buckets}, labels)
+}
+
+func plainHistogram(name, help string, buckets []float64) prometheus.Histogram {
+	o := opts(name, help)
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, Buckets: buckets})
 }
 
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	fast := prometheus.ExponentialBuckets(0.001, 2, 14) // 1 ms … 8 s
 	m := &Metrics{
-		placement: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "gpufabric", Subsystem: "scheduler", Name: "placement_duration_seconds",
-			Help:    "Time to build a snapshot and place one gang.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-		}),
-		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "gpufabric", Subsystem: "scheduler", Name: "commit_duration_seconds",
-			Help:    "Time to write one gang's decision to the API.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
-		}),
-		placed: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "gpufabric", Subsystem: "scheduler", Name: "gangs_placed_total",
-			Help: "Gangs placed and committed.",
-		}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "gpufabric", Subsystem: "scheduler", Name: "gangs_refused_total",
-			Help: "Scheduling attempts that did not place a gang, by reason.",
-		}, []string{"reason"}),
-		freeGPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "gpufabric", Subsystem: "scheduler", Name: "free_gpus",
-			Help: "GPUs per NVLink domain that no claim has allocated (committed or assumed).",
-		}, []string{"domain"}),
+		placement: plainHistogram("placement_duration_seconds", "Time to build a snapshot and place one gang.", fast),
+		commit:    plainHistogram("commit_duration_seconds", "Time to write one gang's decision to the API.", prometheus.ExponentialBuckets(0.005, 2, 12)),
+		attempts:  histogram("attempt_duration_seconds", "Time of one scheduling attempt of a gang (snapshot, placement, commit), by result.", fast, "result"),
+		phases:    histogram("commit_phase_duration_seconds", "Time of one phase of a commit (all its writes), by phase.", fast, "phase"),
+		placed:    prometheus.NewCounter(prometheus.CounterOpts(opts("gangs_placed_total", "Gangs placed and committed."))),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("gangs_refused_total",
+			"Scheduling attempts that did not place a gang, by reason.")), []string{"reason"}),
+		freeGPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("free_gpus",
+			"GPUs per NVLink domain that no claim has allocated (committed or assumed).")), []string{"domain"}),
+		recovered: prometheus.NewCounterVec(prometheus.CounterOpts(opts("recoveries_total",
+			"Half-done commits found by recovery, by result: finished, rolled-back, or rejected (an invalid commit record, not acted on).")), []string{"result"}),
+		assumed: prometheus.NewGauge(prometheus.GaugeOpts(opts("assumed_gangs",
+			"Committed gangs whose writes the scheduler's informers do not show yet."))),
+		doubles: prometheus.NewCounterVec(prometheus.CounterOpts(opts("double_allocations_repaired_total",
+			"Claims that lost a device allocated twice (by another scheduler), by action: evicted (their pods) or released (the claim).")), []string{"action"}),
 	}
-	for _, c := range []prometheus.Collector{m.placement, m.commit, m.placed, m.refused, m.freeGPUs} {
+	for _, r := range []string{ReasonUnschedulable, ReasonSchedulerError, ReasonConflict, ReasonCommitError, ReasonUnsupported} {
+		m.refused.WithLabelValues(r)
+	}
+	for _, r := range []string{RecoveryFinished, RecoveryRolledBack, RecoveryRejected} {
+		m.recovered.WithLabelValues(r)
+	}
+	for _, a := range []string{"evicted", "released"} {
+		m.doubles.WithLabelValues(a)
+	}
+	for _, r := range []string{resultPlaced, resultUnschedulable, resultNotReady, resultConflict, resultError} {
+		m.attempts.WithLabelValues(r)
+	}
+	for _, p := range []string{phaseRecord, phaseSharedClaims, phasePodClaims, phaseBind, phaseCondition, phaseClearRecord} {
+		m.phases.WithLabelValues(p)
+	}
+	m.preempt = newPreemptionMetrics(fast)
+	collectors := []prometheus.Collector{m.placement, m.commit, m.attempts, m.phases, m.placed, m.refused, m.freeGPUs,
+		m.recovered, m.assumed, m.doubles, &stateCollector{m: m}}
+	collectors = append(collectors, m.preempt.collectors()...)
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// stateCollector reports the queue and the pending gangs at scrape time.
+type stateCollector struct{ m *Metrics }
+
+var (
+	queueDesc = prometheus.NewDesc("gpufabric_scheduler_queue_gangs",
+		"Gangs in the scheduling queue, by state: active (to be tried), backoff (after a failed attempt), parked (unschedulable, waiting for a change), waiting (not ready).",
+		[]string{"state"}, nil)
+	pendingDesc = prometheus.NewDesc("gpufabric_scheduler_pending_gangs",
+		"Gangs whose last attempt did not place them, by reason.", []string{"reason"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queueDesc
+	ch <- pendingDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	state := c.m.state
+	c.m.mu.Unlock()
+	queue, pending := map[string]int{}, map[string]int{}
+	if state != nil {
+		queue, pending = state()
+	}
+	for _, s := range []string{"active", "backoff", "parked", "waiting"} {
+		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(queue[s]), s)
+	}
+	for _, r := range []string{ReasonUnschedulable, reasonNotReady, ReasonUnsupported, ReasonSchedulerError, ReasonCommitError} {
+		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(pending[r]), r)
+	}
+}
+
+// attach makes the metrics report a term's queue and pending gangs.
+func (m *Metrics) attach(state func() (map[string]int, map[string]int)) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state = state
 }
 
 func (m *Metrics) observePlacement(seconds float64) {
@@ -65,6 +178,18 @@ func (m *Metrics) observePlacement(seconds float64) {
 func (m *Metrics) observeCommit(seconds float64) {
 	if m != nil {
 		m.commit.Observe(seconds)
+	}
+}
+
+func (m *Metrics) observeAttempt(result string, seconds float64) {
+	if m != nil && result != "" {
+		m.attempts.WithLabelValues(result).Observe(seconds)
+	}
+}
+
+func (m *Metrics) observePhase(phase string, seconds float64) {
+	if m != nil {
+		m.phases.WithLabelValues(phase).Observe(seconds)
 	}
 }
 
@@ -89,4 +214,54 @@ func (m *Metrics) setFreeGPUs(free map[string]int) {
 	for d, n := range free {
 		m.freeGPUs.WithLabelValues(d).Set(float64(n))
 	}
+}
+
+func (m *Metrics) recovery(result string) {
+	if m != nil {
+		m.recovered.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) setAssumed(n int) {
+	if m != nil {
+		m.assumed.Set(float64(n))
+	}
+}
+
+func (m *Metrics) doubleAllocation(action string) {
+	if m != nil {
+		m.doubles.WithLabelValues(action).Inc()
+	}
+}
+
+// pendingSet remembers why each gang's last attempt did not place it.
+// Safe for concurrent use.
+type pendingSet struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (p *pendingSet) set(key, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[string]string{}
+	}
+	p.m[key] = reason
+}
+
+func (p *pendingSet) clear(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, key)
+}
+
+func (p *pendingSet) counts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for _, r := range p.m {
+		out[r]++
+	}
+	return out
 }

@@ -10,14 +10,17 @@ import (
 
 // gangQueue is the one queue of gangs. Keys are gang keys (see keys.go).
 //
-// Rules: a key is processed by one worker at a time (workqueue). A gang
+// Rules: a key is processed by one worker at a time (workqueue); of the
+// ready keys, the highest priority goes first, then the oldest gang. A gang
 // that could not be placed is parked: it is not retried before its backoff
 // (exponential with jitter) ends, and after that only when a cluster change
 // that can help arrives (flushParked) or MaxUnschedulableWait passes. A gang
 // that is not ready (too few members, a claim missing) waits for an event
 // about itself or a claim in its namespace.
 type gangQueue struct {
-	q                   workqueue.TypedDelayingInterface[string]
+	q workqueue.TypedDelayingInterface[string]
+	// order serves ready keys by rank (priority, then age; priority.go).
+	order               *prioQueue
 	initial, maxBackoff time.Duration
 	maxWait             time.Duration
 	now                 func() time.Time
@@ -37,8 +40,13 @@ type gangQueue struct {
 }
 
 func newGangQueue(initial, maxBackoff, maxWait time.Duration) *gangQueue {
+	order := newPrioQueue()
 	return &gangQueue{
-		q:          workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "gangs"}),
+		q: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
+			Name:  "gangs",
+			Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "gangs", Queue: order}),
+		}),
+		order:      order,
 		initial:    initial,
 		maxBackoff: maxBackoff,
 		maxWait:    maxWait,
@@ -93,6 +101,18 @@ func (gq *gangQueue) park(key string, cycle uint64) time.Duration {
 	if d <= 0 || d > gq.maxBackoff {
 		d = gq.maxBackoff
 	}
+	return gq.parkLocked(key, cycle, d)
+}
+
+// parkShort parks a gang for the initial backoff without counting an
+// attempt: a preempting gang, which waits for its victims to go.
+func (gq *gangQueue) parkShort(key string, cycle uint64) time.Duration {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	return gq.parkLocked(key, cycle, gq.initial)
+}
+
+func (gq *gangQueue) parkLocked(key string, cycle uint64, d time.Duration) time.Duration {
 	// Jitter: 80%..120%.
 	d = time.Duration(float64(d) * (0.8 + 0.4*gq.rnd.Float64()))
 	until := gq.now().Add(d)
@@ -156,3 +176,17 @@ func (gq *gangQueue) wakeWaiting(namespace string) {
 func (gq *gangQueue) get() (string, bool) { return gq.q.Get() }
 func (gq *gangQueue) done(key string)     { gq.q.Done(key) }
 func (gq *gangQueue) shutDown()           { gq.q.ShutDown() }
+
+// counts reports the queue's gangs by state, for the metrics.
+func (gq *gangQueue) counts() map[string]int {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	now := gq.now()
+	backoff := 0
+	for key, until := range gq.backoff {
+		if _, parked := gq.parked[key]; !parked && until.After(now) {
+			backoff++
+		}
+	}
+	return map[string]int{"active": gq.q.Len(), "backoff": backoff, "parked": len(gq.parked), "waiting": len(gq.waiting)}
+}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -18,143 +21,230 @@ import (
 
 // recoverAll finishes or rolls back every half-done commit. It runs before
 // the first scheduling attempt of a leadership term, on synced informers;
-// every decision is re-checked with a live read before it writes.
+// every decision is re-checked with live reads before it writes.
 //
-// Rules: a PodGroup with an intent annotation is finished when any member
-// it names is bound, else rolled back (recoverGroup). Then every claim
+// Rules: a PodGroup commit is finished when any member its record names is
+// bound, else rolled back (recoverRecord). A record that fails validation
+// is reported on its PodGroup and removed, never acted on. Then every claim
 // reserved for an unbound pod of ours loses that reservation, and its
 // allocation when no reservation is left (a gang of one killed before its
-// binding).
+// binding). One group's failure is logged and retried by that gang's next
+// attempt; it never stops the recovery of the others or the term.
 func (s *Scheduler) recoverAll(ctx context.Context) error {
-	pgs, err := s.podGroups.List(labels.Everything())
+	logger := klog.FromContext(ctx)
+	records, err := s.listRecords(ctx)
 	if err != nil {
-		return fmt.Errorf("list podgroups: %w", err)
+		return err
 	}
-	for _, pg := range pgs {
-		if _, ok := pg.Annotations[AnnotationPlacement]; !ok {
-			continue
-		}
-		if err := s.recoverGroupByName(ctx, pg.Namespace, pg.Name); err != nil {
-			return err
+	for _, cm := range records {
+		if err := s.recoverRecord(ctx, cm); err != nil {
+			if stops(err) {
+				return err
+			}
+			logger.Error(err, "Recovering a half-done commit failed; the gang's next attempt retries", "record", klog.KObj(cm))
 		}
 	}
 	return s.releaseUnboundPods(ctx)
 }
 
-// recoverGroupByName reads the PodGroup live and recovers it.
-func (s *Scheduler) recoverGroupByName(ctx context.Context, namespace, name string) error {
-	pg, err := s.cfg.Client.SchedulingV1beta1().PodGroups(namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil // kube-controller-manager drops reservations of deleted PodGroups
+// listRecords lists the commit records live, retrying with backoff until it
+// succeeds or ctx is done: scheduling must not start before every record is
+// known.
+func (s *Scheduler) listRecords(ctx context.Context) ([]*v1.ConfigMap, error) {
+	out, err := s.listLabeled(ctx, LabelCommitRecord, RecordPrefix)
+	for _, cm := range out {
+		s.records.put(cm)
 	}
-	if err != nil {
-		return fmt.Errorf("get podgroup %s/%s: %w", namespace, name, err)
-	}
-	return s.recoverGroup(ctx, pg)
+	return out, err
 }
 
-// recoverGroup finishes the PodGroup's commit when a member is bound, rolls
-// it back otherwise, and removes the intent.
-func (s *Scheduler) recoverGroup(ctx context.Context, pg *schedulingv1beta1.PodGroup) error {
-	logger := klog.FromContext(ctx)
-	in, ok, err := parseIntent(pg)
-	if !ok {
-		return nil
-	}
-	if err != nil {
-		logger.Error(err, "Dropping unreadable commit intent", "podgroup", klog.KObj(pg))
-		_, err = s.patchIntent(ctx, pg, nil)
-		return err
-	}
-	pods, anyBound, err := s.livePods(ctx, pg.Namespace, in)
-	if err != nil {
-		return err
-	}
-	if anyBound {
-		logger.Info("Finishing half-done commit", "podgroup", klog.KObj(pg), "domain", in.Domain)
-		if err := s.finishGroup(ctx, pg, in, pods); err != nil {
-			return err
+// listLabeled lists the scheduler's ConfigMaps with label=true whose name
+// starts with prefix, retrying with backoff until it succeeds or ctx is
+// done.
+func (s *Scheduler) listLabeled(ctx context.Context, label, prefix string) ([]*v1.ConfigMap, error) {
+	sel := labels.Set{label: "true"}.String()
+	delay := 100 * time.Millisecond
+	for {
+		list, err := s.cfg.Client.CoreV1().ConfigMaps(s.cfg.RecordNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err == nil {
+			out := make([]*v1.ConfigMap, 0, len(list.Items))
+			for i := range list.Items {
+				if cm := &list.Items[i]; strings.HasPrefix(cm.Name, prefix) {
+					out = append(out, cm)
+				}
+			}
+			return out, nil
 		}
+		klog.FromContext(ctx).Error(err, "Listing records, retrying", "label", label, "namespace", s.cfg.RecordNamespace, "delay", delay)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list %s records: %w", label, context.Cause(ctx))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// liveCommit is what the API holds for the objects a record names.
+type liveCommit struct {
+	pg *schedulingv1beta1.PodGroup // nil: gone or replaced
+	// members[i] is the live pod of record pod i when it is a member of
+	// the PodGroup with the record's UID; gone[i] when no pod of that
+	// name and UID exists any more. A pod that exists but is not a member
+	// is neither: it is never touched.
+	members []*v1.Pod
+	gone    []bool
+	// claims[i] is the live claim of record claim i with the record's UID.
+	claims []*resourceapi.ResourceClaim
+}
+
+func (l *liveCommit) anyBound() bool {
+	return slices.ContainsFunc(l.members, func(p *v1.Pod) bool { return p != nil && p.Spec.NodeName != "" })
+}
+
+// recoverRecord finishes or rolls back the commit a record describes, then
+// deletes the record. It returns an error only when the API failed (the
+// record stays and is retried).
+func (s *Scheduler) recoverRecord(ctx context.Context, cm *v1.ConfigMap) error {
+	object := cm.Namespace + "/" + cm.Name
+	rec, err := decodeRecord(cm)
+	if err != nil {
+		s.rejectRecord(ctx, cm, "commit record", recordUID(cm), err)
+		return s.deleteRecord(ctx, cm, object)
+	}
+	live, err := s.readCommit(ctx, rec)
+	if err != nil {
+		return err
+	}
+	if live.pg != nil && live.anyBound() {
+		err = s.finishCommit(ctx, rec, live)
 	} else {
-		logger.Info("Rolling back half-done commit", "podgroup", klog.KObj(pg), "domain", in.Domain)
-		consumers := map[types.UID]bool{pg.UID: true}
-		for _, p := range in.Pods {
-			consumers[p.UID] = true
-		}
-		err := parallel(ctx, s.cfg.CommitParallelism, len(in.Claims), func(ctx context.Context, i int) error {
-			return s.releaseClaim(ctx, pg.Namespace, in.Claims[i], consumers)
-		})
-		if err != nil {
-			return err
-		}
+		err = s.rollBack(ctx, rec, live)
 	}
-	_, err = s.patchIntent(ctx, pg, nil)
-	return err
-}
-
-// livePods reads the intent's pods (in parallel); missing or replaced pods
-// are nil.
-func (s *Scheduler) livePods(ctx context.Context, namespace string, in intent) ([]*v1.Pod, bool, error) {
-	out := make([]*v1.Pod, len(in.Pods))
-	err := parallel(ctx, s.cfg.CommitParallelism, len(in.Pods), func(ctx context.Context, i int) error {
-		ip := in.Pods[i]
-		p, err := s.cfg.Client.CoreV1().Pods(namespace).Get(ctx, ip.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("get pod %s/%s: %w", namespace, ip.Name, err)
-		}
-		if p.UID == ip.UID {
-			out[i] = p
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	anyBound := slices.ContainsFunc(out, func(p *v1.Pod) bool { return p != nil && p.Spec.NodeName != "" })
-	return out, anyBound, nil
-}
-
-// finishGroup binds the members the intent names that are still unbound
-// (in parallel) and sets the condition. Every claim write precedes the first binding, so
-// the claims are complete once any member is bound.
-func (s *Scheduler) finishGroup(ctx context.Context, pg *schedulingv1beta1.PodGroup, in intent, pods []*v1.Pod) error {
-	err := parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
-		p := pods[i]
-		if p == nil || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
-			return nil
-		}
-		err := s.bind(ctx, p.Namespace, p.Name, p.UID, in.Pods[i].Node)
-		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return err
-		}
-		return nil
-	})
 	if err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("placed %d pods in %s %s (commit finished by recovery)", len(in.Pods), in.TopologyKey, in.Domain)
-	return s.setCondition(ctx, pg, metav1.ConditionTrue, "Scheduled", msg)
+	return s.deleteRecord(ctx, cm, rec.PodGroup.Namespace+"/"+rec.PodGroup.Name)
 }
 
-// releaseClaim removes the reservations of consumers from a claim, and its
-// allocation when no reservation is left. Live read, conflict retries.
-func (s *Scheduler) releaseClaim(ctx context.Context, namespace, name string, consumers map[types.UID]bool) error {
-	claims := s.cfg.Client.ResourceV1().ResourceClaims(namespace)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c, err := claims.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		var kept []resourceapi.ResourceClaimConsumerReference
-		for _, r := range c.Status.ReservedFor {
-			if !consumers[r.UID] {
-				kept = append(kept, r)
+// rejectRecord reports a record that cannot be trusted: an event on its
+// PodGroup (found by the UID in the record's name), else on the record.
+func (s *Scheduler) rejectRecord(ctx context.Context, cm *v1.ConfigMap, what string, uid types.UID, err error) {
+	s.cfg.Metrics.recovery(RecoveryRejected)
+	klog.FromContext(ctx).Error(err, "Rejecting an invalid record; nothing is done with it",
+		"kind", what, "record", klog.KObj(cm), "content", truncate(cm.Data[recordKey], 2048))
+	note := fmt.Sprintf("%s %s/%s rejected and removed, nothing was done with it: %v", what, cm.Namespace, cm.Name, err)
+	if pgs, lerr := s.podGroups.List(labels.Everything()); lerr == nil {
+		for _, pg := range pgs {
+			if pg.UID == uid {
+				s.event(pg, v1.EventTypeWarning, EventCommitRecordRejected, "Recovering", note)
+				return
 			}
 		}
-		if len(kept) == len(c.Status.ReservedFor) && (len(kept) > 0 || c.Status.Allocation == nil) {
+	}
+	s.event(cm, v1.EventTypeWarning, EventCommitRecordRejected, "Recovering", note)
+}
+
+// readCommit reads the record's PodGroup, pods and claims live (pods and
+// claims in parallel) and keeps only what belongs to the commit.
+func (s *Scheduler) readCommit(ctx context.Context, rec *commitRecord) (*liveCommit, error) {
+	ns := rec.PodGroup.Namespace
+	live := &liveCommit{members: make([]*v1.Pod, len(rec.Pods)), gone: make([]bool, len(rec.Pods)), claims: make([]*resourceapi.ResourceClaim, len(rec.Claims))}
+	pg, err := s.cfg.Client.SchedulingV1beta1().PodGroups(ns).Get(ctx, rec.PodGroup.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, fmt.Errorf("get podgroup %s/%s: %w", ns, rec.PodGroup.Name, err)
+	case pg.UID == rec.PodGroup.UID:
+		live.pg = pg
+	}
+	err = parallel(ctx, s.cfg.CommitParallelism, len(rec.Pods), func(ctx context.Context, i int) error {
+		p, err := s.cfg.Client.CoreV1().Pods(ns).Get(ctx, rec.Pods[i].Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			live.gone[i] = true
+		case err != nil:
+			return fmt.Errorf("get pod %s/%s: %w", ns, rec.Pods[i].Name, err)
+		case p.UID != rec.Pods[i].UID:
+			live.gone[i] = true
+		case isMember(p, live.pg):
+			live.members[i] = p
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = parallel(ctx, s.cfg.CommitParallelism, len(rec.Claims), func(ctx context.Context, i int) error {
+		c, err := s.cfg.Client.ResourceV1().ResourceClaims(ns).Get(ctx, rec.Claims[i].Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("get claim %s/%s: %w", ns, rec.Claims[i].Name, err)
+		case c.UID == rec.Claims[i].UID:
+			live.claims[i] = c
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return live, nil
+}
+
+// rollBack removes the commit's reservations and the allocations it made.
+// Rules: only reservations of the PodGroup and of record pods that are its
+// unbound members (or gone) are removed; an allocation is cleared only when
+// no reservation is left and it is exactly the one the record says the
+// commit wrote.
+func (s *Scheduler) rollBack(ctx context.Context, rec *commitRecord, live *liveCommit) error {
+	consumers := map[types.UID]bool{rec.PodGroup.UID: true}
+	for i, p := range rec.Pods {
+		if live.gone[i] || live.members[i] != nil {
+			consumers[p.UID] = true
+		}
+	}
+	var released atomic.Int32
+	err := parallel(ctx, s.cfg.CommitParallelism, len(rec.Claims), func(ctx context.Context, i int) error {
+		c := live.claims[i]
+		if c == nil {
+			return nil
+		}
+		fp := rec.Claims[i].Allocation
+		changed, err := s.releaseClaim(ctx, c.Namespace, c.Name, c.UID, consumers, func(a *resourceapi.AllocationResult) bool {
+			return fp != "" && AllocationFingerprint(a) == fp
+		})
+		if changed {
+			released.Add(1)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.cfg.Metrics.recovery(RecoveryRolledBack)
+	klog.FromContext(ctx).Info("Rolled back a half-done commit", "podgroup", klog.KRef(rec.PodGroup.Namespace, rec.PodGroup.Name), "domain", rec.Domain, "claimsReleased", released.Load())
+	if live.pg != nil {
+		s.event(live.pg, v1.EventTypeNormal, EventCommitRolledBack, "Recovering",
+			fmt.Sprintf("a half-done commit to %s was rolled back: %d of %d claims released, no pod was bound", where(rec.TopologyKey, rec.Domain), released.Load(), len(rec.Claims)))
+	}
+	return nil
+}
+
+// releaseClaim removes the reservations of consumers from a claim with the
+// given UID, and its allocation when no reservation is left and clearAlloc
+// accepts it. Live read, conflict retries. It reports whether it wrote.
+func (s *Scheduler) releaseClaim(ctx context.Context, namespace, name string, uid types.UID, consumers map[types.UID]bool, clearAlloc func(*resourceapi.AllocationResult) bool) (bool, error) {
+	claims := s.cfg.Client.ResourceV1().ResourceClaims(namespace)
+	changed := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || c.UID != uid {
+			return err
+		}
+		kept := slices.DeleteFunc(slices.Clone(c.Status.ReservedFor), func(r resourceapi.ResourceClaimConsumerReference) bool { return consumers[r.UID] })
+		clear := len(kept) == 0 && c.Status.Allocation != nil && clearAlloc(c.Status.Allocation)
+		if len(kept) == len(c.Status.ReservedFor) && !clear {
 			return nil
 		}
 		if err := s.step(StepClaimStatus, namespace+"/"+name); err != nil {
@@ -162,23 +252,26 @@ func (s *Scheduler) releaseClaim(ctx context.Context, namespace, name string, co
 		}
 		c = c.DeepCopy()
 		c.Status.ReservedFor = kept
-		if len(kept) == 0 {
+		if clear {
 			c.Status.Allocation = nil
 		}
-		_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{FieldManager: schedulerName})
+		if _, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{FieldManager: schedulerName}); err == nil {
+			changed = true
+		}
 		return err
 	})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return changed, nil
 	}
 	if err != nil {
-		return fmt.Errorf("release claim %s/%s: %w", namespace, name, err)
+		return changed, fmt.Errorf("release claim %s/%s: %w", namespace, name, err)
 	}
-	return nil
+	return changed, nil
 }
 
 // releasePodClaims undoes a failed commit of a gang of one: unless the pod
-// got bound, its reservations (and allocations left without one) go.
+// got bound, its reservations go, and the allocations the commit wrote when
+// no reservation is left.
 func (s *Scheduler) releasePodClaims(ctx context.Context, pod *v1.Pod, writes []claimWrite) error {
 	p, err := s.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -188,7 +281,10 @@ func (s *Scheduler) releasePodClaims(ctx context.Context, pod *v1.Pod, writes []
 		return nil // the binding went through: the commit is complete
 	}
 	for _, w := range writes {
-		if err := s.releaseClaim(ctx, pod.Namespace, w.claim.Name, map[types.UID]bool{pod.UID: true}); err != nil {
+		ours := func(a *resourceapi.AllocationResult) bool {
+			return w.alloc != nil && AllocationFingerprint(a) == AllocationFingerprint(w.alloc)
+		}
+		if _, err := s.releaseClaim(ctx, pod.Namespace, w.claim.Name, w.claim.UID, map[types.UID]bool{pod.UID: true}, ours); err != nil {
 			return err
 		}
 	}
@@ -196,12 +292,16 @@ func (s *Scheduler) releasePodClaims(ctx context.Context, pod *v1.Pod, writes []
 }
 
 // releaseUnboundPods drops the reservations of claims held for unbound pods
-// of ours: no commit of ours is in flight while it runs.
+// of ours: no commit of ours is in flight while it runs. Only this
+// scheduler reserves claims for pods with its schedulerName. A claim that
+// fails is logged and left for the next term.
 func (s *Scheduler) releaseUnboundPods(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
 	claims, err := s.claims.List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("list claims: %w", err)
 	}
+	anyAlloc := func(*resourceapi.AllocationResult) bool { return true }
 	for _, c := range claims {
 		if c.Status.Allocation == nil {
 			continue
@@ -217,9 +317,12 @@ func (s *Scheduler) releaseUnboundPods(ctx context.Context) error {
 			if err != nil || live.UID != r.UID || live.Spec.NodeName != "" {
 				continue // gone (kube-controller-manager cleans up) or bound
 			}
-			klog.FromContext(ctx).Info("Releasing claim reserved for an unbound pod", "claim", klog.KObj(c), "pod", klog.KObj(live))
-			if err := s.releaseClaim(ctx, c.Namespace, c.Name, map[types.UID]bool{r.UID: true}); err != nil {
-				return err
+			logger.Info("Releasing claim reserved for an unbound pod", "claim", klog.KObj(c), "pod", klog.KObj(live))
+			if _, err := s.releaseClaim(ctx, c.Namespace, c.Name, c.UID, map[types.UID]bool{r.UID: true}, anyAlloc); err != nil {
+				if stops(err) {
+					return err
+				}
+				logger.Error(err, "Releasing a claim of an unbound pod failed", "claim", klog.KObj(c))
 			}
 		}
 	}

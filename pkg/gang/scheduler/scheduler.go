@@ -2,15 +2,16 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/scheme"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -26,16 +27,31 @@ type Scheduler struct {
 	cfg     Config
 	queue   *gangQueue
 	assumed *assumeCache
+	records *recordSet
+	// nominations: gangs preempting, and the nodes held for them.
+	nominations *nominationSet
+	// starving: how long gangs wait, and the domains held for those past
+	// Config.StarvationBound.
+	starving *starvation
+	repair   *repairer
+	peaks    peaks
+	pending  pendingSet
 
 	// Set by Run.
 	inf       *informerSet
 	pods      corelisters.PodLister
 	podGroups schedulinglisters.PodGroupLister
 	claims    resourcelisters.ResourceClaimLister
+	templates resourcelisters.ResourceClaimTemplateLister
 	slices    resourcelisters.ResourceSliceLister
 	classes   resourcelisters.DeviceClassLister
 	nodes     corelisters.NodeLister
-	recorder  events.EventRecorder
+	// volumes: a member's bound persistent volumes pin it to their nodes.
+	pvcs           corelisters.PersistentVolumeClaimLister
+	pvs            corelisters.PersistentVolumeLister
+	storageClasses storagelisters.StorageClassLister
+	pdbs           policylisters.PodDisruptionBudgetLister
+	recorder       events.EventRecorder
 }
 
 // New validates cfg and creates a Scheduler.
@@ -49,16 +65,20 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	cfg.Placement.Tree = cfg.Tree
 	return &Scheduler{
-		cfg:     cfg,
-		queue:   newGangQueue(cfg.InitialBackoff, cfg.MaxBackoff, cfg.MaxUnschedulableWait),
-		assumed: newAssumeCache(),
+		cfg:         cfg,
+		queue:       newGangQueue(cfg.InitialBackoff, cfg.MaxBackoff, cfg.MaxUnschedulableWait),
+		assumed:     newAssumeCache(),
+		records:     newRecordSet(),
+		nominations: newNominationSet(),
+		starving:    newStarvation(),
 	}, nil
 }
 
 // Run starts the informers (and the fabric-domain publisher when
 // configured), waits for them, recovers half-done commits, then schedules
-// until ctx is done. It returns nil when ctx is done, and an error wrapping
-// ErrAborted when a CommitHook aborted it.
+// until ctx is done. It returns nil when ctx is done, an error wrapping
+// ErrAborted when a CommitHook aborted it, and one wrapping ErrFenced when
+// the Fence said the Lease may be lost.
 func (s *Scheduler) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
@@ -75,14 +95,26 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), s.inf.synced()...) {
 		return fmt.Errorf("wait for informers: %w", context.Cause(ctx))
 	}
+	// Keys queued while the informers filled were ranked on what they
+	// showed then.
+	s.queue.order.reorder()
 	logger.Info("Informers synced, recovering half-done commits")
 	if err := s.recoverAll(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
+	if err := s.loadNominations(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for _, nm := range s.nominations.all() {
+		s.queue.add(nm.rec.Gang) // carried on (or ended) by its gang's next attempt
+	}
 	if s.cfg.OnRecovered != nil {
 		s.cfg.OnRecovered()
 	}
+	s.cfg.Metrics.attach(func() (map[string]int, map[string]int) { return s.queue.counts(), s.pending.counts() })
 	go s.metricsLoop(ctx)
+	go s.repair.run(ctx)
+	go s.sweepNominations(ctx, 2*time.Second)
 	go func() {
 		<-ctx.Done()
 		s.queue.shutDown()
@@ -100,10 +132,20 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	s.pods = factory.Core().V1().Pods().Lister()
 	s.podGroups = factory.Scheduling().V1beta1().PodGroups().Lister()
 	s.claims = factory.Resource().V1().ResourceClaims().Lister()
+	s.templates = factory.Resource().V1().ResourceClaimTemplates().Lister()
 	s.slices = factory.Resource().V1().ResourceSlices().Lister()
 	s.classes = factory.Resource().V1().DeviceClasses().Lister()
 	s.nodes = factory.Core().V1().Nodes().Lister()
+	s.pvcs = factory.Core().V1().PersistentVolumeClaims().Lister()
+	s.pvs = factory.Core().V1().PersistentVolumes().Lister()
+	s.storageClasses = factory.Storage().V1().StorageClasses().Lister()
+	s.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
+	s.queue.order.setRank(s.rankOf)
 	if err := inf.watch(s.queue); err != nil {
+		return err
+	}
+	s.repair = newRepairer(s)
+	if err := s.repair.watch(inf.claims); err != nil {
 		return err
 	}
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: s.cfg.Client.EventsV1()})
@@ -129,7 +171,7 @@ func (s *Scheduler) work(ctx context.Context) error {
 		}
 		err := s.scheduleKey(ctx, key)
 		s.queue.done(key)
-		if errors.Is(err, ErrAborted) {
+		if stops(err) {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {

@@ -3,13 +3,16 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -17,13 +20,18 @@ import (
 type assumed struct {
 	gang     *placement.Gang
 	decision *placement.Decision
+	// written: each written claim's resourceVersion after the commit, by
+	// claim UID.
+	written map[types.UID]string
 }
 
 // assumeCache holds committed decisions until the informers show all their
 // writes. Rules: an entry is added only after a commit succeeded, and
-// dropped when every pod of the decision is bound (or gone) and every claim
-// it allocated is allocated (or gone) in the informers. Safe for concurrent
-// use.
+// dropped once, in the informers, every pod of the decision is bound, gone,
+// replaced, terminating or on a node that no longer exists, and every claim
+// the commit wrote is gone, replaced, or at (or past) the resourceVersion
+// the commit wrote; so a claim deallocated or deleted before the informers
+// caught up ends the entry too. Safe for concurrent use.
 type assumeCache struct {
 	mu      sync.Mutex
 	entries map[string]*assumed
@@ -31,10 +39,16 @@ type assumeCache struct {
 
 func newAssumeCache() *assumeCache { return &assumeCache{entries: map[string]*assumed{}} }
 
-func (a *assumeCache) add(key string, g *placement.Gang, d *placement.Decision) {
+func (a *assumeCache) add(key string, g *placement.Gang, d *placement.Decision, written map[types.UID]string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.entries[key] = &assumed{gang: g, decision: d}
+	a.entries[key] = &assumed{gang: g, decision: d, written: written}
+}
+
+func (a *assumeCache) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.entries)
 }
 
 // waiting reports whether the gang has an entry the informers do not show
@@ -51,7 +65,7 @@ func (a *assumeCache) waiting(key string, visible func(*assumed) bool) bool {
 }
 
 // pending drops the entries visible says the informers show and returns
-// the others, sorted by key.
+// the others.
 func (a *assumeCache) pending(visible func(*assumed) bool) []*assumed {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -66,21 +80,38 @@ func (a *assumeCache) pending(visible func(*assumed) bool) []*assumed {
 	return out
 }
 
-// visible reports whether the informers show all writes of a commit.
+// visible reports whether the informers show all writes of a commit (see
+// assumeCache for the rules).
 func (s *Scheduler) visible(e *assumed) bool {
 	for _, pp := range e.decision.Pods {
 		p, err := s.pods.Pods(pp.Namespace).Get(pp.Name)
-		if err == nil && p.UID == pp.UID && p.Spec.NodeName == "" {
+		if err != nil || p.UID != pp.UID || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || terminated(p) {
+			continue
+		}
+		if _, err := s.nodes.Get(pp.Node); err == nil {
 			return false
 		}
 	}
 	for _, c := range e.decision.Claims {
 		rc, err := s.claims.ResourceClaims(c.Namespace).Get(c.Name)
-		if err == nil && rc.UID == c.UID && rc.Status.Allocation == nil {
+		if err != nil || rc.UID != c.UID {
+			continue
+		}
+		if !reached(rc.ResourceVersion, e.written[c.UID]) && rc.Status.Allocation == nil {
 			return false
 		}
 	}
 	return true
+}
+
+// reached reports whether an informer's resourceVersion is at or past the
+// one a write returned. resourceVersions are etcd revisions; like
+// kube-scheduler's assume cache this compares them as numbers, and treats
+// unparsable ones as not reached.
+func reached(informer, written string) bool {
+	have, err1 := strconv.ParseUint(informer, 10, 64)
+	want, err2 := strconv.ParseUint(written, 10, 64)
+	return err1 == nil && err2 == nil && have >= want
 }
 
 // snapshotInput lists the informers.
@@ -112,12 +143,20 @@ func (s *Scheduler) snapshotInput() (placement.SnapshotInput, error) {
 	return in, nil
 }
 
-// snapshot builds a snapshot of the informers plus the assumed decisions.
-func (s *Scheduler) snapshot(ctx context.Context) (*placement.Snapshot, error) {
+// snapshot builds the snapshot an attempt places on: the informers less
+// the nodes other gangs hold against it (preemption.go), plus the assumed
+// decisions. It also returns the input it was built from.
+func (s *Scheduler) snapshot(ctx context.Context, a *attempt) (*placement.Snapshot, placement.SnapshotInput, error) {
 	in, err := s.snapshotInput()
 	if err != nil {
-		return nil, err
+		return nil, in, err
 	}
+	in = preemption.WithoutNodes(in, s.heldNodes(a))
+	snap, err := s.snapshotOf(ctx, in)
+	return snap, in, err
+}
+
+func (s *Scheduler) snapshotOf(ctx context.Context, in placement.SnapshotInput) (*placement.Snapshot, error) {
 	snap, err := placement.NewSnapshot(ctx, s.cfg.Placement, in)
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: %w", err)
@@ -125,7 +164,9 @@ func (s *Scheduler) snapshot(ctx context.Context) (*placement.Snapshot, error) {
 	for _, w := range snap.Warnings() {
 		klog.FromContext(ctx).V(4).Info("Snapshot warning", "warning", w)
 	}
-	for _, e := range s.assumed.pending(s.visible) {
+	pending := s.assumed.pending(s.visible)
+	s.cfg.Metrics.setAssumed(len(pending))
+	for _, e := range pending {
 		if err := snap.Assume(ctx, e.gang, e.decision); err != nil {
 			return nil, fmt.Errorf("assume decision of %s: %w", e.decision.Gang, err)
 		}
@@ -134,7 +175,9 @@ func (s *Scheduler) snapshot(ctx context.Context) (*placement.Snapshot, error) {
 }
 
 // freeGPUs counts the GPUs of driver gpufabric.dev per NVLink domain that no
-// claim (informers or assumed) has allocated.
+// claim (informers or assumed) has allocated. It also drops the assumed
+// entries the informers show (the metrics loop runs it periodically, so
+// entries end even when no gang is being placed).
 func (s *Scheduler) freeGPUs() (map[string]int, error) {
 	in, err := s.snapshotInput()
 	if err != nil {
@@ -149,7 +192,9 @@ func (s *Scheduler) freeGPUs() (map[string]int, error) {
 			}
 		}
 	}
-	for _, e := range s.assumed.pending(func(*assumed) bool { return false }) {
+	pending := s.assumed.pending(s.visible)
+	s.cfg.Metrics.setAssumed(len(pending))
+	for _, e := range pending {
 		for _, c := range e.decision.Claims {
 			for _, r := range c.Allocation.Devices.Results {
 				mark(r.Driver, r.Pool, r.Device)

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +23,21 @@ import (
 const (
 	EventFailedScheduling = "FailedScheduling"
 	EventScheduled        = "Scheduled"
+	// EventCommitRecordRejected: recovery found a commit record it cannot
+	// trust and removed it without acting on it.
+	EventCommitRecordRejected = "CommitRecordRejected"
+	// EventCommitRolledBack / EventCommitRecovered: recovery rolled back or
+	// finished a half-done commit.
+	EventCommitRolledBack = "CommitRolledBack"
+	EventCommitRecovered  = "CommitRecovered"
+	// EventDeviceDoubleBooked: a device was allocated to two claims (by
+	// another scheduler); this pod or claim lost it and is evicted or
+	// released.
+	EventDeviceDoubleBooked = "DeviceDoubleBooked"
+	// EventPreferenceIgnored: a preference of the PodGroup (a preferred
+	// topology key no node carries) could not be used; the gang was placed
+	// without it.
+	EventPreferenceIgnored = "PreferenceIgnored"
 )
 
 // maxEventNote is the API's limit for an event's note.
@@ -78,11 +95,12 @@ func (s *Scheduler) event(obj runtime.Object, eventType, reason, action, note st
 func (s *Scheduler) markUnschedulable(ctx context.Context, a *attempt, message string) {
 	pods := []*v1.Pod{a.pod}
 	if a.pg != nil {
-		var err error
-		if pods, _, err = s.members(a.pg); err != nil {
+		ms, err := s.members(a.pg)
+		if err != nil {
 			klog.FromContext(ctx).Error(err, "Listing gang members for their PodScheduled condition")
 			return
 		}
+		pods = ms.pending
 		message = fmt.Sprintf("gang %s/%s: %s", a.pg.Namespace, a.pg.Name, message)
 	}
 	err := parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
@@ -94,16 +112,25 @@ func (s *Scheduler) markUnschedulable(ctx context.Context, a *attempt, message s
 }
 
 func (s *Scheduler) setPodUnschedulable(ctx context.Context, pod *v1.Pod, message string) error {
+	return s.setPodScheduled(ctx, pod, v1.PodReasonUnschedulable, message)
+}
+
+// setPodScheduled sets PodScheduled=False with reason and message on an
+// unbound pod, unless it already says so.
+func (s *Scheduler) setPodScheduled(ctx context.Context, pod *v1.Pod, reason, message string) error {
 	if pod == nil || pod.Spec.NodeName != "" {
 		return nil
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable && c.Message == message {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == reason && c.Message == message {
 			return nil
 		}
 	}
+	if err := s.fenced(); err != nil {
+		return fmt.Errorf("%w: before setting PodScheduled on %s/%s: %w", ErrFenced, pod.Namespace, pod.Name, err)
+	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{
-		Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable,
+		Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: reason,
 		Message: message, LastTransitionTime: metav1.Now(),
 	}}}})
 	if err != nil {
@@ -115,4 +142,56 @@ func (s *Scheduler) setPodUnschedulable(ctx context.Context, pod *v1.Pod, messag
 		return fmt.Errorf("set PodScheduled on pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// setPods sets PodScheduled=False on pods in parallel, best effort.
+func (s *Scheduler) setPods(ctx context.Context, pods []*v1.Pod, reason, message string) {
+	err := parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
+		return s.setPodScheduled(ctx, pods[i], reason, message)
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False", "reason", reason)
+	}
+}
+
+// where names a domain for messages: "<topology key> <domain>", or the
+// domain alone when the key is empty.
+func where(key, domain string) string {
+	if key == "" {
+		return domain
+	}
+	return key + " " + domain
+}
+
+// placedMessage says where a commit placed a gang: "placed 8 pods in <key>
+// <domain>", or with minCount below the gang's size "placed 6 of 8 pods
+// (minCount 5) in …; the others join when there is room".
+func placedMessage(g *placement.Gang, d *placement.Decision) string {
+	if len(d.Pods) == len(g.Members) {
+		return fmt.Sprintf("placed %d pods in %s", len(d.Pods), where(d.TopologyKey, d.Domain))
+	}
+	return fmt.Sprintf("placed %d of %d pods (minCount %d) in %s; the others join when there is room there",
+		len(d.Pods), len(g.Members), g.MinCount, where(d.TopologyKey, d.Domain))
+}
+
+// markWaiting sets PodScheduled=False on the members a partial placement
+// left out.
+func (s *Scheduler) markWaiting(ctx context.Context, a *attempt, g *placement.Gang, d *placement.Decision) {
+	placed := map[types.UID]bool{}
+	for _, pp := range d.Pods {
+		placed[pp.UID] = true
+	}
+	msg := fmt.Sprintf("gang %s: %s", g.Key(), placedMessage(g, d))
+	var left []*v1.Pod
+	for _, m := range g.Members {
+		if !placed[m.Pod.UID] {
+			left = append(left, m.Pod)
+		}
+	}
+	err := parallel(ctx, s.cfg.CommitParallelism, len(left), func(ctx context.Context, i int) error {
+		return s.setPodUnschedulable(ctx, left[i], msg)
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False on members left for later")
+	}
 }

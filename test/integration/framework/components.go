@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -160,7 +161,7 @@ func (cp *ControlPlane) startKwok(ctx context.Context) error {
 	}
 	p, err := cp.start("kwok", []string{
 		"--kubeconfig=" + cp.kubeconfig,
-		"--config=" + filepath.Join(dir, "kwok-stages.yaml"),
+		"--config=" + filepath.Join(dir, "kwok-stages-v2.yaml"),
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
 		"--node-lease-duration-seconds=40",
@@ -175,3 +176,43 @@ func (cp *ControlPlane) startKwok(ctx context.Context) error {
 
 // KwokNodeAnnotation marks nodes whose lifecycle (and their pods') kwok runs.
 const KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+// KubeSchedulerQPS is kube-scheduler's client rate limit in the framework
+// (its default, 50/100, would make it the bottleneck of any comparison).
+const KubeSchedulerQPS, KubeSchedulerBurst = 200, 2000
+
+func (cp *ControlPlane) startKubeScheduler(ctx context.Context) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := cp.WriteUserKubeconfig("system:kube-scheduler")
+	if err != nil {
+		return err
+	}
+	config := filepath.Join(cp.dir, "kube-scheduler.yaml")
+	cfg := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+  qps: %d
+  burst: %d
+leaderElection:
+  leaderElect: false
+`, kubeconfig, KubeSchedulerQPS, KubeSchedulerBurst)
+	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+		return fmt.Errorf("write kube-scheduler config: %w", err)
+	}
+	p, err := cp.start("kube-scheduler", []string{
+		"--config=" + config,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[0]),
+		"--feature-gates=" + FeatureGates,
+		"--v=1",
+	})
+	if err != nil {
+		return err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0])
+	return waitReady(ctx, p, 60*time.Second, httpCheck(insecureClient(), url))
+}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -25,7 +26,9 @@ import (
 )
 
 // FeatureGates are the gates every gpufabric control plane runs with.
-const FeatureGates = "GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true"
+// WorkloadWithJob lets the Job controller create the Workload and PodGroup
+// of a Job with spec.scheduling (off, the field is silently dropped).
+const FeatureGates = "GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true"
 
 // RuntimeConfig enables the v1beta1 PodGroup API.
 const RuntimeConfig = "scheduling.k8s.io/v1beta1=true"
@@ -38,6 +41,9 @@ type Options struct {
 	// Kwok starts kwok, which runs the lifecycle of pods on nodes
 	// annotated kwok.x-k8s.io/node=fake.
 	Kwok bool
+	// KubeScheduler starts kube-scheduler v1.37.1 (default profile, the
+	// same gates) as system:kube-scheduler, beside whatever the test runs.
+	KubeScheduler bool
 	// StateRoot holds the state dirs; default: $TMPDIR/gpufabric-framework.
 	StateRoot string
 }
@@ -100,6 +106,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	if opts.Kwok {
 		if err := cp.startKwok(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.KubeScheduler {
+		if err := cp.startKubeScheduler(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -292,6 +303,38 @@ func (cp *ControlPlane) StartProcess(name, binaryPath string, args ...string) er
 	cp.mu.Lock()
 	cp.procs = append(cp.procs, p)
 	cp.mu.Unlock()
+	return nil
+}
+
+// Signal sends sig to the process group of the process started as name.
+func (cp *ControlPlane) Signal(name string, sig syscall.Signal) error {
+	p := cp.process(name)
+	if p == nil {
+		return fmt.Errorf("no process %s", name)
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("signal %s: %w", name, err)
+	}
+	return nil
+}
+
+// Exited reports whether the process started as name has ended, and how.
+func (cp *ControlPlane) Exited(name string) (bool, error) {
+	p := cp.process(name)
+	if p == nil {
+		return false, fmt.Errorf("no process %s", name)
+	}
+	return p.exited()
+}
+
+func (cp *ControlPlane) process(name string) *process {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for _, p := range cp.procs {
+		if p.name == name {
+			return p
+		}
+	}
 	return nil
 }
 

@@ -14,43 +14,67 @@ import (
 // PluginRulesFile holds the RBAC rules the chart ships for the plugin.
 const PluginRulesFile = "deployments/helm/gpufabric/files/rbac/kubelet-plugin.yaml"
 
-var pluginBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
 // PluginBinary builds cmd/kubelet-plugin once per test process (or uses
 // $GPUFABRIC_PLUGIN_BIN), so tests run the real binary as the DaemonSet does.
 func PluginBinary(t testing.TB) string {
 	t.Helper()
-	pluginBuild.once.Do(func() {
-		if p := os.Getenv("GPUFABRIC_PLUGIN_BIN"); p != "" {
-			pluginBuild.path = p
-			return
-		}
-		root, err := RepoRoot()
-		if err != nil {
-			pluginBuild.err = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "gpufabric-plugin-bin-")
-		if err != nil {
-			pluginBuild.err = err
-			return
-		}
-		pluginBuild.path = filepath.Join(dir, "kubelet-plugin")
-		cmd := exec.Command("go", "build", "-o", pluginBuild.path, "./cmd/kubelet-plugin")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			pluginBuild.err = fmt.Errorf("build kubelet-plugin: %w\n%s", err, out)
-		}
-	})
-	if pluginBuild.err != nil {
-		t.Fatal(pluginBuild.err)
+	return goBinary(t, "kubelet-plugin", "./cmd/kubelet-plugin", "GPUFABRIC_PLUGIN_BIN")
+}
+
+// SchedulerBinary builds cmd/scheduler once per test process (or uses
+// $GPUFABRIC_SCHEDULER_BIN), for tests that run real scheduler processes.
+func SchedulerBinary(t testing.TB) string {
+	t.Helper()
+	return goBinary(t, "gpufabric-scheduler", "./cmd/scheduler", "GPUFABRIC_SCHEDULER_BIN")
+}
+
+var goBuilds = struct {
+	mu     sync.Mutex
+	byPkg  map[string]string
+	failed map[string]error
+}{byPkg: map[string]string{}, failed: map[string]error{}}
+
+// goBinary builds a package of this module once per test process into a
+// temp dir, or returns $envVar when it is set.
+func goBinary(t testing.TB, name, pkg, envVar string) string {
+	t.Helper()
+	if p := os.Getenv(envVar); p != "" {
+		return p
 	}
-	return pluginBuild.path
+	goBuilds.mu.Lock()
+	defer goBuilds.mu.Unlock()
+	if p, ok := goBuilds.byPkg[pkg]; ok {
+		return p
+	}
+	if err := goBuilds.failed[pkg]; err != nil {
+		t.Fatal(err)
+	}
+	path, err := buildGo(name, pkg)
+	if err != nil {
+		goBuilds.failed[pkg] = err
+		t.Fatal(err)
+	}
+	goBuilds.byPkg[pkg] = path
+	return path
+}
+
+func buildGo(name, pkg string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "gpufabric-bin-")
+	if err != nil {
+		return "", fmt.Errorf("create bin dir: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", path, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build %s: %w\n%s", pkg, err, out)
+	}
+	return path, nil
 }
 
 // Plugin is one kubelet-plugin process in mock mode with its own

@@ -71,7 +71,17 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "gpufabric.kubeletPlugin.serviceAccountName" .) }}
 {{- end }}
 
+{{/* The user name the scheduler's service account authenticates as. */}}
+{{- define "gpufabric.scheduler.userName" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "gpufabric.scheduler.serviceAccountName" .) }}
+{{- end }}
+
 {{/* The path of the mock fabric file inside the plugin container. */}}
 {{- define "gpufabric.kubeletPlugin.mockFabricPath" -}}
 /etc/gpufabric/fabric/fabric.yaml
+{{- end }}
+
+{{/* The DRA driver name (fixed: the DeviceClasses and the plugin use it). */}}
+{{- define "gpufabric.driverName" -}}
+gpufabric.dev
 {{- end }}

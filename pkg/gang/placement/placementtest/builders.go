@@ -51,6 +51,8 @@ type GPU struct {
 	Kind         topology.DomainKind
 	// Rail < 0 means no ibRail attribute.
 	Rail int64
+	// Taint, when set, is a NoSchedule device taint with this key.
+	Taint string
 }
 
 // GPUSlice returns the node-local slice of a node (pool = node name) with
@@ -71,6 +73,9 @@ func GPUSlice(node string, gpus []GPU) *resourceapi.ResourceSlice {
 			Name:       topology.GPUDeviceName(i),
 			Attributes: attrs,
 			Capacity:   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{topology.CapacityMemory: {Value: resource.MustParse("80Gi")}},
+		}
+		if g.Taint != "" {
+			devs[i].Taints = []resourceapi.DeviceTaint{{Key: g.Taint, Value: "true", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 		}
 	}
 	return &resourceapi.ResourceSlice{

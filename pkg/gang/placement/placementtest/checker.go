@@ -62,18 +62,32 @@ func (c *Checker) addPod(p *v1.Pod, node string) {
 // level, every claim allocated with its count of devices that nobody else
 // uses, per-pod devices on the pod's own node, every node selector of the
 // pod's claims matched.
+//
+// A decision may place fewer members than the gang has, never fewer than
+// MinCount, each member at most once; with BoundNodes, the members go to
+// the domain of the bound nodes.
 func (c *Checker) Check(g *placement.Gang, d *placement.Decision) error {
-	if len(d.Pods) != len(g.Members) {
-		return fmt.Errorf("%d pods placed, gang has %d", len(d.Pods), len(g.Members))
+	if len(d.Pods) < g.MinCount || len(d.Pods) > len(g.Members) {
+		return fmt.Errorf("%d pods placed, gang has %d with minCount %d", len(d.Pods), len(g.Members), g.MinCount)
+	}
+	member := map[string]placement.Member{}
+	for _, m := range g.Members {
+		member[m.Pod.Name] = m
 	}
 	var errs []error
 	domains := map[string]bool{}
-	for i, pp := range d.Pods {
-		m := g.Members[i]
-		n := c.nodes[pp.Node]
-		if n == nil || pp.Name != m.Pod.Name {
-			return fmt.Errorf("pod %s: bad placement %+v", m.Pod.Name, pp)
+	for _, bn := range g.BoundNodes {
+		if n := c.nodes[bn]; n != nil {
+			domains[c.domainOf(d.TopologyKey, n)] = true
 		}
+	}
+	for _, pp := range d.Pods {
+		m, ok := member[pp.Name]
+		n := c.nodes[pp.Node]
+		if n == nil || !ok {
+			return fmt.Errorf("pod %s: bad placement %+v", pp.Name, pp)
+		}
+		delete(member, pp.Name)
 		errs = append(errs, c.checkNode(m.Pod, n))
 		c.addPod(m.Pod, n.Name)
 		domains[c.domainOf(d.TopologyKey, n)] = true

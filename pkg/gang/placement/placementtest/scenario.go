@@ -1,7 +1,9 @@
 package placementtest
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 
 	v1 "k8s.io/api/core/v1"
@@ -40,6 +42,11 @@ type DomainSpec struct {
 	NodeLabels map[int]map[string]string `json:"nodeLabels,omitempty"`
 	// NodeRails overrides Rails for single nodes, by index.
 	NodeRails map[int][]int64 `json:"nodeRails,omitempty"`
+	// DeviceTaint is the key of a NoSchedule device taint on the GPUs of
+	// the nodes in TaintedNodes (by index), as the plugin publishes for
+	// NVLink-degraded trays.
+	DeviceTaint  string `json:"deviceTaint,omitempty"`
+	TaintedNodes []int  `json:"taintedNodes,omitempty"`
 }
 
 // LoadSpec is an existing pod on a node using some GPUs.
@@ -64,6 +71,17 @@ type GangSpec struct {
 	FabricClaim          bool              `json:"fabricClaim,omitempty"`
 	Tolerations          []v1.Toleration   `json:"tolerations,omitempty"`
 	NodeSelector         map[string]string `json:"nodeSelector,omitempty"`
+	// MinCount is the gang's minCount (default: Pods).
+	MinCount int `json:"minCount,omitempty"`
+	// BoundNodes are nodes where members of the gang already run: the pods
+	// here are late members that must join them.
+	BoundNodes []string `json:"boundNodes,omitempty"`
+	// OnePerNode gives the members a required pod anti-affinity on
+	// kubernetes.io/hostname against each other (label gang=<name>).
+	OnePerNode bool `json:"onePerNode,omitempty"`
+	// VolumeNodes pins every member to these nodes, as a bound local
+	// persistent volume's node affinity would.
+	VolumeNodes []string `json:"volumeNodes,omitempty"`
 }
 
 // Built is a scenario as API objects.
@@ -143,6 +161,9 @@ func (b *Built) addDomain(d DomainSpec) {
 				rail = rails[g]
 			}
 			gpus[g] = GPU{NVLinkDomain: domain, Kind: kind, Rail: rail}
+			if slices.Contains(d.TaintedNodes, i) {
+				gpus[g].Taint = d.DeviceTaint
+			}
 		}
 		b.Input.ResourceSlices = append(b.Input.ResourceSlices, GPUSlice(name, gpus))
 	}
@@ -155,7 +176,7 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 	pg := &schedulingv1beta1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: gs.Name, UID: uid("podgroup", gs.Name), Annotations: map[string]string{}},
 		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(gs.Pods)},
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(cmp.Or(gs.MinCount, gs.Pods))},
 		}},
 	}
 	if gs.TopologyKey != "" {
@@ -186,14 +207,34 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 		p.Spec.Tolerations = gs.Tolerations
 		p.Spec.NodeSelector = gs.NodeSelector
 		p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptrTo(gs.Name)}
+		if gs.OnePerNode {
+			p.Labels = map[string]string{"gang": gs.Name}
+			p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gang": gs.Name}},
+				TopologyKey:   v1.LabelHostname,
+			}}}}
+		}
 		pods = append(pods, p)
 	}
-	return placement.NewGang(pg, pods, func(ns, name string) (*resourceapi.ResourceClaim, error) {
+	g, err := placement.NewGang(pg, pods, func(ns, name string) (*resourceapi.ResourceClaim, error) {
 		if c := claims[name]; c != nil {
 			return c, nil
 		}
 		return nil, fmt.Errorf("claim %s/%s not found", ns, name)
 	})
+	if g == nil {
+		return nil, err
+	}
+	g.BoundNodes = gs.BoundNodes
+	if len(gs.VolumeNodes) > 0 {
+		pin := &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
+			{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: gs.VolumeNodes},
+		}}}}
+		for i := range g.Members {
+			g.Members[i].VolumePins = []*v1.NodeSelector{pin}
+		}
+	}
+	return g, err
 }
 
 // SortedNodes returns node names of the input, sorted.

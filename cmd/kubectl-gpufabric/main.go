@@ -1,0 +1,42 @@
+// Command kubectl-gpufabric is the kubectl plugin `kubectl gpufabric`:
+// fabric occupancy (status), where a PodGroup went or why it waits
+// (explain), and GPUs, rails and taints per node (nodes). Install it by
+// putting the binary on PATH (or with krew, deployments/krew/gpufabric.yaml);
+// see docs/kubectl-gpufabric.md. The commands live in pkg/inspect/cli.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/inspect/cli"
+)
+
+// version is set at release time: -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	defer klog.Flush()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background().WithName("kubectl-gpufabric"))
+	cmd := cli.NewCommand(cli.Config{
+		Streams: genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr},
+		Version: version,
+	})
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,128 @@
+// Package archtest guards the project's dependency rules (DEVELOPERS.md):
+// pkg/topology is the shared vocabulary; devices, claims and gang build on
+// it; the placement engine and everything it needs stay pure (no
+// client-go); only cmd/* wires components together.
+package archtest
+
+import (
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/gpufabric/gpufabric/"
+
+// rules: for each package prefix (the longest match applies), the module
+// packages it may import directly besides its own subtree and pkg/internal.
+var rules = []struct {
+	prefix string
+	may    []string
+}{
+	{"pkg/topology", nil},
+	{"pkg/devices", []string{"pkg/topology"}},
+	{"pkg/claims", []string{"pkg/topology"}},
+	{"pkg/gang/placement", []string{"pkg/topology"}},
+	{"pkg/gang/domains", []string{"pkg/topology"}},
+	{"pkg/gang/preemption", []string{"pkg/topology", "pkg/gang/placement"}},
+	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains"}},
+	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
+	{"pkg/inspect", []string{"pkg/topology"}},
+}
+
+// pure packages (with their whole dependency graph) never import
+// client-go: snapshot in, decision out.
+var pure = []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	touchSources(t)
+	out, err := exec.Command("go", append([]string{"list", "-mod=readonly"}, args...)...).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list %v: %v\n%s", args, err, ee.Stderr)
+		}
+		t.Fatalf("go list %v: %v", args, err)
+	}
+	return strings.Fields(string(out))
+}
+
+func TestLayering(t *testing.T) {
+	lines := goList(t, "-f", `{{.ImportPath}}:{{join .Imports ","}}`, module+"pkg/...")
+	checked := 0
+	for _, line := range lines {
+		pkg, imports, _ := strings.Cut(line, ":")
+		rel := strings.TrimPrefix(pkg, module)
+		rule := -1
+		for i, r := range rules {
+			if (rel == r.prefix || strings.HasPrefix(rel, r.prefix+"/")) && (rule < 0 || len(r.prefix) > len(rules[rule].prefix)) {
+				rule = i
+			}
+		}
+		for _, imp := range strings.Split(imports, ",") {
+			dep, ok := strings.CutPrefix(imp, module)
+			if !ok {
+				continue
+			}
+			checked++
+			if strings.HasPrefix(dep, "cmd/") || strings.HasPrefix(dep, "test/") {
+				t.Errorf("%s imports %s: pkg/ never depends on cmd/ or test/", rel, dep)
+				continue
+			}
+			if rule < 0 || allowed(rules[rule].prefix, rules[rule].may, dep) {
+				continue
+			}
+			t.Errorf("%s imports %s; %s may import only %v, its own packages and pkg/internal", rel, dep, rules[rule].prefix, rules[rule].may)
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no module import checked: go list returned nothing useful")
+	}
+}
+
+func allowed(prefix string, may []string, dep string) bool {
+	within := func(p string) bool { return dep == p || strings.HasPrefix(dep, p+"/") }
+	if within(prefix) || within("pkg/internal") {
+		return true
+	}
+	for _, m := range may {
+		if within(m) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPurePackagesHaveNoClientGo(t *testing.T) {
+	for _, p := range pure {
+		deps := goList(t, "-deps", module+p)
+		if len(deps) == 0 {
+			t.Fatalf("%s: no dependencies listed", p)
+		}
+		for _, d := range deps {
+			if strings.HasPrefix(d, "k8s.io/client-go") {
+				t.Errorf("%s depends on %s: the engine side stays pure (snapshot in, decision out)", p, d)
+				break
+			}
+		}
+	}
+}
+
+// touchSources stats every Go file under pkg/ so that go test's cache
+// knows this test depends on them (go list runs in a child process the
+// cache does not see).
+func touchSources(t *testing.T) {
+	t.Helper()
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		_, err = os.Stat(path)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("walk sources: %v", err)
+	}
+}

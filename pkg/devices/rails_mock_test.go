@@ -1,0 +1,74 @@
+package devices_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpufabric/gpufabric/pkg/devices"
+	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+)
+
+// TestMissingHCAKeepsRails discovers an 8-rail HGX node, then the same node
+// with the HCA of rail 2 not enumerated (the kernel names the later HCAs
+// one lower): positional numbering shifts rails 3..7 down, the rail map of
+// the first discovery keeps every HCA and every GPU on its cabled rail.
+func TestMissingHCAKeepsRails(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	const group = "nodeGroups:\n- name: h\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n  hcas: {count: 8}\n"
+	discover := func(fabric string, opts ...devices.Option) *devices.Inventory {
+		t.Helper()
+		f, err := gpumock.Parse("rails.yaml", []byte(fabric))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := f.Backend("h", filepath.Join(t.TempDir(), "h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv, err := devices.Discover(ctx, b, "h", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inv
+	}
+	// rails: HCA (by its port GUID) -> rail, GPU -> rail.
+	rails := func(inv *devices.Inventory) (map[string]int, []int) {
+		nics := map[string]int{}
+		for _, n := range inv.NICs {
+			nics[n.PortGUID] = n.Rail
+		}
+		var gpus []int
+		for _, g := range inv.GPUs {
+			gpus = append(gpus, g.IBRail)
+		}
+		return nics, gpus
+	}
+	healthy := discover(group)
+	wantNICs, wantGPUs := rails(healthy)
+	delete(wantNICs, healthy.NICs[2].PortGUID)
+	wantGPUs[2] = 0 // its own HCA is gone: the nearest is the lowest rail on its NUMA node
+
+	broken := group + "faults:\n- node: h\n  sysfs: {rail: 2, break: missing}\n"
+	positional, _ := rails(discover(broken))
+	if cmp.Equal(wantNICs, positional) {
+		t.Fatalf("without a rail map the rails did not shift; the test does not test anything")
+	}
+	withMap := discover(broken, devices.WithRailMap(healthy.Rails))
+	nics, gpus := rails(withMap)
+	if diff := cmp.Diff(wantNICs, nics); diff != "" {
+		t.Errorf("HCA rails with the map (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantGPUs, gpus); diff != "" {
+		t.Errorf("GPU rails with the map (-want +got):\n%s", diff)
+	}
+	if withMap.NICs[2].IBDevice != "mlx5_2" || withMap.NICs[2].Rail != 3 {
+		t.Errorf("the kernel's mlx5_2 is now rail 3's card: got %s on rail %d", withMap.NICs[2].IBDevice, withMap.NICs[2].Rail)
+	}
+	if diff := cmp.Diff(healthy.Rails, withMap.Rails, cmpopts.IgnoreFields(devices.RailSlot{}, "IBDevice")); diff != "" {
+		t.Errorf("the map must keep rail 2's slot (-healthy +broken):\n%s", diff)
+	}
+}

@@ -1,0 +1,395 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// DomainRefusal says why one domain could not take a gang and what would
+// help.
+type DomainRefusal struct {
+	TopologyKey string
+	Domain      string
+	// FreeDevices of the gang's main class, and the members that fit by the
+	// cheap checks.
+	FreeDevices int
+	PodsFit     int
+	// Why is the binding constraint; Action what would lift it.
+	Why    string
+	Action string
+}
+
+// maxExplained bounds Unschedulable.Domains.
+const maxExplained = 4
+
+// explain fills the refusal table: the first level tried (the required
+// one), its pinned domain or the domains with the most free devices.
+func (p *placer) explain(ctx context.Context, u *Unschedulable) error {
+	levels := p.s.levelsFor(p.g)
+	if len(levels) == 0 {
+		return nil
+	}
+	l := levels[0]
+	if p.pin != nil {
+		l = p.s.level(p.pin.Key)
+	}
+	li, err := p.s.index(ctx, l, p.class)
+	if err != nil {
+		return err
+	}
+	var entries []*domEntry
+	switch {
+	case p.pin != nil && len(p.pin.Nodes) > 0:
+		if e := li.byNode[p.pin.Nodes[0]]; e != nil {
+			entries = []*domEntry{e}
+		}
+	default:
+		for i := len(li.entries) - 1; i >= 0 && len(entries) < maxExplained; i-- {
+			entries = append(entries, li.entries[i])
+		}
+	}
+	if len(li.entries) == 0 {
+		var keys []string
+		for _, tl := range p.s.tree.Levels {
+			keys = append(keys, tl.Key)
+		}
+		u.Domains = append(u.Domains, DomainRefusal{TopologyKey: l.Key, Domain: "(none)",
+			Why:    fmt.Sprintf("no node carries the label %s", l.Key),
+			Action: fmt.Sprintf("use one of the fabric's levels (%s), or label the nodes", strings.Join(keys, ", "))})
+		return nil
+	}
+	for _, e := range entries {
+		r, err := p.refusal(ctx, l, e)
+		if err != nil {
+			return err
+		}
+		u.Domains = append(u.Domains, r)
+	}
+	return nil
+}
+
+// refusal explains one domain (see the rules in order below).
+func (p *placer) refusal(ctx context.Context, l *topology.Level, e *domEntry) (DomainRefusal, error) {
+	fit, err := p.countMembers(ctx, e.dom)
+	if err != nil {
+		return DomainRefusal{}, err
+	}
+	r := DomainRefusal{TopologyKey: l.Key, Domain: e.dom.ID, FreeDevices: e.free, PodsFit: fit}
+	steps := []func(context.Context, *topology.Level, *domEntry, *DomainRefusal) (bool, error){
+		p.whySharedPin, p.whyChannels, p.whyTaintedDevices, p.whyFewDevices, p.whyNodes, p.whyVerify,
+	}
+	for _, step := range steps {
+		done, err := step(ctx, l, e, &r)
+		if err != nil || done {
+			return r, err
+		}
+	}
+	r.Why = "the allocator found no placement for the claims in time"
+	r.Action = "simplify the claims' constraints, or retry when the cluster changes"
+	return r, nil
+}
+
+// needPods is how many members a placement needs at least.
+func (p *placer) needPods() int {
+	if p.g.MinCount > 0 && p.g.MinCount < len(p.per) {
+		return p.g.MinCount
+	}
+	return len(p.per)
+}
+
+// whySharedPin: a shared fabric-domain claim pins the gang to one NVLink
+// domain, which is smaller than the level asked for.
+func (p *placer) whySharedPin(ctx context.Context, l *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
+	fabric := ""
+	for _, c := range p.sharedClaims {
+		for _, class := range claimClasses([]*resourceapi.ResourceClaim{c}) {
+			if class == topology.FabricDomainDeviceClass {
+				fabric = c.Name
+			}
+		}
+	}
+	if fabric == "" || l.Key == topology.TopologyKeyNVLinkDomain || len(p.s.tree.Levels) == 0 {
+		return false, nil
+	}
+	best, seen := 0, map[*topology.Domain]bool{}
+	for _, n := range e.dom.Nodes {
+		child := p.s.tree.Levels[0].DomainOf(n)
+		if child == nil || seen[child] {
+			continue
+		}
+		seen[child] = true
+		fit, err := p.countMembers(ctx, child)
+		if err != nil {
+			return false, err
+		}
+		best = max(best, fit)
+	}
+	if best >= p.needPods() {
+		return false, nil
+	}
+	r.Why = fmt.Sprintf("the shared claim %s (%s) pins the gang to one NVLink domain, and at most %d of %d pods fit in one here",
+		fabric, topology.FabricDomainDeviceClass, best, len(p.per))
+	r.Action = fmt.Sprintf("use topology key %s, or drop the shared fabric-domain claim to spread over %s", topology.TopologyKeyNVLinkDomain, l.Key)
+	return true, nil
+}
+
+// whyChannels: the shared claims found no free device (a fabric-domain
+// pool's channels all in use) in the domain.
+func (p *placer) whyChannels(_ context.Context, _ *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
+	if !p.refused[CheckAllocator+" for shared claims (domains)"][e.dom.ID] {
+		return false, nil
+	}
+	pool := topology.FabricDomainPoolName(e.dom.ID)
+	total, users := p.s.poolUse(pool)
+	if total == 0 {
+		r.Why = fmt.Sprintf("no device for the shared claims is published for %s", e.dom.ID)
+		r.Action = "check that the fabric-domain pools are published (gpufabric-scheduler --domain-channels > 0)"
+		return true, nil
+	}
+	r.Why = fmt.Sprintf("%d of %d channels of %s in use by %s", len(users), total, pool, shortList(users, 4))
+	r.Action = "wait for one of those gangs to finish, or raise the scheduler's --domain-channels"
+	return true, nil
+}
+
+// whyTaintedDevices: free devices of the class carry device taints the
+// claims do not tolerate.
+func (p *placer) whyTaintedDevices(ctx context.Context, _ *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
+	if p.class == "" {
+		return false, nil
+	}
+	tainted := map[string][]string{} // taint key → nodes
+	count := 0
+	for _, n := range e.dom.Nodes {
+		ns := p.s.byName[n]
+		keys, k, err := p.s.taintedFree(ctx, ns, p.class)
+		if err != nil {
+			return false, err
+		}
+		count += k
+		for _, key := range keys {
+			tainted[key] = append(tainted[key], n)
+		}
+	}
+	if count == 0 || e.free-count >= p.need && !p.refusedIn(CheckAllocator, e.dom) {
+		return false, nil
+	}
+	keys := make([]string, 0, len(tainted))
+	for k := range tainted {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s on %s", k, shortList(tainted[k], 3)))
+	}
+	r.Why = fmt.Sprintf("%d of %d free %s carry device taints: %s", count, e.free, p.class, strings.Join(parts, "; "))
+	r.Action = fmt.Sprintf("repair those devices, or tolerate %s in the claims' requests (exactly.tolerations)", strings.Join(keys, ", "))
+	return true, nil
+}
+
+// whyFewDevices: not enough free devices of the main class.
+func (p *placer) whyFewDevices(ctx context.Context, l *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
+	if p.class == "" || e.free >= p.need {
+		return false, nil
+	}
+	r.Why = fmt.Sprintf("free %s: %d of %d needed", p.class, e.free, p.need)
+	actions, err := p.hints(ctx, l, r.PodsFit)
+	if err != nil {
+		return false, err
+	}
+	r.Action = strings.Join(append(actions, "wait for devices to free up"), ", or ")
+	return true, nil
+}
+
+// hints: a lower minCount, or a wider topology key, that would fit.
+func (p *placer) hints(ctx context.Context, l *topology.Level, fit int) ([]string, error) {
+	var out []string
+	if fit > 0 && fit < p.needPods() {
+		out = append(out, fmt.Sprintf("lower minCount to %d", fit))
+	}
+	if p.g.TopologyKey == "" {
+		return out, nil
+	}
+	for _, wider := range p.s.tree.Levels {
+		if wider.Index <= l.Index || l.Index < 0 {
+			continue
+		}
+		li, err := p.s.index(ctx, wider, p.class)
+		if err != nil {
+			return nil, err
+		}
+		if n := len(li.entries); n > 0 && li.entries[n-1].free >= p.need && li.entries[n-1].podsBound(p.perPod) >= len(p.per) {
+			out = append(out, fmt.Sprintf("use the wider topology key %s (%s has %d free)", wider.Key, li.entries[n-1].dom.ID, li.entries[n-1].free))
+			break
+		}
+	}
+	return out, nil
+}
+
+// whyNodes: devices suffice, but node checks leave room for too few pods.
+func (p *placer) whyNodes(ctx context.Context, _ *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
+	if r.PodsFit >= p.needPods() {
+		return false, nil
+	}
+	byCheck := map[string][]string{}
+	for _, n := range e.dom.Nodes {
+		_, why, err := p.fitOn(ctx, p.s.byName[n], 0, nil)
+		if err != nil {
+			return false, err
+		}
+		if why != "" {
+			byCheck[why] = append(byCheck[why], n)
+		}
+	}
+	check, nodes := "", []string(nil)
+	for c, ns := range byCheck {
+		if len(ns) > len(nodes) || len(ns) == len(nodes) && c < check {
+			check, nodes = c, ns
+		}
+	}
+	if check == "" {
+		return false, nil
+	}
+	r.Why = fmt.Sprintf("room for %d of %d pods: %s on %d nodes (%s)", r.PodsFit, p.needPods(), check, len(nodes), shortList(nodes, 3))
+	r.Action = nodeAction(check, p.perPod)
+	return true, nil
+}
+
+func nodeAction(check string, perPod int) string {
+	switch {
+	case strings.HasPrefix(check, CheckTaint):
+		return "tolerate " + strings.TrimSpace(strings.TrimPrefix(check, CheckTaint)) + " in the pods, or fix the nodes"
+	case strings.HasPrefix(check, checkInsufficient) && strings.HasSuffix(check, " devices"):
+		return fmt.Sprintf("free devices are spread over nodes; each pod needs %d on one node: use smaller pods, or wait for nodes to free up", perPod)
+	case strings.HasPrefix(check, checkInsufficient), check == CheckTooManyPods:
+		return "lower the pods' requests, or wait for the nodes to free up"
+	case check == CheckUnschedulable:
+		return "uncordon the nodes"
+	case check == CheckAffinity:
+		return "check the pods' node selector and node affinity"
+	case check == CheckVolumeAffinity:
+		return "the pods' volumes live on other nodes"
+	}
+	return "check the nodes"
+}
+
+// whyVerify: the per-node checks passed, the real placement did not.
+func (p *placer) whyVerify(_ context.Context, _ *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
+	switch {
+	case p.refused[CheckRailAlignment][e.dom.ID]:
+		r.Why = "no placement keeps every member on one set of IB rails"
+		r.Action = fmt.Sprintf("set %s: %s, or wait for aligned GPUs", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
+	case p.refusedIn(CheckPodAntiAffinity, e.dom):
+		r.Why = fmt.Sprintf("required pod anti-affinity leaves too few nodes (refused on %d nodes)", p.countRefusedIn(CheckPodAntiAffinity, e.dom))
+		r.Action = "relax the pods' anti-affinity, or wait for the conflicting pods to finish"
+	case p.refusedIn(CheckAllocator, e.dom):
+		r.Why = fmt.Sprintf("the allocator refused the claims on %d nodes (their selectors or constraints)", p.countRefusedIn(CheckAllocator, e.dom))
+		r.Action = "check the claims' selectors and matchAttribute constraints"
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+func (p *placer) refusedIn(check string, d *topology.Domain) bool {
+	return p.countRefusedIn(check, d) > 0
+}
+
+func (p *placer) countRefusedIn(check string, d *topology.Domain) int {
+	n := 0
+	for _, node := range d.Nodes {
+		if p.refused[check][node] {
+			n++
+		}
+	}
+	return n
+}
+
+// taintedFree returns the taint keys (NoSchedule or NoExecute) of a node's
+// free devices of a class, and how many such devices there are.
+func (s *Snapshot) taintedFree(ctx context.Context, ns *nodeState, class string) ([]string, int, error) {
+	inCluster, err := s.classInCluster(ctx, class)
+	if err != nil || inCluster {
+		return nil, 0, err
+	}
+	ids, err := s.matching(ctx, ns, class)
+	if err != nil {
+		return nil, 0, err
+	}
+	devs := s.devicesOf(ns)
+	keys := map[string]bool{}
+	n := 0
+	for _, id := range ids {
+		if ns.allocated.Has(id) {
+			continue
+		}
+		tainted := false
+		for _, t := range devs.byID[id].Taints {
+			if t.Effect == resourceapi.DeviceTaintEffectNoSchedule || t.Effect == resourceapi.DeviceTaintEffectNoExecute {
+				keys[t.Key] = true
+				tainted = true
+			}
+		}
+		if tainted {
+			n++
+		}
+	}
+	out := make([]string, 0, len(keys))
+	for k := range keys {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out, n, nil
+}
+
+// poolUse returns the devices of a cluster-level pool and who holds the
+// allocated ones ("namespace/consumer").
+func (s *Snapshot) poolUse(pool string) (int, []string) {
+	total := 0
+	for _, cs := range s.clusterSlices {
+		if cs.slice.Spec.Pool.Name == pool && cs.slice.Spec.Driver == topology.DriverName {
+			total += len(cs.slice.Spec.Devices)
+		}
+	}
+	var users []string
+	for _, id := range s.clusterAllocated[poolID{topology.DriverName, pool}] {
+		users = append(users, s.holder[id])
+	}
+	sort.Strings(users)
+	return total, users
+}
+
+// claimHolder names who holds a claim's devices: "namespace/consumer".
+func claimHolder(c *resourceapi.ResourceClaim) string {
+	for _, r := range c.Status.ReservedFor {
+		return c.Namespace + "/" + r.Name
+	}
+	return c.Namespace + "/" + c.Name
+}
+
+// recordHolders notes, for cluster-level devices, who holds them.
+func (s *Snapshot) recordHolders(who string, a *resourceapi.AllocationResult) {
+	for _, r := range a.Devices.Results {
+		if s.poolNode[poolID{r.Driver, r.Pool}] == nil {
+			if s.holder == nil {
+				s.holder = map[structured.DeviceID]string{}
+			}
+			s.holder[structured.MakeDeviceID(r.Driver, r.Pool, r.Device)] = who
+		}
+	}
+}
+
+// shortList joins at most n items, saying how many more there are.
+func shortList(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
+}

@@ -1,0 +1,21 @@
+// Package preemption chooses what to evict so that a gang of higher
+// priority fits inside one fabric domain, and which domain a gang that has
+// waited too long may reserve. It is pure like the placement engine it
+// builds on: snapshot input in, plan out, no client-go; the scheduler
+// (pkg/gang/scheduler) gathers the input, evicts and reserves.
+//
+// Rules of a plan (docs/design/preemption.md):
+//   - a victim is a Unit: a whole PodGroup whose disruptionMode is All, or
+//     one pod; only units of lower priority than the preemptor are victims;
+//   - candidate domains are those of the gang's required level (its
+//     topology key), or without a key the levels from the smallest up; the
+//     first level where a plan exists wins, as placement would;
+//   - in a domain, all candidate victims are removed, the gang is placed by
+//     the engine, then victims are given back (reprieved), the most
+//     important first, as long as the gang still places as many pods;
+//   - a plan never evicts more pods covered by a PodDisruptionBudget than
+//     the budget allows;
+//   - of the domains with a plan, the cheapest wins: lowest highest victim
+//     priority, then fewest victim units, then least GPU-time lost, then
+//     fewest pods, then the domain id.
+package preemption

@@ -1,0 +1,84 @@
+package scheduler
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+)
+
+// TestAssumeVisible: an assumed commit stays until the informers show its
+// writes, and ends when its pods are bound, deleted or their node is gone,
+// and when its claims reach the written resourceVersion, are deleted or
+// replaced, even if they were deallocated before the informers caught up.
+func TestAssumeVisible(t *testing.T) {
+	entry := &assumed{
+		decision: &placement.Decision{
+			Pods:   []placement.PodPlacement{{Namespace: "ns", Name: "p0", UID: "uid-p0", Node: "node-a"}},
+			Claims: []placement.ClaimAllocation{{Namespace: "ns", Name: "c0", UID: "uid-c0"}},
+		},
+		written: map[types.UID]string{"uid-c0": "100"},
+	}
+	unboundPod := pod("p0")
+	boundPod := pod("p0")
+	boundPod.Spec.NodeName = "node-a"
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	claimAt := func(rv string, allocated bool) *resourceapi.ResourceClaim {
+		c := claim("c0", allocated)
+		c.ResourceVersion = rv
+		return c
+	}
+	tests := []struct {
+		name    string
+		objects []any
+		want    bool
+	}{
+		{"nothing visible yet", []any{unboundPod, node, claimAt("99", false)}, false},
+		{"claim visible, pod not bound yet", []any{unboundPod, node, claimAt("100", true)}, false},
+		{"pod bound, claim not visible yet", []any{boundPod, node, claimAt("99", false)}, false},
+		{"all visible", []any{boundPod, node, claimAt("100", true)}, true},
+		{"claim deallocated after the write", []any{boundPod, node, claimAt("120", false)}, true},
+		{"claim deleted", []any{boundPod, node}, true},
+		{"claim replaced", []any{boundPod, node, func() *resourceapi.ResourceClaim { c := claimAt("50", false); c.UID = "new"; return c }()}, true},
+		{"pod deleted", []any{node, claimAt("100", true)}, true},
+		{"node deleted", []any{unboundPod, claimAt("100", true)}, true},
+		{"unparsable resourceVersion, allocated", []any{boundPod, node, claimAt("x", true)}, true},
+		{"unparsable resourceVersion, not allocated", []any{boundPod, node, claimAt("x", false)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			claims := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			for _, o := range tt.objects {
+				var err error
+				switch o := o.(type) {
+				case *v1.Pod:
+					err = pods.Add(o)
+				case *resourceapi.ResourceClaim:
+					err = claims.Add(o)
+				case *v1.Node:
+					err = nodes.Add(o)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := &Scheduler{
+				pods:   corelisters.NewPodLister(pods),
+				claims: resourcelisters.NewResourceClaimLister(claims),
+				nodes:  corelisters.NewNodeLister(nodes),
+			}
+			if got := s.visible(entry); got != tt.want {
+				t.Errorf("visible = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,235 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// A gang's life after it was placed, and the status of pods the scheduler
+// will not place.
+const (
+	// ConditionMembersLost is True on a placed PodGroup while fewer of its
+	// members run than it had: pods deleted, evicted, failed, or on a node
+	// that was deleted. It goes back to False when enough members run again.
+	ConditionMembersLost = topology.DriverName + "/MembersLost"
+	ReasonMembersLost    = "MembersLost"
+	ReasonAllMembersRun  = "AllMembersRunning"
+	// EventMembersLost / EventMembersRestored go with its transitions.
+	EventMembersLost     = "MembersLost"
+	EventMembersRestored = "MembersRestored"
+	// ReasonPodGroupNotFound is the PodScheduled reason of a pod whose
+	// PodGroup does not exist (not created yet, or deleted).
+	ReasonPodGroupNotFound = "PodGroupNotFound"
+	// gatedMessage is kube-scheduler's message for a gated pod.
+	gatedMessage = "Scheduling is blocked due to non-empty scheduling gates"
+)
+
+// peaks remembers, per PodGroup, the most members seen running in this
+// term: a gang whose deleted pods are not recreated still counts them.
+// Safe for concurrent use.
+type peaks struct {
+	mu sync.Mutex
+	m  map[types.UID]int
+}
+
+func (p *peaks) observe(uid types.UID, running int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[types.UID]int{}
+	}
+	p.m[uid] = max(p.m[uid], running)
+	return p.m[uid]
+}
+
+// checkMembers keeps ConditionMembersLost of a placed PodGroup up to date.
+// Expected members: the most of minCount, the members that exist (running,
+// waiting, gated: a Job recreates lost pods), and the most seen running in
+// this term. A running member is bound, not finished, not terminating, on a
+// node that exists.
+func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) error {
+	placed := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
+	if placed == nil || placed.Status != metav1.ConditionTrue {
+		return nil
+	}
+	running := len(ms.running)
+	minCount := 1
+	if g := pg.Spec.SchedulingPolicy.Gang; g != nil {
+		minCount = int(g.MinCount)
+	}
+	expected := max(minCount, running+len(ms.pending)+len(ms.gated)+len(ms.lost), s.peaks.observe(pg.UID, running))
+	cond := metav1.Condition{Type: ConditionMembersLost, Status: metav1.ConditionFalse, Reason: ReasonAllMembersRun,
+		Message: fmt.Sprintf("all %d members run", running)}
+	if running < expected {
+		cond = metav1.Condition{Type: ConditionMembersLost, Status: metav1.ConditionTrue, Reason: ReasonMembersLost,
+			Message: lostMessage(running, expected, minCount, ms)}
+	}
+	old := meta.FindStatusCondition(pg.Status.Conditions, ConditionMembersLost)
+	if old == nil && cond.Status == metav1.ConditionFalse {
+		return nil // never lost any
+	}
+	if old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
+		return nil
+	}
+	if err := s.setPodGroupCondition(ctx, pg, cond); err != nil {
+		return err
+	}
+	if old == nil || old.Status != cond.Status {
+		typ, reason := v1.EventTypeWarning, EventMembersLost
+		if cond.Status == metav1.ConditionFalse {
+			typ, reason = v1.EventTypeNormal, EventMembersRestored
+		}
+		s.event(pg, typ, reason, "Monitoring", cond.Message)
+	}
+	return nil
+}
+
+func lostMessage(running, expected, minCount int, ms *memberSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d members remain running (minCount %d)", running, expected, minCount)
+	if len(ms.lost) > 0 {
+		fmt.Fprintf(&b, "; lost: %s", strings.Join(ms.lost[:min(len(ms.lost), 8)], ", "))
+		if len(ms.lost) > 8 {
+			fmt.Fprintf(&b, " and %d more", len(ms.lost)-8)
+		}
+	}
+	if gone := expected - running - len(ms.pending) - len(ms.gated) - len(ms.lost); gone > 0 {
+		fmt.Fprintf(&b, "; %d deleted", gone)
+	}
+	if len(ms.pending) > 0 {
+		fmt.Fprintf(&b, "; %d waiting to rejoin the gang's domain", len(ms.pending))
+	}
+	if running < minCount {
+		b.WriteString("; below minCount")
+	}
+	return b.String()
+}
+
+// setPodGroupCondition sets one condition on a PodGroup (re-read on
+// conflict); an unchanged condition is not rewritten.
+func (s *Scheduler) setPodGroupCondition(ctx context.Context, pg *schedulingv1beta1.PodGroup, cond metav1.Condition) error {
+	client := s.cfg.Client.SchedulingV1beta1().PodGroups(pg.Namespace)
+	cur := pg
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			var err error
+			if cur, err = client.Get(ctx, pg.Name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		first = false
+		if old := meta.FindStatusCondition(cur.Status.Conditions, cond.Type); old != nil &&
+			old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
+			return nil
+		}
+		if err := s.step(StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
+			return err
+		}
+		next := cur.DeepCopy()
+		cond.ObservedGeneration = next.Generation
+		meta.SetStatusCondition(&next.Status.Conditions, cond)
+		_, err := client.UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: schedulerName})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set %s on podgroup %s/%s: %w", cond.Type, pg.Namespace, pg.Name, err)
+	}
+	return nil
+}
+
+// podGroupMissing marks the waiting pods of a PodGroup that does not exist.
+func (s *Scheduler) podGroupMissing(ctx context.Context, ns, name string) {
+	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, ns+"/"+name)
+	if err != nil {
+		return
+	}
+	var pods []*v1.Pod
+	for _, o := range objs {
+		if p, ok := o.(*v1.Pod); ok && ours(p) && p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+			pods = append(pods, p)
+		}
+	}
+	s.setPods(ctx, pods, ReasonPodGroupNotFound,
+		fmt.Sprintf("pod group %s does not exist (not created yet, or deleted): the pod waits for it", name))
+}
+
+// podGroupDeleting marks the waiting pods of a PodGroup being deleted.
+func (s *Scheduler) podGroupDeleting(ctx context.Context, pg *schedulingv1beta1.PodGroup) {
+	ms, err := s.members(pg)
+	if err != nil {
+		return
+	}
+	s.setPods(ctx, append(ms.pending, ms.gated...), ReasonPodGroupNotFound,
+		fmt.Sprintf("pod group %s is being deleted: the pod will not be placed", pg.Name))
+}
+
+// markGated says why gated pods wait, as kube-scheduler does.
+func (s *Scheduler) markGated(ctx context.Context, pods []*v1.Pod) {
+	s.setPods(ctx, pods, v1.PodReasonSchedulingGated, gatedMessage)
+}
+
+// lostReason says why a bound member does not run, "" when it does.
+func (s *Scheduler) lostReason(p *v1.Pod) string {
+	switch {
+	case p.Status.Phase == v1.PodFailed:
+		return fmt.Sprintf("%s failed (%s)", p.Name, strings.TrimSpace(p.Status.Reason+" "+p.Status.Message))
+	case p.DeletionTimestamp != nil:
+		return p.Name + " terminating"
+	}
+	if _, err := s.nodes.Get(p.Spec.NodeName); err != nil {
+		return fmt.Sprintf("%s on deleted node %s", p.Name, p.Spec.NodeName)
+	}
+	return ""
+}
+
+// sortedLost sorts the lost members' descriptions.
+func sortedLost(lost []string) []string {
+	slices.Sort(lost)
+	return lost
+}
+
+// ReasonWaitingForMembers is the PodGroupInitiallyScheduled reason of a
+// gang that cannot be tried yet: fewer than minCount members exist (or are
+// ungated), or a claim it needs does not exist yet.
+const ReasonWaitingForMembers = "WaitingForMembers"
+
+// notReady says why a gang cannot be tried yet: the PodGroup condition (and
+// an event when it changes) and PodScheduled on the waiting pods.
+func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
+	a.result = resultNotReady
+	s.pending.set(a.key, reasonNotReady)
+	msg := strings.TrimPrefix(why.Error(), placement.ErrNotReady.Error()+": ")
+	var mc *placement.MissingClaim
+	if errors.As(why, &mc) && mc.Template != "" {
+		_, ns, _ := splitKey(a.key)
+		if _, err := s.templates.ResourceClaimTemplates(ns).Get(mc.Template); apierrors.IsNotFound(err) {
+			msg = fmt.Sprintf("%s: claim %s uses resource claim template %s, which does not exist in namespace %s: create it", mc.Owner, mc.Claim, mc.Template, ns)
+		}
+	}
+	if a.pg == nil {
+		return s.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
+	}
+	s.markUnschedulable(ctx, a, "waiting: "+msg)
+	old := meta.FindStatusCondition(a.pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
+	if old != nil && (old.Status == metav1.ConditionTrue || old.Reason == ReasonWaitingForMembers && old.Message == msg) {
+		return nil
+	}
+	s.event(a.pg, v1.EventTypeNormal, ReasonWaitingForMembers, "Scheduling", msg)
+	return s.setCondition(ctx, a.pg, metav1.ConditionFalse, ReasonWaitingForMembers, msg)
+}

@@ -1,0 +1,305 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// A nomination record says that a gang is preempting: which workloads it
+// evicts and which nodes are held for it meanwhile. Like a commit record it
+// is a ConfigMap of the scheduler's namespace that only the scheduler's
+// identity may write, named NominationName(<gang UID>). It is written
+// before the first eviction and deleted once the gang is placed (or gives
+// up); a scheduler that restarts in between evicts exactly the victims it
+// names, never others, and keeps holding the nodes.
+const (
+	NominationPrefix = "gpufabric-nomination-"
+	// LabelNomination marks nomination records ("true").
+	LabelNomination   = topology.DriverName + "/nomination"
+	nominationVersion = 1
+	maxNominatedNodes = 10000
+)
+
+// NominationName is the nomination record of the gang with uid.
+func NominationName(uid types.UID) string { return NominationPrefix + string(uid) }
+
+// nominationRecord is the JSON of a nomination record.
+type nominationRecord struct {
+	Version int `json:"v"`
+	// Gang is the preemptor's queue key (pg:<ns>/<name> or pod:<ns>/<name>)
+	// and UID.
+	Gang     string    `json:"gang"`
+	UID      types.UID `json:"uid"`
+	Priority int32     `json:"priority"`
+	// TopologyKey and Domain where the gang goes.
+	TopologyKey string `json:"key"`
+	Domain      string `json:"domain"`
+	// Nodes held for the gang: gangs of its priority or lower do not use
+	// them while the nomination lasts.
+	Nodes []string `json:"nodes"`
+	// Victims are the pods to evict, with the unit each belongs to.
+	Victims []nominatedPod `json:"victims"`
+	// Claims are the allocated claims of the victims, freed once they go
+	// (the shared claims of whole PodGroups are released by the scheduler).
+	Claims  []nominatedClaim `json:"claims,omitempty"`
+	Created metav1.Time      `json:"created"`
+}
+
+type nominatedPod struct {
+	Namespace string    `json:"ns"`
+	Name      string    `json:"n"`
+	UID       types.UID `json:"u"`
+	Unit      string    `json:"unit"`
+}
+
+type nominatedClaim struct {
+	Namespace string    `json:"ns"`
+	Name      string    `json:"n"`
+	UID       types.UID `json:"u"`
+	// Group is the victim PodGroup's UID when the claim is its shared claim.
+	Group types.UID `json:"group,omitempty"`
+}
+
+func (r *nominationRecord) object(namespace string) (*v1.ConfigMap, error) {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode nomination record: %w", err)
+	}
+	if len(raw) > maxRecordBytes {
+		return nil, fmt.Errorf("nomination record of %d victims is %d bytes, over the limit of %d", len(r.Victims), len(raw), maxRecordBytes)
+	}
+	return &v1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace,
+			Name:      NominationName(r.UID),
+			Labels:    map[string]string{LabelNomination: "true", "app.kubernetes.io/managed-by": schedulerName},
+		},
+		Data: map[string]string{recordKey: string(raw)},
+	}, nil
+}
+
+// decodeNomination reads and validates a nomination record: strict,
+// bounded JSON, valid names, and an object name that matches the UID.
+func decodeNomination(cm *v1.ConfigMap) (*nominationRecord, error) {
+	raw, ok := cm.Data[recordKey]
+	if !ok {
+		return nil, fmt.Errorf("no %q key", recordKey)
+	}
+	if len(raw) > maxRecordBytes {
+		return nil, fmt.Errorf("record is %d bytes, over the limit of %d", len(raw), maxRecordBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
+	dec.DisallowUnknownFields()
+	var r nominationRecord
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("parse nomination: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("parse nomination: trailing data")
+	}
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	r.Created = metav1.NewTime(r.Created.Truncate(time.Second)) // as it encodes
+	if want := NominationName(r.UID); cm.Name != want {
+		return nil, fmt.Errorf("nomination %s names gang UID %q (expected object name %s)", cm.Name, r.UID, want)
+	}
+	return &r, nil
+}
+
+func (r *nominationRecord) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if r.Version != nominationVersion {
+		bad("version %d, want %d", r.Version, nominationVersion)
+	}
+	checkKey(bad, "gang", r.Gang)
+	checkUID(bad, "uid", r.UID)
+	if len(r.Domain) > maxRecordText || len(r.TopologyKey) > maxRecordText {
+		bad("domain or key longer than %d bytes", maxRecordText)
+	}
+	if len(r.Nodes) == 0 || len(r.Nodes) > maxNominatedNodes {
+		bad("%d nodes, want 1..%d", len(r.Nodes), maxNominatedNodes)
+	}
+	for i, n := range r.Nodes {
+		checkName(bad, fmt.Sprintf("nodes[%d]", i), n)
+	}
+	if len(r.Victims) == 0 || len(r.Victims) > maxRecordPods {
+		bad("%d victims, want 1..%d", len(r.Victims), maxRecordPods)
+	}
+	for i, p := range r.Victims {
+		checkNamespace(bad, fmt.Sprintf("victims[%d].ns", i), p.Namespace)
+		checkName(bad, fmt.Sprintf("victims[%d].n", i), p.Name)
+		checkUID(bad, fmt.Sprintf("victims[%d].u", i), p.UID)
+		checkKey(bad, fmt.Sprintf("victims[%d].unit", i), p.Unit)
+	}
+	if len(r.Claims) > maxRecordClaims {
+		bad("%d claims, over the limit of %d", len(r.Claims), maxRecordClaims)
+	}
+	for i, c := range r.Claims {
+		checkNamespace(bad, fmt.Sprintf("claims[%d].ns", i), c.Namespace)
+		checkName(bad, fmt.Sprintf("claims[%d].n", i), c.Name)
+		checkUID(bad, fmt.Sprintf("claims[%d].u", i), c.UID)
+		if c.Group != "" {
+			checkUID(bad, fmt.Sprintf("claims[%d].group", i), c.Group)
+		}
+	}
+	if r.Created.IsZero() {
+		bad("no creation time")
+	}
+	if len(errs) > 8 {
+		errs = append(errs[:8], fmt.Errorf("and %d more", len(errs)-8))
+	}
+	return errors.Join(errs...)
+}
+
+// checkKey validates a queue key: pg:<namespace>/<name> or pod:<namespace>/<name>.
+func checkKey(bad func(string, ...any), field, key string) {
+	if !strings.HasPrefix(key, podGroupKeyPrefix) && !strings.HasPrefix(key, podKeyPrefix) {
+		bad("%s %q is not a gang key", field, truncate(key, 64))
+		return
+	}
+	_, ns, name := splitKey(key)
+	checkNamespace(bad, field+" namespace", ns)
+	checkName(bad, field+" name", name)
+}
+
+func checkNamespace(bad func(string, ...any), field, ns string) {
+	if len(ns) == 0 || len(ns) > 63 {
+		bad("%s %q is not a namespace", field, truncate(ns, 64))
+		return
+	}
+	checkName(bad, field, ns)
+}
+
+// nomination is a live nomination: its record and when its victims were
+// last seen all gone.
+type nomination struct {
+	rec *nominationRecord
+	cm  *v1.ConfigMap
+	// settled: when every victim pod and claim was first seen gone.
+	settled time.Time
+	// done: the gang was placed; the record stays until the shared claims
+	// of victim groups are released.
+	done atomic.Bool
+}
+
+// nominationSet holds the live nominations by gang key. Safe for
+// concurrent use.
+type nominationSet struct {
+	mu    sync.Mutex
+	byKey map[string]*nomination
+}
+
+func newNominationSet() *nominationSet { return &nominationSet{byKey: map[string]*nomination{}} }
+
+func (n *nominationSet) get(key string) *nomination {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.byKey[key]
+}
+
+func (n *nominationSet) put(nm *nomination) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.byKey[nm.rec.Gang] = nm
+}
+
+func (n *nominationSet) remove(key string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.byKey, key)
+}
+
+func (n *nominationSet) all() []*nomination {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*nomination, 0, len(n.byKey))
+	for _, nm := range n.byKey {
+		out = append(out, nm)
+	}
+	return out
+}
+
+func (n *nominationSet) len() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.byKey)
+}
+
+// loadNominations lists the nomination records at the start of a term.
+// An invalid record is reported (event, log) and deleted: it holds no
+// nodes and evicts nothing.
+func (s *Scheduler) loadNominations(ctx context.Context) error {
+	list, err := s.listLabeled(ctx, LabelNomination, NominationPrefix)
+	if err != nil {
+		return err
+	}
+	for _, cm := range list {
+		rec, err := decodeNomination(cm)
+		if err != nil {
+			s.rejectRecord(ctx, cm, "nomination record", types.UID(strings.TrimPrefix(cm.Name, NominationPrefix)), err)
+			if err := s.endNomination(ctx, &nomination{rec: &nominationRecord{Gang: cm.Name}, cm: cm}); err != nil {
+				return err
+			}
+			continue
+		}
+		s.nominations.put(&nomination{rec: rec, cm: cm})
+	}
+	s.cfg.Metrics.setNominations(s.nominations.len())
+	return nil
+}
+
+// createNomination writes a nomination record and remembers it.
+func (s *Scheduler) createNomination(ctx context.Context, rec *nominationRecord) (*nomination, error) {
+	cm, err := rec.object(s.cfg.RecordNamespace)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.step(StepNominate, rec.Gang); err != nil {
+		return nil, err
+	}
+	out, err := s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: schedulerName})
+	if apierrors.IsAlreadyExists(err) {
+		// A nomination of an earlier term this one did not load (it was
+		// invalid); replace it.
+		if err = s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{}); err == nil || apierrors.IsNotFound(err) {
+			out, err = s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: schedulerName})
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create nomination record %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	nm := &nomination{rec: rec, cm: out}
+	s.nominations.put(nm)
+	s.cfg.Metrics.setNominations(s.nominations.len())
+	return nm, nil
+}
+
+// endNomination deletes a nomination record and forgets it.
+func (s *Scheduler) endNomination(ctx context.Context, nm *nomination) error {
+	if err := s.step(StepClearNomination, nm.rec.Gang); err != nil {
+		return err
+	}
+	err := s.cfg.Client.CoreV1().ConfigMaps(nm.cm.Namespace).Delete(ctx, nm.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &nm.cm.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete nomination record %s/%s: %w", nm.cm.Namespace, nm.cm.Name, err)
+	}
+	s.nominations.remove(nm.rec.Gang)
+	s.cfg.Metrics.setNominations(s.nominations.len())
+	return nil
+}

@@ -1,0 +1,222 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
+)
+
+// EventReserved: a gang past the starvation bound holds a domain.
+const EventReserved = "Reserved"
+
+// reservation is a starving gang's hold on a domain (in memory: a new
+// term reserves again on the gang's next refusal).
+type reservation struct {
+	key      string
+	priority int32
+	res      *preemption.Reservation
+	nodes    sets.Set[string]
+	// shadow: by when the domain is bound to have room (ok=false: never
+	// known); refreshed on the owner's attempts.
+	shadow   time.Time
+	shadowOK bool
+}
+
+// starvation tracks how long gangs wait and the reservations of those past
+// the bound. Safe for concurrent use.
+type starvation struct {
+	mu      sync.Mutex
+	since   map[string]time.Time
+	holding map[string]*reservation
+}
+
+func newStarvation() *starvation {
+	return &starvation{since: map[string]time.Time{}, holding: map[string]*reservation{}}
+}
+
+// waited returns how long a gang has been refused, starting the clock at
+// first (seeded from the API's condition, so a restart keeps it).
+func (st *starvation) waited(key string, first time.Time) time.Duration {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	since, ok := st.since[key]
+	if !ok {
+		since = first
+		st.since[key] = since
+	}
+	return time.Since(since)
+}
+
+func (st *starvation) get(key string) *reservation {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.holding[key]
+}
+
+func (st *starvation) put(r *reservation) int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.holding[r.key] = r
+	return len(st.holding)
+}
+
+// forget ends a gang's wait and reservation; it returns the reservations
+// left.
+func (st *starvation) forget(key string) int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.since, key)
+	delete(st.holding, key)
+	return len(st.holding)
+}
+
+func (st *starvation) all() []*reservation {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]*reservation, 0, len(st.holding))
+	for _, r := range st.holding {
+		out = append(out, r)
+	}
+	return out
+}
+
+// refusedSince is when the API says the gang was first refused: the
+// PodGroupInitiallyScheduled=False or PodScheduled=False transition, not
+// before the object was created; now when it says nothing.
+func refusedSince(a *attempt) time.Time {
+	if a.pg != nil {
+		if c := meta.FindStatusCondition(a.pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled); c != nil && c.Status == "False" {
+			return latest(c.LastTransitionTime.Time, a.pg.CreationTimestamp.Time)
+		}
+		return time.Now()
+	}
+	for _, c := range a.pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
+			return latest(c.LastTransitionTime.Time, a.pod.CreationTimestamp.Time)
+		}
+	}
+	return time.Now()
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// reserve gives a gang past the starvation bound the domain closest to
+// fitting it, or refreshes the one it holds; it returns a sentence for
+// the refusal message.
+func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, in placement.SnapshotInput) (string, error) {
+	if s.cfg.StarvationBound <= 0 {
+		return "", nil
+	}
+	waited := s.starving.waited(a.key, refusedSince(a))
+	if waited < s.cfg.StarvationBound {
+		// Look again when the bound passes, cluster change or not.
+		s.queue.retryAfter(a.key, s.cfg.StarvationBound-waited+100*time.Millisecond)
+		return "", nil
+	}
+	r := s.starving.get(a.key)
+	if r == nil || r.priority != a.priority {
+		res, err := preemption.ClosestDomain(ctx, s.cfg.Placement, in, g, 0)
+		if err != nil || res == nil {
+			return "", err
+		}
+		r = &reservation{key: a.key, priority: a.priority, res: res, nodes: sets.New(res.Nodes...)}
+		s.cfg.Metrics.setReservations(s.starving.put(r))
+		klog.FromContext(ctx).V(2).Info("Reserving a domain for a starving gang", "domain", res.Domain, "key", res.TopologyKey, "waited", waited)
+		s.event(a.about(), v1.EventTypeNormal, EventReserved, "Scheduling", fmt.Sprintf(
+			"waited %s, over the starvation bound of %s: holding %s (%d devices free, %d needed) against gangs of priority %d or lower that cannot finish before it has room",
+			waited.Round(time.Second), s.cfg.StarvationBound, where(res.TopologyKey, res.Domain), res.Free, res.Need, a.priority))
+	}
+	r.shadow, r.shadowOK = preemption.Shadow(time.Now(), r.res.Need, s.freeIn(in, r.nodes), s.releasesIn(r.nodes))
+	if !r.shadowOK {
+		return fmt.Sprintf("holding %s for this gang (waited %s); what runs there declares no end, so nothing may backfill it",
+			where(r.res.TopologyKey, r.res.Domain), waited.Round(time.Second)), nil
+	}
+	return fmt.Sprintf("holding %s for this gang (waited %s); gangs that end by %s may backfill it",
+		where(r.res.TopologyKey, r.res.Domain), waited.Round(time.Second), r.shadow.UTC().Format(time.RFC3339)), nil
+}
+
+// freeIn counts the free node-local devices of nodes in the input.
+func (s *Scheduler) freeIn(in placement.SnapshotInput, nodes sets.Set[string]) int {
+	n := 0
+	for node, free := range preemption.FreeDevices(in) {
+		if nodes.Has(node) {
+			n += free
+		}
+	}
+	return n
+}
+
+// releasesIn lists, for the pods running on nodes with
+// activeDeadlineSeconds, when their devices come back.
+func (s *Scheduler) releasesIn(nodes sets.Set[string]) []preemption.Release {
+	claims, err := s.claims.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	devicesOf := map[types.UID]int{}
+	for _, c := range claims {
+		if c.Status.Allocation == nil || len(c.Status.ReservedFor) != 1 || c.Status.ReservedFor[0].Resource != "pods" {
+			continue
+		}
+		devicesOf[c.Status.ReservedFor[0].UID] += len(c.Status.Allocation.Devices.Results)
+	}
+	var out []preemption.Release
+	for node := range nodes {
+		pods, err := s.inf.pods.GetIndexer().ByIndex(nodeIndex, node)
+		if err != nil {
+			continue
+		}
+		for _, o := range pods {
+			p, ok := o.(*v1.Pod)
+			if !ok || terminated(p) || devicesOf[p.UID] == 0 || p.Spec.ActiveDeadlineSeconds == nil {
+				continue
+			}
+			end := startOf(p).Add(time.Duration(*p.Spec.ActiveDeadlineSeconds) * time.Second)
+			out = append(out, preemption.Release{At: end, Devices: devicesOf[p.UID]})
+		}
+	}
+	return out
+}
+
+// runFor is how long a gang declares it runs at most: the largest
+// activeDeadlineSeconds of its pods, 0 when one of them has none.
+func runFor(pods []*v1.Pod) time.Duration {
+	var d time.Duration
+	for _, p := range pods {
+		if p.Spec.ActiveDeadlineSeconds == nil {
+			return 0
+		}
+		d = max(d, time.Duration(*p.Spec.ActiveDeadlineSeconds)*time.Second)
+	}
+	return d
+}
+
+// reservedNodes are the nodes starving gangs hold against attempt a: those
+// of reservations of other gangs of a's priority or higher that a may not
+// backfill.
+func (s *Scheduler) reservedNodes(a *attempt, held sets.Set[string]) {
+	now, d := time.Now(), runFor(a.members)
+	for _, r := range s.starving.all() {
+		if r.key == a.key || r.priority < a.priority || preemption.MayBackfill(now, d, r.shadow, r.shadowOK) {
+			continue
+		}
+		held.Insert(r.nodes.UnsortedList()...)
+	}
+}

@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufabric/gpufabric/pkg/inspect"
+)
+
+// DefaultEvents is how many events explain shows by default.
+const DefaultEvents = 10
+
+func newStatusCommand(o *options) *cobra.Command {
+	barWidth := inspect.DefaultBarWidth
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Occupancy per NVLink domain and topology level: GPUs, channels, gangs",
+		Long: `Occupancy of every NVLink domain and of every level given with
+--topology-levels (rack, IB leaf, ...): nodes, GPUs (used = allocated by any
+claim, tainted = not allocated with a NoSchedule/NoExecute device taint,
+free = neither), fabric-domain channels used/total, an occupancy bar, and the
+gangs (PodGroups, with the Job owning them; pods without PodGroup) holding
+GPUs there. Then the whole cluster and the PodGroups still waiting.`,
+		Example: `  kubectl gpufabric status --topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf
+  kubectl gpufabric status -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			cl, err := inspect.Load(cmd.Context(), c, inspect.Need{Fabric: true, Claims: true, Pods: true, PodGroups: true})
+			if err != nil {
+				return err
+			}
+			rep, err := inspect.BuildStatus(cl, o.reportOptions())
+			if err != nil {
+				return err
+			}
+			st := o.style()
+			st.BarWidth = barWidth
+			return inspect.Write(cmd.OutOrStdout(), o.output, rep, func(w io.Writer) error { return inspect.RenderStatus(w, rep, st) })
+		},
+	}
+	cmd.Flags().IntVar(&barWidth, "bar-width", barWidth, "most cells of an occupancy bar (a domain with fewer GPUs gets one cell per GPU)")
+	return cmd
+}
+
+func newNodesCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "nodes",
+		Short: "GPUs, rails and taints per node",
+		Long: `One row per node that publishes devices of gpufabric.dev: its NVLink domain
+and topology-level labels, GPUs (total, used, tainted, free, model), the IB
+rails of its GPUs and NICs, device taints (key=value:effect and the devices
+carrying them) and node taints.`,
+		Example: `  kubectl gpufabric nodes
+  kubectl gpufabric nodes -o yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			cl, err := inspect.Load(cmd.Context(), c, inspect.Need{Fabric: true, Claims: true})
+			if err != nil {
+				return err
+			}
+			rep, err := inspect.BuildNodes(cl, o.reportOptions())
+			if err != nil {
+				return err
+			}
+			return inspect.Write(cmd.OutOrStdout(), o.output, rep, func(w io.Writer) error { return inspect.RenderNodes(w, rep) })
+		},
+	}
+}
+
+func newExplainCommand(o *options) *cobra.Command {
+	var allNamespaces bool
+	events := DefaultEvents
+	cmd := &cobra.Command{
+		Use:   "explain [podgroup]",
+		Short: "Where a PodGroup went (rank → node → domain) or why it waits",
+		Long: `With a PodGroup name (namespace from -n): its state, conditions (whole
+messages), members by rank with their node, NVLink domain and topology-level
+domains, devices and rails, why unplaced members wait (PodScheduled reason and
+message, scheduling gates), its shared claims and their channel, and the last
+events about it. A PodGroup that does not exist is reported with the pods that
+name it.
+
+Without a name: one line per PodGroup of the namespace (or of all namespaces
+with -A).`,
+		Example: `  kubectl gpufabric explain llm-train -n team-a
+  kubectl gpufabric explain -A`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				return o.listGroups(cmd, allNamespaces)
+			}
+			if allNamespaces {
+				return fmt.Errorf("explain %s: --all-namespaces needs no name", args[0])
+			}
+			return o.explain(cmd, args[0], events)
+		},
+	}
+	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "list the PodGroups of every namespace")
+	cmd.Flags().IntVar(&events, "events", events, "how many of the last events to show")
+	return cmd
+}
+
+func (o *options) explain(cmd *cobra.Command, name string, events int) error {
+	ns, err := o.namespace()
+	if err != nil {
+		return err
+	}
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	need := inspect.Need{Namespace: ns, Fabric: true, FabricOptional: true, Claims: true, Pods: true, PodGroups: true, EventsAbout: name}
+	cl, err := inspect.Load(cmd.Context(), c, need)
+	if err != nil {
+		return err
+	}
+	rep, err := inspect.BuildExplain(cl, o.reportOptions(), ns, name, events)
+	if err != nil {
+		return err
+	}
+	st := o.style()
+	return inspect.Write(cmd.OutOrStdout(), o.output, rep, func(w io.Writer) error { return inspect.RenderExplain(w, rep, st) })
+}
+
+func (o *options) listGroups(cmd *cobra.Command, all bool) error {
+	ns := ""
+	if !all {
+		var err error
+		if ns, err = o.namespace(); err != nil {
+			return err
+		}
+	}
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	cl, err := inspect.Load(cmd.Context(), c, inspect.Need{Namespace: ns, Fabric: true, FabricOptional: true, Pods: true, PodGroups: true})
+	if err != nil {
+		return err
+	}
+	rep, err := inspect.BuildGroups(cl, o.reportOptions())
+	if err != nil {
+		return err
+	}
+	return inspect.Write(cmd.OutOrStdout(), o.output, rep, func(w io.Writer) error { return inspect.RenderGroups(w, rep, all) })
+}
+
+// versionInfo is what `version -o json|yaml` prints.
+type versionInfo struct {
+	Version   string `json:"version"`
+	GoVersion string `json:"goVersion"`
+	Platform  string `json:"platform"`
+}
+
+func newVersionCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			v := versionInfo{Version: o.cfg.Version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+			return inspect.Write(cmd.OutOrStdout(), o.output, v, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "kubectl-gpufabric %s (%s, %s)\n", v.Version, v.GoVersion, v.Platform)
+				return err
+			})
+		},
+	}
+}

@@ -1,0 +1,28 @@
+// Package inspect is the logic of `kubectl gpufabric`: pure functions from
+// API objects (a Cluster: Nodes, ResourceSlices, ResourceClaims, Pods,
+// PodGroups, Events, as listed) to report models, and the renderers that
+// print a report as a table, JSON or YAML. Load lists the objects a report
+// needs through client-go; everything else here does no I/O besides writing
+// to the given io.Writer.
+//
+// Vocabulary (attribute names, the fabric tree of NVLink domains and node
+// label levels, fabric-domain pools) comes from pkg/topology, so the reports
+// group nodes exactly as gpufabric-scheduler does.
+//
+// Counting rules, shared by every report:
+//   - a GPU is a device of driver gpufabric.dev with type=gpu in a node-local
+//     pool, at the pool's newest generation;
+//   - used: allocated by any ResourceClaim (whoever allocated it);
+//   - tainted: not allocated, with a NoSchedule or NoExecute device taint;
+//   - free: neither; total = used + tainted + free;
+//   - a channel is a device of a fabric-domain pool (fabric-domain.<domain>);
+//     used when allocated.
+//
+// A gang is the PodGroup of the pods a claim is reserved for (or the
+// PodGroup itself, for shared claims), a pod without PodGroup, or, for a
+// claim reserved for nobody, the claim. Its Job is the pods'
+// batch.kubernetes.io/job-name label.
+//
+// Every list in a report is sorted; nothing depends on map order, so the
+// same objects always give the same output.
+package inspect

@@ -1,0 +1,67 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The RBAC rule files the chart ships for the scheduler: cluster-wide, and
+// in its own namespace (Lease, commit records).
+const (
+	SchedulerRulesFile          = "deployments/helm/gpufabric/files/rbac/scheduler.yaml"
+	SchedulerNamespaceRulesFile = "deployments/helm/gpufabric/files/rbac/scheduler-namespace.yaml"
+)
+
+// GrantNamespaceRules creates a Role named user with rules in namespace and
+// binds it to the user of that name.
+func GrantNamespaceRules(ctx context.Context, admin kubernetes.Interface, user, namespace string, rules []rbacv1.PolicyRule) error {
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: namespace}, Rules: rules}
+	if _, err := admin.RbacV1().Roles(namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create role %s/%s: %w", namespace, user, err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if _, err := admin.RbacV1().RoleBindings(namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create role binding %s/%s: %w", namespace, user, err)
+	}
+	return nil
+}
+
+// GrantSchedulerRules gives user exactly the scheduler's shipped rules: the
+// cluster-wide ones, and the namespaced ones in namespace (its Lease and
+// commit records), which it creates if needed.
+func GrantSchedulerRules(ctx context.Context, admin kubernetes.Interface, user, namespace string) error {
+	rules, err := LoadRules(SchedulerRulesFile)
+	if err != nil {
+		return err
+	}
+	nsRules, err := LoadRules(SchedulerNamespaceRulesFile)
+	if err != nil {
+		return err
+	}
+	if err := EnsureNamespace(ctx, admin, namespace); err != nil {
+		return err
+	}
+	if err := GrantRules(ctx, admin, user, rules); err != nil {
+		return err
+	}
+	return GrantNamespaceRules(ctx, admin, user, namespace, nsRules)
+}
+
+// EnsureNamespace creates a namespace if it does not exist. Idempotent.
+func EnsureNamespace(ctx context.Context, admin kubernetes.Interface, namespace string) error {
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", namespace, err)
+	}
+	return nil
+}

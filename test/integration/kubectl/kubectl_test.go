@@ -1,0 +1,179 @@
+package kubectl
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+const (
+	rackKey = "topology.gpufabric.dev/rack"
+	leafKey = "topology.gpufabric.dev/ib-leaf"
+)
+
+var levels = []string{rackKey, leafKey}
+
+// TestKubectlGpufabric runs `kubectl gpufabric` in-process with the admin
+// kubeconfig against a real apiserver where gpufabric-scheduler placed and
+// refused gangs, and compares its tables with testdata/*.golden (ages and
+// event counts masked; -update rewrites them).
+//
+// The fabric: NVLink domains dom-a (nodes a-0, a-1, rack-1) and dom-b
+// (b-0, b-1, rack-2), one IB leaf, 4 GPUs and 4 NICs per node, gpu-3 of
+// b-1 tainted nvlink-degraded, node b-1 tainted PreferNoSchedule; 4
+// fabric-domain channels per domain (published by the scheduler). Then:
+// team-a/train, the 2 × 4-GPU gang of an Indexed Job, placed in dom-a; a
+// pod team-b/notebook with one GPU; team-b/big (3 × 4 GPUs, minCount 3,
+// a fourth member gated) which fits nowhere; team-b/ghost-0 naming a
+// PodGroup that does not exist. No kube-controller-manager: claims are
+// made by hand, and nothing taints the kubelet-less nodes meanwhile.
+func TestKubectlGpufabric(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{})
+	admin := cp.AdminClient(t)
+	createFabric(t, admin)
+	sched := startScheduler(t, cp, scheduler.Config{DomainChannels: 4, Tree: topology.TreeConfig{LabelLevels: levels}})
+	poll(t, "fabric-domain pools published", 30*time.Second, func(ctx context.Context) error {
+		return countPools(ctx, admin, 2)
+	})
+	createWorkloads(t, admin)
+	sched() // stop: nothing changes while the commands run
+
+	for _, tc := range []struct {
+		golden string
+		args   []string
+	}{
+		{"status", []string{"status"}},
+		{"nodes", []string{"nodes"}},
+		{"explain-placed", []string{"explain", "train", "-n", "team-a"}},
+		{"explain-waiting", []string{"explain", "big", "-n", "team-b"}},
+		{"explain-not-found", []string{"explain", "ghost", "-n", "team-b"}},
+		{"explain-all", []string{"explain", "-A"}},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			compareGolden(t, filepath.Join("testdata", tc.golden+".golden"), mask(runPlugin(t, cp, tc.args...)))
+		})
+	}
+	t.Run("json", func(t *testing.T) { checkStatusJSON(t, runPlugin(t, cp, "status", "-o", "json")) })
+	t.Run("yaml", func(t *testing.T) { checkNodesYAML(t, runPlugin(t, cp, "nodes", "-o", "yaml")) })
+}
+
+// createFabric creates the device classes, the nodes (without the
+// not-ready taint admission gives new nodes) and their slices.
+func createFabric(t *testing.T, c kubernetes.Interface) {
+	t.Helper()
+	ctx := t.Context()
+	for name, typ := range map[string]string{topology.GPUDeviceClass: topology.DeviceTypeGPU, topology.FabricDomainDeviceClass: topology.DeviceTypeFabricDomain} {
+		expr := fmt.Sprintf(`device.driver == %q && device.attributes[%q].type == %q`, topology.DriverName, topology.DriverName, typ)
+		dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}}}
+		_, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{})
+		must(t, "create device class", err)
+	}
+	for _, n := range []struct{ name, domain, rack string }{
+		{"a-0", "dom-a", "rack-1"}, {"a-1", "dom-a", "rack-1"}, {"b-0", "dom-b", "rack-2"}, {"b-1", "dom-b", "rack-2"},
+	} {
+		created, err := c.CoreV1().Nodes().Create(ctx, newNode(n.name, n.rack), metav1.CreateOptions{})
+		must(t, "create node", err)
+		created.Spec.Taints = nil
+		if n.name == "b-1" {
+			created.Spec.Taints = []corev1.Taint{{Key: "example.com/maintenance", Value: "planned", Effect: corev1.TaintEffectPreferNoSchedule}}
+		}
+		_, err = c.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{})
+		must(t, "set node taints", err)
+		_, err = c.ResourceV1().ResourceSlices().Create(ctx, newSlice(n.name, n.domain), metav1.CreateOptions{})
+		must(t, "create slice", err)
+	}
+}
+
+func newNode(name, rack string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name, rackKey: rack, leafKey: "leaf-1"}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110"),
+		}},
+	}
+}
+
+// newSlice is a node's pool: 4 GB200 GPUs and 4 NICs on rails 0-3; gpu-3
+// of b-1 is tainted.
+func newSlice(nodeName, domain string) *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName + "-" + topology.DriverName},
+		Spec: resourceapi.ResourceSliceSpec{Driver: topology.DriverName, NodeName: ptr.To(nodeName),
+			Pool: resourceapi.ResourcePool{Name: nodeName, ResourceSliceCount: 1}},
+	}
+	for i := range 4 {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: topology.GPUDeviceName(i), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			topology.AttrType:             {StringValue: ptr.To(topology.DeviceTypeGPU)},
+			topology.AttrProductName:      {StringValue: ptr.To("NVIDIA GB200")},
+			topology.AttrNVLinkDomain:     {StringValue: ptr.To(domain)},
+			topology.AttrNVLinkDomainKind: {StringValue: ptr.To(string(topology.DomainKindMNNVL))},
+			topology.AttrIBRail:           {IntValue: ptr.To(int64(i))},
+		}})
+	}
+	if nodeName == "b-1" {
+		s.Spec.Devices[3].Taints = []resourceapi.DeviceTaint{{Key: topology.TaintNVLinkDegraded, Value: "2-of-18-nvlinks-down", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	}
+	for i := range 4 {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: fmt.Sprintf("nic-mlx5-%d", i), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			topology.AttrType:      {StringValue: ptr.To(topology.DeviceTypeNIC)},
+			topology.AttrIBRail:    {IntValue: ptr.To(int64(i))},
+			topology.AttrPortState: {StringValue: ptr.To("ACTIVE")},
+		}})
+	}
+	return s
+}
+
+func countPools(ctx context.Context, c kubernetes.Interface, want int) error {
+	slices, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, s := range slices.Items {
+		if strings.HasPrefix(s.Spec.Pool.Name, "fabric-domain.") {
+			n++
+		}
+	}
+	if n != want {
+		return fmt.Errorf("%d fabric-domain pools, want %d", n, want)
+	}
+	return nil
+}
+
+// TestDocExamples: docs/kubectl-gpufabric.md shows every golden file as it
+// is (rewrite the examples after -update).
+func TestDocExamples(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/kubectl-gpufabric.md")
+	must(t, "read doc", err)
+	goldens, err := filepath.Glob("testdata/*.golden")
+	must(t, "list goldens", err)
+	if len(goldens) == 0 {
+		t.Fatal("no golden files")
+	}
+	for _, g := range goldens {
+		want, err := os.ReadFile(g)
+		must(t, "read golden", err)
+		if !strings.Contains(string(doc), "\n"+strings.TrimRight(string(want), "\n")+"\n```\n") {
+			t.Errorf("docs/kubectl-gpufabric.md does not show %s as it is", g)
+		}
+	}
+}
