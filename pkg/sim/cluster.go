@@ -115,9 +115,9 @@ const (
 	// PolicyGPUFabricReserve is gpufabric with a starvation bound
 	// (PolicyOptions.StarvationBound, default DefaultStarvationBound).
 	PolicyGPUFabricReserve = "gpufabric-reserve"
-	PolicyFirstFit        = "pod-first-fit"
-	PolicyTAS             = "kube-tas-mostallocated"
-	PolicyBestFit         = "kueue-tas-bestfit"
+	PolicyFirstFit         = "pod-first-fit"
+	PolicyTAS              = "kube-tas-mostallocated"
+	PolicyBestFit          = "kueue-tas-bestfit"
 )
 
 // PolicyOptions configure NewPolicy.

@@ -198,4 +198,3 @@ func (e *EnginePolicy) assume(ctx context.Context, g *placement.Gang, d *placeme
 	}
 	return nil
 }
-
