@@ -19,8 +19,10 @@ func TestReservationEndsStarvation(t *testing.T) {
 	for i := range 40 {
 		tr.Gangs = append(tr.Gangs, TraceGang{ID: i, Arrival: int64(25 * i), Duration: 100, Pods: 1, GPUsPerPod: 4})
 	}
-	big := TraceGang{ID: 1000, Arrival: 1, Duration: 100, Pods: 2, GPUsPerPod: 4}
-	tr.Gangs = append(tr.Gangs[:1], append([]TraceGang{big}, tr.Gangs[1:]...)...)
+	// The big gang arrives once the stream fills all 16 GPUs (t = 75):
+	// each departure frees 4 GPUs exactly when the next small gang comes.
+	big := TraceGang{ID: 1000, Arrival: 80, Duration: 100, Pods: 2, GPUsPerPod: 4}
+	tr.Gangs = append(tr.Gangs[:4:4], append([]TraceGang{big}, tr.Gangs[4:]...)...)
 	wait := func(name string) int64 {
 		t.Helper()
 		p, err := NewPolicy(name, f, PolicyOptions{StarvationBound: 50})
