@@ -249,9 +249,3 @@ func (s *Scheduler) victimPriority(p *v1.Pod) int32 {
 	_, prio, _ := s.unitOf(p, map[string]*schedulingv1beta1.PodGroup{})
 	return prio
 }
-
-// contains reports whether the sorted list has s.
-func contains(sorted []string, s string) bool {
-	_, ok := slices.BinarySearch(sorted, s)
-	return ok
-}
