@@ -80,7 +80,21 @@ for entry in "${all[@]}"; do
 	args=(-run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize")
 	[[ -n "${FUZZPARALLEL:-}" ]] && args+=(-parallel "$FUZZPARALLEL")
 	start=$(now)
-	if go test "${args[@]}" "$pkg" -args -test.fuzzcachedir="$cache/$pkg" >"$log" 2>&1; then
+	ok=false
+	for attempt in 1 2 3; do
+		if go test "${args[@]}" "$pkg" -args -test.fuzzcachedir="$cache/$pkg" >"$log" 2>&1; then
+			ok=true
+			break
+		fi
+		# Go's fuzz coordinator sometimes ends a run whose time is up with
+		# "context deadline exceeded" and no failing input (a worker was
+		# mid-exchange): that is no crash, so the target runs again.
+		if grep -q 'Failing input written' "$log" || ! grep -q 'context deadline exceeded' "$log"; then
+			break
+		fi
+		echo "fuzz: $name: the fuzz engine stopped on its deadline without a failing input (attempt $attempt); running it again" >&2
+	done
+	if $ok; then
 		printf 'ok    %-24s %-8s %s\n' "$name" "$(elapsed "$start" "$(now)")" "$pkg"
 		ran=$((ran + 1))
 		continue
