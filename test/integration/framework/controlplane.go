@@ -28,7 +28,9 @@ import (
 // FeatureGates are the gates every gpufabric control plane runs with.
 // WorkloadWithJob lets the Job controller create the Workload and PodGroup
 // of a Job with spec.scheduling (off, the field is silently dropped).
-const FeatureGates = "GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true"
+// PodGroupPreemptionPolicy gives kube-scheduler's workload-aware
+// preemption its PodGroup-level policy (the peer comparison).
+const FeatureGates = "GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true,PodGroupPreemptionPolicy=true"
 
 // RuntimeConfig enables the v1beta1 PodGroup API.
 const RuntimeConfig = "scheduling.k8s.io/v1beta1=true"
