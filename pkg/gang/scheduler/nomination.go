@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,34 +81,15 @@ func (r *nominationRecord) object(namespace string) (*v1.ConfigMap, error) {
 	if len(raw) > maxRecordBytes {
 		return nil, fmt.Errorf("nomination record of %d victims is %d bytes, over the limit of %d", len(r.Victims), len(raw), maxRecordBytes)
 	}
-	return &v1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: namespace,
-			Name:      NominationName(r.UID),
-			Labels:    map[string]string{LabelNomination: "true", "app.kubernetes.io/managed-by": schedulerName},
-		},
-		Data: map[string]string{recordKey: string(raw)},
-	}, nil
+	return recordConfigMap(namespace, NominationName(r.UID), LabelNomination, raw), nil
 }
 
 // decodeNomination reads and validates a nomination record: strict,
 // bounded JSON, valid names, and an object name that matches the UID.
 func decodeNomination(cm *v1.ConfigMap) (*nominationRecord, error) {
-	raw, ok := cm.Data[recordKey]
-	if !ok {
-		return nil, fmt.Errorf("no %q key", recordKey)
-	}
-	if len(raw) > maxRecordBytes {
-		return nil, fmt.Errorf("record is %d bytes, over the limit of %d", len(raw), maxRecordBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
-	dec.DisallowUnknownFields()
 	var r nominationRecord
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("parse nomination: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("parse nomination: trailing data")
+	if err := decodeStrict(cm, "nomination", &r); err != nil {
+		return nil, err
 	}
 	if err := r.validate(); err != nil {
 		return nil, err

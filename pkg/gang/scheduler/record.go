@@ -132,35 +132,51 @@ func recordObject(namespace string, rec *commitRecord) (*v1.ConfigMap, error) {
 	if len(raw) > maxRecordBytes {
 		return nil, fmt.Errorf("commit record of %d pods and %d claims is %d bytes, over the limit of %d", len(rec.Pods), len(rec.Claims), len(raw), maxRecordBytes)
 	}
+	return recordConfigMap(namespace, RecordName(rec.PodGroup.UID), LabelCommitRecord, raw), nil
+}
+
+// recordConfigMap is a scheduler-owned ConfigMap holding one record
+// (commit or nomination) under recordKey.
+func recordConfigMap(namespace, name, label string, raw []byte) *v1.ConfigMap {
 	return &v1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: namespace,
-			Name:      RecordName(rec.PodGroup.UID),
-			Labels:    map[string]string{LabelCommitRecord: "true", "app.kubernetes.io/managed-by": schedulerName},
+			Name:      name,
+			Labels:    map[string]string{label: "true", "app.kubernetes.io/managed-by": schedulerName},
 		},
 		Data: map[string]string{recordKey: string(raw)},
-	}, nil
+	}
+}
+
+// decodeStrict decodes the record of a ConfigMap into v: the key must be
+// there, at most maxRecordBytes, strict JSON (no unknown fields, no
+// trailing data). what names the record in errors.
+func decodeStrict(cm *v1.ConfigMap, what string, v any) error {
+	raw, ok := cm.Data[recordKey]
+	if !ok {
+		return fmt.Errorf("no %q key", recordKey)
+	}
+	if len(raw) > maxRecordBytes {
+		return fmt.Errorf("record is %d bytes, over the limit of %d", len(raw), maxRecordBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("parse %s: %w", what, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("parse %s: trailing data", what)
+	}
+	return nil
 }
 
 // decodeRecord reads and validates the record in a ConfigMap. Rules: the
 // JSON is strict (no unknown fields) and bounded, every name is a valid
 // Kubernetes name, and the ConfigMap's name matches the PodGroup's UID.
 func decodeRecord(cm *v1.ConfigMap) (*commitRecord, error) {
-	raw, ok := cm.Data[recordKey]
-	if !ok {
-		return nil, fmt.Errorf("no %q key", recordKey)
-	}
-	if len(raw) > maxRecordBytes {
-		return nil, fmt.Errorf("record is %d bytes, over the limit of %d", len(raw), maxRecordBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
-	dec.DisallowUnknownFields()
 	var rec commitRecord
-	if err := dec.Decode(&rec); err != nil {
-		return nil, fmt.Errorf("parse record: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("parse record: trailing data")
+	if err := decodeStrict(cm, "record", &rec); err != nil {
+		return nil, err
 	}
 	if err := rec.validate(); err != nil {
 		return nil, err

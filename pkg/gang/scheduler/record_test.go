@@ -33,7 +33,7 @@ func validRecord() *commitRecord {
 	return newRecord(pg, d, writes)
 }
 
-func recordConfigMap(t testing.TB, raw string) *v1.ConfigMap {
+func rawRecordConfigMap(t testing.TB, raw string) *v1.ConfigMap {
 	t.Helper()
 	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: RecordName("uid-pg"), Namespace: "gpufabric-system"}, Data: map[string]string{recordKey: raw}}
 }
@@ -101,7 +101,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cm := recordConfigMap(t, tt.raw)
+			cm := rawRecordConfigMap(t, tt.raw)
 			if tt.raw == "" {
 				cm.Data = nil
 			}
@@ -128,7 +128,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(`{"v":1,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"","pods":[{"n":"a","u":"u","node":"n"}],"claims":[]}`)
 	f.Add(`{"v":1,"pods":null}`)
 	f.Fuzz(func(t *testing.T, raw string) {
-		rec, err := decodeRecord(recordConfigMap(t, raw))
+		rec, err := decodeRecord(rawRecordConfigMap(t, raw))
 		if err != nil {
 			return
 		}
