@@ -56,7 +56,8 @@ func (o peerOutcome) String() string {
 // gpufabric must evict the two pods of one domain and place the gang
 // inside it; kube-scheduler's choice is recorded (docs/benchmarks.md).
 func TestPreemptionBesideKubeScheduler(t *testing.T) {
-	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true})
+	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true,
+		ExtraFeatureGates: "PodGroupPreemptionPolicy=true"})
 	admin := cp.AdminClient(t)
 	kwokFabric(t, admin, []string{"a", "b"}, 2, 4)
 	domainKey := string(topology.Qualified(topology.AttrNVLinkDomain))

@@ -37,9 +37,11 @@ import (
 // members are gone.
 //
 // Which claim is kept: one whose consumer pods have started (the plugin
-// prepared it), else the one allocated first (allocationTimestamp when
-// both have it, else the order this scheduler saw them allocated), else
-// the smaller UID. A double allocation is acted on only after it has
+// prepared it), else one of a gang (a PodGroup's shared claim or a
+// member's: evicting a member leaves the whole gang short, while a plain
+// pod's controller simply creates it again), else the one allocated first
+// (allocationTimestamp when both have it, else the order this scheduler
+// saw them allocated), else the smaller UID. A double allocation is acted on only after it has
 // lasted repairGrace, so a write in flight is never mistaken for one.
 
 // repairGrace is how long a double allocation must last before repair.
@@ -213,6 +215,7 @@ type claimUse struct {
 	claim   *resourceapi.ResourceClaim
 	pods    []*v1.Pod // bound or pending consumer pods
 	started bool      // a consumer pod has a started container
+	gang    bool      // reserved for a PodGroup or for a member of one
 	seen    time.Time
 }
 
@@ -260,9 +263,11 @@ func (r *repairer) use(c *resourceapi.ResourceClaim, seen time.Time) *claimUse {
 				}
 			}
 		}
+		u.gang = u.gang || ref.Resource == "podgroups"
 		for _, p := range pods {
 			u.pods = append(u.pods, p)
 			u.started = u.started || started(p)
+			u.gang = u.gang || p.Spec.SchedulingGroup != nil
 		}
 	}
 	return u
@@ -287,6 +292,9 @@ func chooseKeeper(uses []*claimUse) (*claimUse, []*claimUse) {
 		a, b := sorted[i], sorted[j]
 		if a.started != b.started {
 			return a.started
+		}
+		if a.gang != b.gang {
+			return a.gang
 		}
 		ta, tb := a.claim.Status.Allocation.AllocationTimestamp, b.claim.Status.Allocation.AllocationTimestamp
 		if ta != nil && tb != nil && !ta.Equal(tb) {
@@ -336,8 +344,10 @@ func keptBecause(keep, lose *claimUse) string {
 	switch {
 	case keep.started && !lose.started:
 		return "its pod runs"
-	case keep.started:
+	case keep.started && lose.gang == keep.gang:
 		return "both pods run; it was allocated first"
+	case keep.gang && !lose.gang:
+		return "it belongs to a gang"
 	}
 	return "it was allocated first"
 }

@@ -61,8 +61,9 @@ func TestAllocIndex(t *testing.T) {
 	}
 }
 
-// TestChooseKeeper: the claim whose pod started keeps the device, else the
-// one allocated first (timestamp, then first seen), else the smaller UID.
+// TestChooseKeeper: the claim whose pod started keeps the device, else a
+// gang's, else the one allocated first (timestamp, then first seen), else
+// the smaller UID.
 func TestChooseKeeper(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	use := func(name string, started bool, seen time.Time, stamp *time.Time) *claimUse {
@@ -73,12 +74,15 @@ func TestChooseKeeper(t *testing.T) {
 		return &claimUse{claim: c, started: started, seen: seen}
 	}
 	later := t0.Add(time.Second)
+	gang := func(u *claimUse) *claimUse { u.gang = true; return u }
 	tests := []struct {
 		name string
 		uses []*claimUse
 		want string
 	}{
 		{"started wins over earlier", []*claimUse{use("early", false, t0, nil), use("running", true, later, nil)}, "running"},
+		{"both run: a gang's wins over earlier", []*claimUse{use("plain", true, t0, &t0), gang(use("member", true, later, &later))}, "member"},
+		{"started wins over a gang's", []*claimUse{gang(use("member", false, t0, nil)), use("plain", true, later, nil)}, "plain"},
 		{"allocation timestamp", []*claimUse{use("b", false, t0, &later), use("a", false, later, &t0)}, "a"},
 		{"first seen", []*claimUse{use("b", false, later, nil), use("a", false, t0, nil)}, "a"},
 		{"one timestamp only: first seen", []*claimUse{use("b", false, later, &t0), use("a", false, t0, nil)}, "a"},

@@ -66,7 +66,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
-		"--feature-gates=" + FeatureGates,
+		"--feature-gates=" + cp.gates,
 		"--runtime-config=" + RuntimeConfig,
 		"--v=1",
 	})
@@ -140,7 +140,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(ports[0]),
 		"--cert-dir=" + filepath.Join(cp.dir, "kcm"),
-		"--feature-gates=" + FeatureGates,
+		"--feature-gates=" + cp.gates,
 		"--v=1",
 	})
 	if err != nil {
@@ -207,7 +207,7 @@ leaderElection:
 		"--config=" + config,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(ports[0]),
-		"--feature-gates=" + FeatureGates,
+		"--feature-gates=" + cp.gates,
 		"--v=1",
 	})
 	if err != nil {

@@ -28,9 +28,7 @@ import (
 // FeatureGates are the gates every gpufabric control plane runs with.
 // WorkloadWithJob lets the Job controller create the Workload and PodGroup
 // of a Job with spec.scheduling (off, the field is silently dropped).
-// PodGroupPreemptionPolicy gives kube-scheduler's workload-aware
-// preemption its PodGroup-level policy (the peer comparison).
-const FeatureGates = "GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true,PodGroupPreemptionPolicy=true"
+const FeatureGates = "GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true"
 
 // RuntimeConfig enables the v1beta1 PodGroup API.
 const RuntimeConfig = "scheduling.k8s.io/v1beta1=true"
@@ -48,6 +46,10 @@ type Options struct {
 	KubeScheduler bool
 	// StateRoot holds the state dirs; default: $TMPDIR/gpufabric-framework.
 	StateRoot string
+	// ExtraFeatureGates are added to FeatureGates for every component
+	// ("Gate=true,…"), e.g. PodGroupPreemptionPolicy for the comparison
+	// with kube-scheduler's workload-aware preemption.
+	ExtraFeatureGates string
 }
 
 // ControlPlane is a running control plane. Safe for concurrent use.
@@ -56,6 +58,7 @@ type ControlPlane struct {
 	pki        *pki
 	host       string
 	kubeconfig string
+	gates      string // --feature-gates of every component
 
 	mu    sync.Mutex
 	procs []*process
@@ -82,7 +85,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
-	cp := &ControlPlane{dir: dir}
+	cp := &ControlPlane{dir: dir, gates: FeatureGates}
+	if opts.ExtraFeatureGates != "" {
+		cp.gates += "," + opts.ExtraFeatureGates
+	}
 	defer func() {
 		if err != nil {
 			cp.Stop()
