@@ -99,6 +99,20 @@ func (o discoverOptions) newBackend() (devices.Backend, error) {
 	return nil, fmt.Errorf("%w: --backend must be nvml or mock, got %q", errUsage, o.backend)
 }
 
+// refreshMock rebuilds the mock node's trees at --mock-dir from the fabric
+// file as it is now (gpumock.Fabric.Refresh); a fabric file that does not
+// load leaves the old trees in place.
+func (o discoverOptions) refreshMock() (devices.Backend, error) {
+	if o.mockFabric == "" || o.mockDir == "" {
+		return nil, fmt.Errorf("%w: --backend=mock needs --mock-fabric and a mock dir", errUsage)
+	}
+	fabric, err := gpumock.LoadFile(o.mockFabric)
+	if err != nil {
+		return nil, err
+	}
+	return fabric.Refresh(o.node, o.mockDir)
+}
+
 // writeSlices writes objects as a YAML stream separated by "---".
 func writeSlices[T any](w io.Writer, objs []T) error {
 	for _, obj := range objs {

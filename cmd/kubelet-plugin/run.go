@@ -111,14 +111,14 @@ func newRegistry() *prometheus.Registry {
 // discover runs discovery once with a fresh backend (the mock backend
 // re-reads its fabric file, so injected faults show up).
 func (o *runOptions) discover(ctx context.Context, opts ...devices.Option) (*devices.Inventory, devices.Backend, error) {
+	newBackend := o.newBackend
 	if o.backend == "mock" {
 		// The mock writes a fresh fake tree at the same paths each time, so
-		// device node paths in CDI specs stay valid.
-		if err := os.RemoveAll(o.mockDir); err != nil {
-			return nil, nil, fmt.Errorf("clear mock dir: %w", err)
-		}
+		// device node paths in CDI specs stay valid; it swaps the new tree
+		// in, so readers (the IMEX status) never find it missing.
+		newBackend = o.refreshMock
 	}
-	b, err := o.newBackend()
+	b, err := newBackend()
 	if err != nil {
 		return nil, nil, err
 	}

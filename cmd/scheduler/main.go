@@ -34,6 +34,10 @@ func run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if err := opts.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName("gpufabric-scheduler")

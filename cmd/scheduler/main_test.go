@@ -2,6 +2,8 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +27,9 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_LEADER_ELECT_LEASE_DURATION": "4s",
 		"GPUFABRIC_COMMIT_RECORD_NAMESPACE":     "gpufabric-system",
 		"KUBECONFIG":                            "/tmp/kc",
+		"GPUFABRIC_STARVATION_BOUND":            "10m",
+		"GPUFABRIC_DISABLE_PREEMPTION":          "true",
+		"GPUFABRIC_NOMINATION_TIMEOUT":          "90s",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
@@ -34,6 +39,13 @@ func TestEnvTwins(t *testing.T) {
 		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" {
 		t.Errorf("options %+v", o)
 	}
+	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute}
+	if diff := cmp.Diff(want, o.preemption, cmp.AllowUnexported(preemptionOptions{})); diff != "" {
+		t.Errorf("preemption options (-want +got):\n%s", diff)
+	}
+	if err := o.validate(); err != nil {
+		t.Errorf("validate: %v", err)
+	}
 	if diff := cmp.Diff([]string{"rack", "leaf", "spine"}, o.levels()); diff != "" {
 		t.Errorf("levels (-want +got):\n%s", diff)
 	}
@@ -42,5 +54,35 @@ func TestEnvTwins(t *testing.T) {
 	bindFlags(fresh)
 	if err := applyEnv(fresh, lookup); err == nil {
 		t.Error("bad boolean accepted")
+	}
+}
+
+// TestValidate: durations a scheduler cannot work with are refused with
+// the flag's name; the defaults pass and reservations are on.
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{args: nil},
+		{args: []string{"--starvation-bound=0"}},
+		{args: []string{"--starvation-bound=500ms"}, wantErr: "--starvation-bound must be 0 (off) or at least 1s"},
+		{args: []string{"--starvation-bound=-1s"}, wantErr: "--starvation-bound must be at least 0s"},
+		{args: []string{"--nomination-timeout=0"}, wantErr: "--nomination-timeout must be at least 1s"},
+		{args: []string{"--preemption-budget=1ms"}, wantErr: "--preemption-budget must be at least 10ms"},
+		{args: []string{"--max-unschedulable-wait=0s"}, wantErr: "--max-unschedulable-wait must be at least 1s"},
+	} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		o := bindFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := o.validate()
+		if got := fmt.Sprint(err); (tc.wantErr == "" && err != nil) || (tc.wantErr != "" && !strings.Contains(got, tc.wantErr)) {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.wantErr)
+		}
+		if tc.args == nil && o.preemption.starvationBound != defaultStarvationBound {
+			t.Errorf("default starvation bound %s, want %s", o.preemption.starvationBound, defaultStarvationBound)
+		}
 	}
 }

@@ -38,6 +38,16 @@ type options struct {
 	commitWorkers  int
 	apiQPS         float64
 	apiBurst       int
+	preemption     preemptionOptions
+}
+
+// preemptionOptions are the priority settings (docs/design/preemption.md).
+type preemptionOptions struct {
+	disabled          bool
+	nominationTimeout time.Duration
+	budget            time.Duration
+	starvationBound   time.Duration
+	unschedulableWait time.Duration
 }
 
 // leaseDurations are the leader election timings.
@@ -60,6 +70,11 @@ var envTwins = map[string]string{
 	"commit-parallelism":          "GPUFABRIC_COMMIT_PARALLELISM",
 	"kube-api-qps":                "GPUFABRIC_KUBE_API_QPS",
 	"kube-api-burst":              "GPUFABRIC_KUBE_API_BURST",
+	"disable-preemption":          "GPUFABRIC_DISABLE_PREEMPTION",
+	"nomination-timeout":          "GPUFABRIC_NOMINATION_TIMEOUT",
+	"preemption-budget":           "GPUFABRIC_PREEMPTION_BUDGET",
+	"starvation-bound":            "GPUFABRIC_STARVATION_BOUND",
+	"max-unschedulable-wait":      "GPUFABRIC_MAX_UNSCHEDULABLE_WAIT",
 	"v":                           "GPUFABRIC_V",
 }
 
@@ -80,7 +95,40 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
 	fs.Float64Var(&o.apiQPS, "kube-api-qps", 200, "client-side rate limit of API requests per second")
 	fs.IntVar(&o.apiBurst, "kube-api-burst", 2000, "client-side burst of API requests (a 512-pod gang's commit is ~1,540 writes)")
+	p := &o.preemption
+	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
+	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
+	fs.DurationVar(&p.budget, "preemption-budget", 2*time.Second, "wall time one preemption evaluation may take")
+	fs.DurationVar(&p.starvationBound, "starvation-bound", defaultStarvationBound, "a gang waiting longer holds the domain closest to fitting it; 0 disables reservations")
+	fs.DurationVar(&p.unschedulableWait, "max-unschedulable-wait", time.Minute, "how long an unschedulable gang waits for a cluster change before it is retried anyway")
 	return o
+}
+
+// defaultStarvationBound is --starvation-bound's default: the simulator's
+// 30-minute bound (docs/benchmarks.md, "Starvation").
+const defaultStarvationBound = 30 * time.Minute
+
+// validate checks what flag parsing cannot.
+func (o *options) validate() error {
+	p := o.preemption
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		min  time.Duration
+	}{
+		{"nomination-timeout", p.nominationTimeout, time.Second},
+		{"preemption-budget", p.budget, 10 * time.Millisecond},
+		{"starvation-bound", p.starvationBound, 0},
+		{"max-unschedulable-wait", p.unschedulableWait, time.Second},
+	} {
+		if d.v < d.min {
+			return fmt.Errorf("--%s must be at least %s, got %s", d.name, d.min, d.v)
+		}
+	}
+	if p.starvationBound > 0 && p.starvationBound < time.Second {
+		return fmt.Errorf("--starvation-bound must be 0 (off) or at least 1s, got %s", p.starvationBound)
+	}
+	return nil
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -146,6 +194,12 @@ func (o *options) run(ctx context.Context) error {
 		DomainChannels:    o.domainChannels,
 		Metrics:           metrics,
 		CommitParallelism: o.commitWorkers,
+
+		DisablePreemption:    o.preemption.disabled,
+		NominationTimeout:    o.preemption.nominationTimeout,
+		PreemptionBudget:     o.preemption.budget,
+		StarvationBound:      o.preemption.starvationBound,
+		MaxUnschedulableWait: o.preemption.unschedulableWait,
 	}
 	if !o.leaderElect {
 		s, err := scheduler.New(cfg)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,11 +75,44 @@ func (b *Backend) Server() *server.Server { return b.server }
 // Backend builds the named node: it writes the fake trees to <dir>/sys and
 // <dir>/dev (which must not exist yet) and returns a Backend over them.
 func (f *Fabric) Backend(nodeName, dir string) (*Backend, error) {
+	return f.backendAt(nodeName, dir, dir)
+}
+
+// Refresh builds the named node anew in place of the trees at dir, for a
+// process that re-reads an edited fabric file: the new trees are written
+// beside dir and exchanged with it in one step (renameat2
+// RENAME_EXCHANGE), so a reader of dir sees the old trees or the new ones,
+// never a half-written tree or none.
+func (f *Fabric) Refresh(nodeName, dir string) (*Backend, error) {
+	next := dir + ".next"
+	if err := os.RemoveAll(next); err != nil {
+		return nil, fmt.Errorf("node %s: clear %s: %w", nodeName, next, err)
+	}
+	b, err := f.backendAt(nodeName, next, dir)
+	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(next))
+	}
+	err = unix.Renameat2(unix.AT_FDCWD, next, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE)
+	if errors.Is(err, unix.ENOENT) {
+		err = os.Rename(next, dir) // the first build
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node %s: swap in new trees: %w", nodeName, err)
+	}
+	if err := os.RemoveAll(next); err != nil {
+		return nil, fmt.Errorf("node %s: remove old trees: %w", nodeName, err)
+	}
+	return b, nil
+}
+
+// backendAt writes the node's trees under writeDir and returns a Backend
+// whose paths are under dir (where the trees will be).
+func (f *Fabric) backendAt(nodeName, writeDir, dir string) (*Backend, error) {
 	n, ok := f.index[nodeName]
 	if !ok {
 		return nil, fmt.Errorf("%s: node %s: not in the fabric", f.path, nodeName)
 	}
-	sys, dev, proc, drv := filepath.Join(dir, "sys"), filepath.Join(dir, "dev"), filepath.Join(dir, "proc"), filepath.Join(dir, "driver")
+	sys, dev, proc, drv := filepath.Join(writeDir, "sys"), filepath.Join(writeDir, "dev"), filepath.Join(writeDir, "proc"), filepath.Join(writeDir, "driver")
 	for _, p := range []string{sys, dev, proc, drv} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("node %s: fake tree %s already exists", nodeName, p)
@@ -98,8 +132,9 @@ func (f *Fabric) Backend(nodeName, dir string) (*Backend, error) {
 	if err := writeDriver(drv, server.DriverVersion); err != nil {
 		return nil, fmt.Errorf("node %s: %w", nodeName, err)
 	}
+	proc = filepath.Join(dir, "proc")
 	return &Backend{
-		server: server, sysfsRoot: sys, devRoot: dev, procRoot: proc, driverRoot: drv,
+		server: server, sysfsRoot: filepath.Join(dir, "sys"), devRoot: filepath.Join(dir, "dev"), procRoot: proc, driverRoot: filepath.Join(dir, "driver"),
 		imexState: filepath.Join(proc, imexStatusFile),
 	}, nil
 }

@@ -77,3 +77,66 @@ faults:
 		}
 	}
 }
+
+// TestRefreshSwapsTrees: a process that rebuilds a node from an edited
+// fabric file (Refresh) replaces its trees without a moment where a reader
+// finds none: the IMEX daemon answers throughout, first NOT_READY, then
+// READY once the fault is gone; device paths stay where they were.
+func TestRefreshSwapsTrees(t *testing.T) {
+	const base = `nodeGroups:
+- name: gb
+  gpus: {model: GB200}
+  nvlink: {kind: mnnvl, clusterUUID: 5e0a7b3c-1d2f-4a6b-8c9d-e0f1a2b3c4d5, cliqueID: 1}
+`
+	notReady, err := gpumock.Parse("f.yaml", []byte(base+"faults:\n- node: gb\n  imex: {daemon: NotReady}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, err := gpumock.Parse("f.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir() + "/node"
+	first, err := notReady.Refresh("gb", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	answers := make(chan []string)
+	go func() {
+		var seen []string
+		for {
+			select {
+			case <-done:
+				answers <- seen
+				return
+			default:
+			}
+			s, err := first.IMEXStatus(ctx)
+			if err != nil {
+				s = "error: " + err.Error()
+			}
+			if len(seen) == 0 || seen[len(seen)-1] != s {
+				seen = append(seen, s)
+			}
+		}
+	}()
+	var last *gpumock.Backend
+	for i := range 20 {
+		f := notReady
+		if i >= 10 {
+			f = ready
+		}
+		if last, err = f.Refresh("gb", dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	if diff := cmp.Diff([]string{"NOT_READY", "READY"}, <-answers); diff != "" {
+		t.Errorf("answers while the trees were swapped (-want +got):\n%s", diff)
+	}
+	if last.DevRoot() != first.DevRoot() || !strings.HasPrefix(last.DevRoot(), dir) {
+		t.Errorf("dev root moved: %s, then %s", first.DevRoot(), last.DevRoot())
+	}
+}

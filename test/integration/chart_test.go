@@ -77,6 +77,7 @@ scheduler:
   leaderElection: {enabled: false, leaseName: x}
   antiAffinity: required
   metrics: {enabled: false, port: 9000}
+  preemption: {enabled: false, nominationTimeout: 90s, starvationBound: 0s}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,8 @@ scheduler:
 			name: "default", privileged: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
 			gpuNodeLabel: "gpufabric.dev/gpu-node", lease: schedName,
 			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--leader-elect-identity=$(POD_NAME)",
-				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--metrics-address=:8080"},
+				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--metrics-address=:8080",
+				"--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m"},
 		},
 		{
 			name: "mock", values: []string{mockValuesFile}, mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
@@ -95,7 +97,8 @@ scheduler:
 		{
 			name: "custom", values: []string{custom}, privileged: true, replicas: 1,
 			gpuNodeLabel: "nvidia.com/gpu.present", lease: "x",
-			schedulerArgsWant: []string{"--leader-elect=false", "--commit-record-namespace=$(POD_NAMESPACE)", "--metrics-address="},
+			schedulerArgsWant: []string{"--leader-elect=false", "--commit-record-namespace=$(POD_NAMESPACE)", "--metrics-address=",
+				"--disable-preemption=true", "--nomination-timeout=90s", "--starvation-bound=0s"},
 		},
 	}
 	for _, p := range profiles {
@@ -376,6 +379,8 @@ func TestChartSchemaRejects(t *testing.T) {
 		{name: "bad pull policy", sets: []string{"scheduler.image.pullPolicy=Sometimes"}, want: "/scheduler/image/pullPolicy"},
 		{name: "bad toleration", sets: []string{"kubeletPlugin.tolerations[0].operator=Maybe"}, want: "/kubeletPlugin/tolerations/0/operator"},
 		{name: "mock without fabric", values: []string{mockValuesFile}, sets: []string{"kubeletPlugin.mock.fabric="}, want: "/kubeletPlugin/mock/fabric"},
+		{name: "bad starvation bound", sets: []string{"scheduler.preemption.starvationBound=30 minutes"}, want: "/scheduler/preemption/starvationBound"},
+		{name: "preemption not a switch", sets: []string{"scheduler.preemption.enabled=sometimes"}, want: "/scheduler/preemption/enabled"},
 		{name: "bad resource quantity", sets: []string{"scheduler.resources.limits.memory=lots"}, want: "/scheduler/resources/limits/memory"},
 	}
 	for _, c := range cases {

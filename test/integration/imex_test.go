@@ -47,12 +47,12 @@ func TestPluginIMEXChannels(t *testing.T) {
 	// The daemon becomes ready (the mock's state follows the fabric file
 	// within the plugin's 1s health interval); the kubelet retries.
 	framework.WriteFile(t, p.Fabric, string(base))
-	for try := 0; ; try++ {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		got = prepare(t, dra, claim)[string(claim.UID)]
 		if got.Error == "" {
 			break
 		}
-		if try == 5 {
+		if time.Now().After(deadline) {
 			t.Fatalf("prepare once the daemon is ready: %s", got.Error)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -27,6 +28,13 @@ var peerVictims = []struct{ name, node, class string }{
 	{"low-a", "a-0", "batch"}, {"mid-a", "a-1", "research"},
 	{"low-b", "b-0", "batch"}, {"mid-b", "b-1", "research"},
 }
+
+// The extended-resource variant: its namespaces' pods ask for
+// peerExtendedResource (4 per node) instead of DRA claims.
+const (
+	peerExtendedResource = "example.com/gpu"
+	peerExtendedNS       = "peer-kube-ext"
+)
 
 // peerWait is how long each scheduler gets to place the preemptor.
 const peerWait = 30 * time.Second
@@ -75,7 +83,21 @@ func TestPreemptionBesideKubeScheduler(t *testing.T) {
 	t.Logf("kube-scheduler v1.37.1: %s", ks)
 	ku := runPeerPreemption(t, admin, "peer-kube-free", corev1.DefaultSchedulerName, false)
 	t.Logf("kube-scheduler v1.37.1 without the topology constraint: %s", ku)
+	// What kube-scheduler does where it can: the same pods asking for a
+	// device plugin's extended resource instead of DRA claims.
+	for _, n := range []string{"a-0", "a-1", "b-0", "b-1"} {
+		patch := fmt.Sprintf(`{"status":{"capacity":{%[1]q:"4"},"allocatable":{%[1]q:"4"}}}`, peerExtendedResource)
+		_, err := admin.CoreV1().Nodes().PatchStatus(t.Context(), n, []byte(patch))
+		must(t, "advertise extended resource", err)
+	}
+	kx := runPeerPreemption(t, admin, peerExtendedNS, corev1.DefaultSchedulerName, true)
+	t.Logf("kube-scheduler v1.37.1 on extended resources, topology constraint: %s", kx)
+	kxu := runPeerPreemption(t, admin, peerExtendedNS+"-free", corev1.DefaultSchedulerName, false)
+	t.Logf("kube-scheduler v1.37.1 on extended resources, no constraint: %s", kxu)
 
+	if kx.placed == 0 {
+		t.Errorf("kube-scheduler on extended resources: %s; the variant is there to see which victims it picks when it can preempt", kx)
+	}
 	if gf.placed == 0 || len(gf.domains) != 1 {
 		t.Fatalf("gpufabric: %s; want the preemptor placed in one NVLink domain", gf)
 	}
@@ -162,6 +184,12 @@ func peerPod(ns, name, group, schedulerName, class string) *corev1.Pod {
 	p.Spec.SchedulerName, p.Spec.PriorityClassName = schedulerName, class
 	p.Spec.ResourceClaims = p.Spec.ResourceClaims[1:]
 	p.Spec.Containers[0].Resources.Claims = p.Spec.Containers[0].Resources.Claims[1:]
+	if strings.HasPrefix(ns, peerExtendedNS) {
+		four := resource.MustParse("4")
+		p.Spec.ResourceClaims, p.Spec.Containers[0].Resources.Claims = nil, nil
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{peerExtendedResource: four}
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{peerExtendedResource: four}
+	}
 	return p
 }
 

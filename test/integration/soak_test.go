@@ -78,6 +78,9 @@ func TestChaosSoak(t *testing.T) {
 	s.proxy.ClearRules()
 	s.restartIfDead()
 	poll(t, "every gang placed or refused with a reason", 3*time.Minute, func(ctx context.Context) error {
+		// A process that lost its Lease to a fault just before the calm
+		// exits later; its Deployment would start it again.
+		s.restartIfDead()
 		s.check(ctx)
 		return s.settled(ctx)
 	})

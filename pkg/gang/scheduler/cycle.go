@@ -129,6 +129,18 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		}
 		klog.FromContext(ctx).Error(err, "Updating the members-lost condition", "podgroup", klog.KObj(pg))
 	}
+	if restarting, err := s.restartGang(ctx, pg, ms); err != nil || restarting {
+		if err == nil || !stops(err) {
+			s.queue.retryAfter(key, time.Second)
+		}
+		if stops(err) {
+			return err
+		}
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Restarting a gang whole", "podgroup", klog.KObj(pg))
+		}
+		return nil
+	}
 	if len(ms.pending) == 0 {
 		s.forget(key)
 		return s.gangDone(ctx, key)

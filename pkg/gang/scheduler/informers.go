@@ -48,6 +48,8 @@ type informerSet struct {
 	storage   cache.SharedIndexInformer
 	templates cache.SharedIndexInformer
 	pdbs      cache.SharedIndexInformer
+	// disrupted: members a taint manager deleted, by gang key.
+	disrupted disruptionLog
 }
 
 func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, error) {
@@ -87,9 +89,15 @@ func (s *informerSet) watch(q *gangQueue) error {
 		h   cache.ResourceEventHandlerFuncs
 	}{
 		{s.pods, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { podChanged(q, nil, obj) },
-			UpdateFunc: func(old, obj any) { podChanged(q, old, obj) },
-			DeleteFunc: func(obj any) { podDeleted(q, obj) },
+			AddFunc: func(obj any) { podChanged(q, nil, obj) },
+			UpdateFunc: func(old, obj any) {
+				s.noteDisruption(q, obj)
+				podChanged(q, old, obj)
+			},
+			DeleteFunc: func(obj any) {
+				s.noteDisruption(q, obj)
+				podDeleted(q, obj)
+			},
 		}},
 		{s.podGroups, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { podGroupChanged(q, nil, obj) },
@@ -180,6 +188,14 @@ func (s *informerSet) nodeDeleted(q *gangQueue, obj any) {
 		if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName == n.Name && ours(p) && podGroupName(p) != "" {
 			q.add(gangKeyOf(p))
 		}
+	}
+}
+
+// noteDisruption remembers a member deleted by a taint manager and queues
+// its gang (restart.go).
+func (s *informerSet) noteDisruption(q *gangQueue, obj any) {
+	if p, ok := tombstone[*v1.Pod](obj); ok && s.disrupted.note(p) {
+		q.add(gangKeyOf(p))
 	}
 }
 

@@ -1,0 +1,241 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// Whole-gang restart (docs/design/health.md): when a taint manager deletes
+// a running member of a placed PodGroup whose disruptionMode is All (a
+// device NoExecute taint: a fatal Xid, a double-bit ECC error; or a node
+// NoExecute taint), the gang cannot go on without it. The scheduler marks
+// the PodGroup DisruptionTarget=True (reason MemberDisrupted; its
+// lastTransitionTime is the restart's boundary), evicts every member that
+// was running before the boundary through the Eviction API, releases the
+// PodGroup's shared claims once they are gone, and then places the
+// members the workload's controller creates again as a new gang, whole,
+// wherever it fits. The condition goes back to False (GangRestarted) once
+// the new gang runs. The condition carries the restart over a scheduler
+// restart; the taint manager's reason is seen on the pod update that
+// precedes its deletion.
+const (
+	// ReasonMemberDisrupted: a member was deleted by a taint manager and
+	// the gang is being restarted whole.
+	ReasonMemberDisrupted = "MemberDisrupted"
+	// ReasonReplacingMembers: the old members are gone and the shared
+	// claims released; the members the controller creates again are placed
+	// as a new gang.
+	ReasonReplacingMembers = "ReplacingMembers"
+	// ReasonGangRestarted: the restarted gang runs again.
+	ReasonGangRestarted = "GangRestarted"
+	// EventGangRestart is the PodGroup's event when its restart starts.
+	EventGangRestart = "GangRestart"
+	// reasonDeviceTaintManager is kube-controller-manager's
+	// DisruptionTarget reason for a pod deleted for a device NoExecute
+	// taint (pkg/controller/devicetainteviction).
+	reasonDeviceTaintManager = "DeletionByDeviceTaintManager"
+	// reasonNodeTaintManager is its reason for a node NoExecute taint.
+	reasonNodeTaintManager = "DeletionByTaintManager"
+)
+
+// taintDisruption returns the reason of a pod's DisruptionTarget condition
+// when a taint manager (device or node) deletes it, "" otherwise.
+func taintDisruption(p *v1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue &&
+			(c.Reason == reasonDeviceTaintManager || c.Reason == reasonNodeTaintManager) {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+// disruptionLog remembers, per PodGroup key, the last member a taint
+// manager deleted, from the informer events (the pod may be gone before
+// its gang's turn). Safe for concurrent use.
+type disruptionLog struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// note records p when it is a bound member of ours that a taint manager
+// deletes; it reports whether it did.
+func (d *disruptionLog) note(p *v1.Pod) bool {
+	if !ours(p) || podGroupName(p) == "" || p.Spec.NodeName == "" {
+		return false
+	}
+	reason := taintDisruption(p)
+	if reason == "" {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[string]string{}
+	}
+	d.m[gangKeyOf(p)] = fmt.Sprintf("%s on %s (%s)", p.Name, p.Spec.NodeName, reason)
+	return true
+}
+
+// take returns and forgets the PodGroup's recorded disruption.
+func (d *disruptionLog) take(key string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cause := d.m[key]
+	delete(d.m, key)
+	return cause
+}
+
+// wholeDisruption reports whether a PodGroup is disrupted only whole.
+func wholeDisruption(pg *schedulingv1beta1.PodGroup) bool {
+	dm := pg.Spec.DisruptionMode
+	return dm != nil && dm.All != nil
+}
+
+// restartGang runs the whole-gang restart of pg. It returns true while the
+// old members are going (nothing of the gang is placed meanwhile); after
+// that it leaves in ms only what was created after the boundary, so the
+// new members are placed as a gang.
+func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) (bool, error) {
+	cause := s.inf.disrupted.take(podGroupKey(pg.Namespace, pg.Name))
+	if !wholeDisruption(pg) {
+		return false, nil
+	}
+	cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget)
+	active := cond != nil && cond.Status == metav1.ConditionTrue
+	var boundary time.Time
+	switch {
+	case active && cond.Reason == ReasonReplacingMembers:
+		return false, s.replaced(ctx, pg, ms)
+	case active && cond.Reason == ReasonMemberDisrupted:
+		boundary = cond.LastTransitionTime.Time
+	case cause != "":
+		msg := fmt.Sprintf("%s: member %s was deleted by a taint manager and the group is disrupted only whole: evicting the other members; the group is placed again when its controller recreates them",
+			schedulerName, cause)
+		boundary = time.Now().Truncate(time.Second)
+		if err := s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
+			Reason: ReasonMemberDisrupted, Message: msg, LastTransitionTime: metav1.NewTime(boundary)}); err != nil {
+			return true, err
+		}
+		s.event(pg, v1.EventTypeWarning, EventGangRestart, "Restarting", msg)
+		klog.FromContext(ctx).Info("Restarting a gang whole", "podgroup", klog.KObj(pg), "cause", cause)
+	default:
+		return false, nil
+	}
+	old, err := s.evictOldMembers(ctx, pg, boundary)
+	if err != nil || old > 0 {
+		return true, err
+	}
+	// Once: a released claim may be the new gang's on the next turn.
+	if err := s.releaseSharedClaims(ctx, pg); err != nil {
+		return true, err
+	}
+	// Same status: the boundary (lastTransitionTime) stays.
+	err = s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
+		Reason: ReasonReplacingMembers, Message: fmt.Sprintf("%s: the old members are gone; the group is placed again, whole, when its controller recreates them", schedulerName)})
+	if err != nil {
+		return true, err
+	}
+	return false, s.replaced(ctx, pg, ms)
+}
+
+// replaced treats what is left in ms as a new gang and ends the restart
+// once that gang runs.
+func (s *Scheduler) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) error {
+	forgetOld(ms)
+	if len(ms.pending) > 0 || len(ms.running) == 0 {
+		return nil
+	}
+	return s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
+		Reason: ReasonGangRestarted, Message: fmt.Sprintf("%s: the group was restarted whole and runs again", schedulerName)})
+}
+
+// evictOldMembers evicts the members bound before boundary that still run
+// and returns how many old bound members are left (running or going).
+func (s *Scheduler) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.PodGroup, boundary time.Time) (int, error) {
+	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
+	if err != nil {
+		return 0, fmt.Errorf("list members: %w", err)
+	}
+	left := 0
+	for _, o := range objs {
+		p, ok := o.(*v1.Pod)
+		if !ok || !ours(p) || p.Spec.NodeName == "" || p.CreationTimestamp.After(boundary) || terminated(p) {
+			continue
+		}
+		left++
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if err := s.evictMember(ctx, p); err != nil {
+			return left, err
+		}
+	}
+	return left, nil
+}
+
+// evictMember evicts one member of a gang being restarted through the
+// Eviction API (its PodDisruptionBudgets apply; a refusal is retried on the
+// gang's next turn).
+func (s *Scheduler) evictMember(ctx context.Context, p *v1.Pod) error {
+	if err := s.step(StepEvict, p.Namespace+"/"+p.Name); err != nil {
+		return err
+	}
+	ev := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}},
+	}
+	err := s.cfg.Client.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
+	switch {
+	case err == nil:
+		s.event(p, v1.EventTypeWarning, EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, podGroupName(p)))
+		return nil
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return nil
+	case apierrors.IsTooManyRequests(err):
+		klog.FromContext(ctx).Info("Eviction of a gang member refused; retrying", "pod", klog.KObj(p), "err", err.Error())
+		return nil
+	}
+	return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
+}
+
+// releaseSharedClaims releases the PodGroup's shared claims, so the new
+// gang may go to another domain.
+func (s *Scheduler) releaseSharedClaims(ctx context.Context, pg *schedulingv1beta1.PodGroup) error {
+	for _, st := range pg.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName == nil {
+			continue
+		}
+		c, err := s.getClaim(pg.Namespace, *st.ResourceClaimName)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("get shared claim: %w", err)
+		}
+		if _, err := s.releaseClaim(ctx, pg.Namespace, c.Name, c.UID, map[types.UID]bool{pg.UID: true}, everyAllocation); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return nil
+}
+
+// forgetOld drops from ms what the restart left behind once no old member
+// runs: finished or failed old members no longer make the new members late
+// ones.
+func forgetOld(ms *memberSet) {
+	ms.anyBound = len(ms.running) > 0
+	ms.lost = nil
+}
