@@ -52,6 +52,14 @@ const (
 func TestChaosSoak(t *testing.T) {
 	duration := envDuration(t, soakDurationEnv, 40*time.Second)
 	seed := envInt(t, soakSeedEnv, 1)
+	var s *soak
+	// Registered first, so it runs last: after the components' logs, where
+	// a CI log's tail shows it.
+	t.Cleanup(func() {
+		if t.Failed() && s != nil {
+			t.Logf("soak failed; its state at the end: %s; last check: %v", s.summary(), s.lastSettle.Load())
+		}
+	})
 	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true})
 	admin := cp.AdminClient(t)
 	domains := make([]string, soakDomains)
@@ -63,7 +71,7 @@ func TestChaosSoak(t *testing.T) {
 	for _, g := range []int{2, 4, 8} {
 		gangNamespace(t, admin, fmt.Sprintf("soak-%d", g), int64(g))
 	}
-	s := &soak{t: t, cp: cp, admin: admin, rng: rand.New(rand.NewPCG(uint64(seed), 7)), seen: map[string]time.Time{}}
+	s = &soak{t: t, cp: cp, admin: admin, rng: rand.New(rand.NewPCG(uint64(seed), 7)), seen: map[string]time.Time{}}
 	s.startProxy()
 	s.restart()
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
@@ -82,7 +90,9 @@ func TestChaosSoak(t *testing.T) {
 		// exits later; its Deployment would start it again.
 		s.restartIfDead()
 		s.check(ctx)
-		return s.settled(ctx)
+		err := s.settled(ctx)
+		s.lastSettle.Store(fmt.Sprintf("%v; %s", err, s.processState()))
+		return err
 	})
 	s.report()
 	if v := s.violations.Load(); v > 0 {
@@ -112,6 +122,7 @@ type soak struct {
 	kills   atomic.Int64
 
 	violations atomic.Int64
+	lastSettle atomic.Value // string: the last answer of settled
 }
 
 type soakGang struct {
@@ -441,6 +452,20 @@ func placedOrRefused(st *gangState, pg *schedulingv1beta1.PodGroup) error {
 func (s *soak) violation(format string, args ...any) {
 	s.violations.Add(1)
 	s.t.Errorf("VIOLATION: "+format, args...)
+}
+
+// summary is the run's counters.
+func (s *soak) summary() string {
+	return fmt.Sprintf("created=%d placed=%d deleted=%d kills=%d processes=%d violations=%d",
+		s.created.Load(), s.placed.Load(), s.deleted.Load(), s.kills.Load(), s.gen, s.violations.Load())
+}
+
+// processState says whether the current scheduler process runs.
+func (s *soak) processState() string {
+	s.procMu.Lock()
+	defer s.procMu.Unlock()
+	exited, err := s.cp.Exited(s.procName())
+	return fmt.Sprintf("%s exited=%v (%v)", s.procName(), exited, err)
 }
 
 // report prints the run's numbers in one line (docs/benchmarks.md).

@@ -171,13 +171,23 @@ func (cp *ControlPlane) stopProcesses() {
 	}
 }
 
+// maxLogLine bounds a line of LogTails (a CI log keeps only its tail: the
+// failure should stay in it).
+const maxLogLine = 300
+
 // LogTails returns the last n lines of every component's log, for failures.
 func (cp *ControlPlane) LogTails(n int) string {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var b strings.Builder
 	for _, p := range cp.procs {
-		fmt.Fprintf(&b, "--- %s (%s) ---\n%s\n", p.name, p.logPath, p.logTail(n))
+		fmt.Fprintf(&b, "--- %s (%s) ---\n", p.name, p.logPath)
+		for _, line := range strings.Split(p.logTail(n), "\n") {
+			if len(line) > maxLogLine {
+				line = line[:maxLogLine] + " …"
+			}
+			b.WriteString(line + "\n")
+		}
 	}
 	return b.String()
 }

@@ -28,7 +28,7 @@ func StartT(t testing.TB, opts Options) *ControlPlane {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("control plane logs:\n%s", cp.LogTails(30))
+			t.Logf("control plane logs:\n%s", cp.LogTails(15))
 		}
 		cp.Stop()
 	})
