@@ -124,7 +124,7 @@ func FuzzDiscoverNICs(f *testing.F) {
 		}
 		writeDecoy(t, root, "0000:13:00.0")
 		_, ctx := ktesting.NewTestContext(t)
-		nics, _, err := discoverNICs(ctx, filepath.Join(root, "sys"), filepath.Join(root, "dev"), nil)
+		nics, _, err := discoverNICs(ctx, filepath.Join(root, "sys"), filepath.Join(root, "dev"), nil, nil)
 		if err != nil {
 			t.Fatalf("discoverNICs: %v", err)
 		}

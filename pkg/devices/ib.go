@@ -54,7 +54,7 @@ const (
 // result is sorted by IB device name.
 //
 // The only error is ctx's, checked before each HCA.
-func discoverNICs(ctx context.Context, sysfsRoot, devRoot string, prev *RailMap) ([]NIC, *RailMap, error) {
+func discoverNICs(ctx context.Context, sysfsRoot, devRoot string, prev *RailMap, gpuPaths []string) ([]NIC, *RailMap, error) {
 	logger := klog.FromContext(ctx)
 	entries, err := os.ReadDir(filepath.Join(sysfsRoot, "class", "infiniband"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -86,7 +86,7 @@ func discoverNICs(ctx context.Context, sysfsRoot, devRoot string, prev *RailMap)
 		nics = append(nics, nic)
 		unusable = append(unusable, err)
 	}
-	rails := numberRails(nics, prev)
+	rails := numberRails(nics, prev, gpuPaths)
 	usable := nics[:0]
 	for i, nic := range nics {
 		if unusable[i] != nil {

@@ -94,7 +94,7 @@ func TestDiscoverNICsNames(t *testing.T) {
 			writeHCA(t, root, "pci0000:10", "0000:13:00.0", 0, tc.a)
 			writeHCA(t, root, "pci0000:20", "0000:23:00.0", 1, tc.b)
 			writeDecoy(t, root, "0000:13:00.0")
-			nics, _, err := discoverNICs(ctx, filepath.Join(root, "sys"), filepath.Join(root, "dev"), nil)
+			nics, _, err := discoverNICs(ctx, filepath.Join(root, "sys"), filepath.Join(root, "dev"), nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,7 +120,7 @@ func TestDiscoverNICsStopsWhenCancelled(t *testing.T) {
 	writeHCA(t, root, "pci0000:10", "0000:13:00.0", 0, healthyHCA("mlx5_0"))
 	ctx, cancel := context.WithCancel(ctx)
 	cancel()
-	nics, _, err := discoverNICs(ctx, filepath.Join(root, "sys"), filepath.Join(root, "dev"), nil)
+	nics, _, err := discoverNICs(ctx, filepath.Join(root, "sys"), filepath.Join(root, "dev"), nil, nil)
 	if !errors.Is(err, context.Canceled) || nics != nil {
 		t.Errorf("discoverNICs = %v, %v; want no NICs and context.Canceled", nics, err)
 	}

@@ -3,6 +3,8 @@ package devices
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
@@ -167,11 +169,11 @@ func Discover(ctx context.Context, b Backend, nodeName string, opts ...Option) (
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("get driver version: %w", ret)
 	}
-	nics, rails, err := discoverNICs(ctx, b.SysfsRoot(), b.DevRoot(), o.rails)
+	gpus, err := discoverGPUs(ctx, b, nodeName, o.mig)
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := discoverGPUs(ctx, b, nodeName, o.mig)
+	nics, rails, err := discoverNICs(ctx, b.SysfsRoot(), b.DevRoot(), o.rails, gpuPCIPaths(gpus))
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +181,18 @@ func Discover(ctx context.Context, b Backend, nodeName string, opts ...Option) (
 	inv := &Inventory{NodeName: nodeName, DriverVersion: driver, GPUs: gpus, NICs: nics, IMEX: readIMEX(ctx, b.ProcRoot()), Rails: rails, MIGMode: o.mig}
 	logger.V(2).Info("Discovered devices", "gpus", len(gpus), "nics", len(nics))
 	return inv, nil
+}
+
+// gpuPCIPaths are the GPUs' PCI paths in PCI bus id order ("" where a
+// GPU's path is unknown: it pairs with no HCA but keeps its index).
+func gpuPCIPaths(gpus []GPU) []string {
+	sorted := slices.Clone(gpus)
+	slices.SortFunc(sorted, func(a, b GPU) int { return strings.Compare(a.PCI.BusID, b.PCI.BusID) })
+	paths := make([]string, len(sorted))
+	for i, g := range sorted {
+		paths[i] = g.PCI.Path
+	}
+	return paths
 }
 
 // ControlDeviceNodes are the NVIDIA control device nodes every GPU user

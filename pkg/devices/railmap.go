@@ -43,17 +43,21 @@ type RailSlot struct {
 
 // numberRails gives every NIC its rail and returns the map to remember.
 //
-// Without a previous map, rails are positional: InfiniBand HCAs (see
-// isInfiniBand) first, then the others (RoCE/Ethernet), each group by PCI
-// bus id, numbered 0, 1, …; nodes of one hardware model get the same rail
-// for the same slot, which is what rail-optimized fabrics cable.
+// Without a previous map, rails come from the PCI topology when it pairs
+// HCAs with GPUs (pairedRails): an InfiniBand HCA's rail is the index, in
+// PCI bus id order, of the GPU behind its PCIe switch, so a missing HCA
+// leaves the others on their rails even at the first discovery. Otherwise
+// rails are positional: InfiniBand HCAs (see isInfiniBand) first, then the
+// others (RoCE/Ethernet), each group by PCI bus id, numbered 0, 1, …; nodes
+// of one hardware model get the same rail for the same slot, which is what
+// rail-optimized fabrics cable.
 //
 // With a previous map, in this order: an HCA in a remembered slot (same PCI
 // path) keeps that slot's rail; an HCA with a remembered port GUID in a new
 // slot (the card moved) keeps its rail; the others take, in positional
 // order, the lowest rails the map does not hold. The returned map keeps the
 // slots of missing HCAs, so their rails are never given away.
-func numberRails(nics []NIC, prev *RailMap) *RailMap {
+func numberRails(nics []NIC, prev *RailMap, gpuPaths []string) *RailMap {
 	order := make([]int, len(nics))
 	for i := range order {
 		order[i] = i
@@ -97,6 +101,14 @@ func numberRails(nics []NIC, prev *RailMap) *RailMap {
 			}
 		}
 	}
+	if prev == nil {
+		pairedRails(nics, gpuPaths)
+	}
+	for _, n := range nics {
+		if n.Rail != NoRail {
+			taken[n.Rail] = true
+		}
+	}
 	free := 0
 	for _, i := range order {
 		n := &nics[i]
@@ -110,6 +122,55 @@ func numberRails(nics []NIC, prev *RailMap) *RailMap {
 	}
 	slices.SortFunc(next.Rails, func(a, b RailSlot) int { return a.Rail - b.Rail })
 	return &next
+}
+
+// pairedRails numbers the InfiniBand HCAs by the GPUs they pair with, when
+// every one of them pairs: the HCA and the GPU are each other's only
+// nearest (most shared PCI ancestors, at least a root port below the root
+// complex), as on DGX/HGX boards where each GPU and its HCA sit behind one
+// PCIe switch. A rail is the GPU's index in gpuPaths (PCI bus id order).
+// When any IB HCA does not pair, no rail is set and numbering stays
+// positional.
+func pairedRails(nics []NIC, gpuPaths []string) {
+	nearest := func(path string, others []string) (int, int) {
+		best, score, ties := -1, -1, 0
+		for j, o := range others {
+			switch s := sharedPCIAncestors(path, o); {
+			case s > score:
+				best, score, ties = j, s, 1
+			case s == score:
+				ties++
+			}
+		}
+		if ties != 1 || score < 2 {
+			return -1, score
+		}
+		return best, score
+	}
+	var ib []int
+	var ibPaths []string
+	for i, n := range nics {
+		if isInfiniBand(n) {
+			ib, ibPaths = append(ib, i), append(ibPaths, n.PCI.Path)
+		}
+	}
+	if len(ib) == 0 || len(ib) > len(gpuPaths) {
+		return
+	}
+	rails := make([]int, len(ib))
+	for k, i := range ib {
+		g, _ := nearest(nics[i].PCI.Path, gpuPaths)
+		if g < 0 {
+			return
+		}
+		if back, _ := nearest(gpuPaths[g], ibPaths); back != k {
+			return
+		}
+		rails[k] = g
+	}
+	for k, i := range ib {
+		nics[i].Rail = rails[k]
+	}
 }
 
 // LoadRailMap reads a rail map; a missing file is no map (nil, nil). A file

@@ -20,7 +20,7 @@ func TestNumberRails(t *testing.T) {
 	b := nicAt("mlx5_1", "devices/pci0000:20/0000:23:00.0", "0000:0000:0000:000b")
 	c := nicAt("mlx5_2", "devices/pci0000:30/0000:33:00.0", "0000:0000:0000:000c")
 	d := nicAt("mlx5_3", "devices/pci0000:40/0000:43:00.0", "0000:0000:0000:000d")
-	first := numberRails([]NIC{c, a, d, b}, nil)
+	first := numberRails([]NIC{c, a, d, b}, nil, nil)
 	wantFirst := &RailMap{Rails: []RailSlot{
 		{0, a.PCI.Path, a.PortGUID, "mlx5_0"}, {1, b.PCI.Path, b.PortGUID, "mlx5_1"},
 		{2, c.PCI.Path, c.PortGUID, "mlx5_2"}, {3, d.PCI.Path, d.PortGUID, "mlx5_3"},
@@ -64,7 +64,7 @@ func TestNumberRails(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			next := numberRails(tc.nics, first)
+			next := numberRails(tc.nics, first, nil)
 			if diff := cmp.Diff(tc.wantRails, rails(tc.nics)); diff != "" {
 				t.Errorf("rails by GUID (-want +got):\n%s", diff)
 			}
@@ -137,7 +137,7 @@ func FuzzDecodeRailMap(f *testing.F) {
 			return
 		}
 		nics := []NIC{nicAt("mlx5_0", "devices/pci0000:10/0000:13:00.0", "0000:0000:0000:000a"), nicAt("mlx5_1", "x", "")}
-		next := numberRails(nics, m)
+		next := numberRails(nics, m, nil)
 		seen := map[int]bool{}
 		for _, n := range nics {
 			if n.Rail < 0 || seen[n.Rail] {
@@ -149,4 +149,46 @@ func FuzzDecodeRailMap(f *testing.F) {
 			t.Fatalf("next map grew to %d slots from %d", len(next.Rails), len(m.Rails))
 		}
 	})
+}
+
+// TestPairedRails: HCAs number by the GPU behind their PCIe switch only when
+// every IB HCA pairs with its own GPU; otherwise numbering is positional.
+func TestPairedRails(t *testing.T) {
+	sw := func(root, port, dev string) string { return "devices/" + root + "/" + port + "/" + dev }
+	gpus := []string{
+		sw("pci0000:10", "0000:10:01.0", "0000:11:00.0"),
+		sw("pci0000:20", "0000:20:01.0", "0000:21:00.0"),
+		sw("pci0000:30", "0000:30:01.0", "0000:31:00.0"),
+	}
+	hca := func(ib, root, port, dev string) NIC { return nicAt(ib, sw(root, port, dev), "") }
+	for _, tc := range []struct {
+		name string
+		nics []NIC
+		want map[string]int
+	}{
+		{"each behind its GPU's switch, first one missing", []NIC{
+			hca("mlx5_0", "pci0000:20", "0000:20:01.0", "0000:22:00.0"),
+			hca("mlx5_1", "pci0000:30", "0000:30:01.0", "0000:32:00.0"),
+		}, map[string]int{"mlx5_0": 1, "mlx5_1": 2}},
+		{"two HCAs behind one GPU's switch: positional", []NIC{
+			hca("mlx5_0", "pci0000:20", "0000:20:01.0", "0000:22:00.0"),
+			hca("mlx5_1", "pci0000:20", "0000:20:01.0", "0000:23:00.0"),
+		}, map[string]int{"mlx5_0": 0, "mlx5_1": 1}},
+		{"HCA on its own root complex: positional", []NIC{
+			hca("mlx5_0", "pci0000:20", "0000:20:01.0", "0000:22:00.0"),
+			hca("mlx5_1", "pci0000:90", "0000:90:01.0", "0000:91:00.0"),
+		}, map[string]int{"mlx5_0": 0, "mlx5_1": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nics := append([]NIC(nil), tc.nics...)
+			numberRails(nics, nil, gpus)
+			got := map[string]int{}
+			for _, n := range nics {
+				got[n.IBDevice] = n.Rail
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("rails (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -14,8 +14,11 @@ import (
 
 // TestMissingHCAKeepsRails discovers an 8-rail HGX node, then the same node
 // with the HCA of rail 2 not enumerated (the kernel names the later HCAs
-// one lower): positional numbering shifts rails 3..7 down, the rail map of
-// the first discovery keeps every HCA and every GPU on its cabled rail.
+// one lower): the rails paired with the GPUs behind each HCA's PCIe switch
+// keep every HCA and every GPU on its cabled rail even at a first
+// discovery, and so does the rail map of the first discovery; positional
+// numbering (what a node whose HCAs do not pair with GPUs gets) would shift
+// rails 3..7 down.
 func TestMissingHCAKeepsRails(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	const group = "nodeGroups:\n- name: h\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n  hcas: {count: 8}\n"
@@ -53,12 +56,19 @@ func TestMissingHCAKeepsRails(t *testing.T) {
 	wantGPUs[2] = 0 // its own HCA is gone: the nearest is the lowest rail on its NUMA node
 
 	broken := group + "faults:\n- node: h\n  sysfs: {rail: 2, break: missing}\n"
-	positional, _ := rails(discover(broken))
-	if cmp.Equal(wantNICs, positional) {
-		t.Fatalf("without a rail map the rails did not shift; the test does not test anything")
+	if healthy.NICs[3].IBDevice != "mlx5_3" || healthy.NICs[3].Rail != 3 {
+		t.Fatalf("healthy node: mlx5_3 on rail %d; the fabric does not pair HCAs with GPUs", healthy.NICs[3].Rail)
+	}
+	first := discover(broken)
+	nics, gpus := rails(first)
+	if diff := cmp.Diff(wantNICs, nics); diff != "" {
+		t.Errorf("HCA rails at a first discovery (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantGPUs, gpus); diff != "" {
+		t.Errorf("GPU rails at a first discovery (-want +got):\n%s", diff)
 	}
 	withMap := discover(broken, devices.WithRailMap(healthy.Rails))
-	nics, gpus := rails(withMap)
+	nics, gpus = rails(withMap)
 	if diff := cmp.Diff(wantNICs, nics); diff != "" {
 		t.Errorf("HCA rails with the map (-want +got):\n%s", diff)
 	}

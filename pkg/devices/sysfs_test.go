@@ -91,12 +91,13 @@ func TestBadSysfs(t *testing.T) {
 			mutate:   func(t *testing.T, sys string) { removeAll(t, sys, "class/infiniband/mlx5_0/device") },
 			wantNICs: 8, wantNIC: healthy, wantRail: 0, wantRoot: "pci0000:10",
 		},
-		"unresolvable hca shifts later rails": {
+		"unresolvable hca leaves the others on their GPUs' rails": {
 			mutate: func(t *testing.T, sys string) {
 				removeAll(t, sys, "class/infiniband/mlx5_0")
 				write(t, sys, "class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n")
 			},
-			wantNICs: 7, wantRail: 0, wantRoot: "pci0000:10",
+			// gpu-0's own HCA is gone: the nearest left is rail 1's (same NUMA node).
+			wantNICs: 7, wantRail: 1, wantRoot: "pci0000:10",
 		},
 		"gpu missing from bus/pci/devices": {
 			mutate:   func(t *testing.T, sys string) { removeAll(t, sys, "bus/pci/devices/0000:14:00.0") },
