@@ -29,16 +29,23 @@ faults:
 
 func migNode(t *testing.T, opts ...devices.Option) (*gpumock.Backend, *devices.Inventory) {
 	t.Helper()
+	return discoverNode(t, migFabric, "h", opts...)
+}
+
+// discoverNode builds node of a fabric file's text in a temp dir and runs
+// discovery on it.
+func discoverNode(t *testing.T, fabric, node string, opts ...devices.Option) (*gpumock.Backend, *devices.Inventory) {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	f, err := gpumock.Parse("mig.yaml", []byte(migFabric))
+	f, err := gpumock.Parse("fabric.yaml", []byte(fabric))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := f.Backend("h", filepath.Join(t.TempDir(), "h"))
+	b, err := f.Backend(node, filepath.Join(t.TempDir(), node))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := devices.Discover(ctx, b, "h", opts...)
+	inv, err := devices.Discover(ctx, b, node, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,12 @@
 package devices_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
 )
 
 // TestMissingHCAKeepsRails discovers an 8-rail HGX node, then the same node
@@ -20,22 +17,10 @@ import (
 // numbering (what a node whose HCAs do not pair with GPUs gets) would shift
 // rails 3..7 down.
 func TestMissingHCAKeepsRails(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
 	const group = "nodeGroups:\n- name: h\n  gpus: {model: H100}\n  nvlink: {kind: nvswitch}\n  hcas: {count: 8}\n"
 	discover := func(fabric string, opts ...devices.Option) *devices.Inventory {
 		t.Helper()
-		f, err := gpumock.Parse("rails.yaml", []byte(fabric))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := f.Backend("h", filepath.Join(t.TempDir(), "h"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		inv, err := devices.Discover(ctx, b, "h", opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, inv := discoverNode(t, fabric, "h", opts...)
 		return inv
 	}
 	// rails: HCA (by its port GUID) -> rail, GPU -> rail.

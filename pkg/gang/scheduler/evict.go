@@ -172,15 +172,10 @@ func preemptedMessage(a *attempt, nm *nomination) string {
 // this scheduler schedules, it names the preemptor in the pod's
 // DisruptionTarget condition (the Eviction API sets a generic one).
 func (s *Scheduler) evictVictim(ctx context.Context, a *attempt, nm *nomination, p *v1.Pod) error {
-	if err := s.step(StepEvict, p.Namespace+"/"+p.Name); err != nil {
-		return err
-	}
-	ev := &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}},
-	}
-	err := s.cfg.Client.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
+	err := s.evict(ctx, p)
 	switch {
+	case errors.Is(err, ErrAborted) || errors.Is(err, ErrFenced):
+		return err
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return nil
 	case apierrors.IsTooManyRequests(err):
@@ -197,6 +192,19 @@ func (s *Scheduler) evictVictim(ctx context.Context, a *attempt, nm *nomination,
 		}}})
 	}
 	return nil
+}
+
+// evict asks the Eviction API to evict p, the pod with p's UID only (the
+// commit hook's StepEvict first). The API's error is returned as it is.
+func (s *Scheduler) evict(ctx context.Context, p *v1.Pod) error {
+	if err := s.step(StepEvict, p.Namespace+"/"+p.Name); err != nil {
+		return err
+	}
+	ev := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}},
+	}
+	return s.cfg.Client.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
 }
 
 // releaseGroupClaims releases the shared claims of victim PodGroups whose

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -190,15 +189,10 @@ func (s *Scheduler) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.P
 // Eviction API (its PodDisruptionBudgets apply; a refusal is retried on the
 // gang's next turn).
 func (s *Scheduler) evictMember(ctx context.Context, p *v1.Pod) error {
-	if err := s.step(StepEvict, p.Namespace+"/"+p.Name); err != nil {
-		return err
-	}
-	ev := &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}},
-	}
-	err := s.cfg.Client.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
+	err := s.evict(ctx, p)
 	switch {
+	case errors.Is(err, ErrAborted) || errors.Is(err, ErrFenced):
+		return err
 	case err == nil:
 		s.event(p, v1.EventTypeWarning, EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, podGroupName(p)))
 		return nil
