@@ -3,7 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -70,7 +70,8 @@ type Gang struct {
 	// RailAlignmentRequired rejects placements whose members' GPUs are on
 	// different sets of IB rails.
 	RailAlignmentRequired bool
-	// Members in a stable order (by pod name from the builders).
+	// Members in rank order (compareMembers: workload index labels, then
+	// names with numeric suffixes compared as numbers).
 	Members []Member
 	// BoundNodes are the nodes of the gang's members that already run (late
 	// members join them): Place keeps the gang in the one domain that holds
@@ -137,8 +138,8 @@ func NewGang(pg *schedulingv1beta1.PodGroup, pods []*v1.Pod, getClaim ClaimGette
 		shared[name] = true
 		g.SharedClaims = append(g.SharedClaims, c)
 	}
-	sorted := append([]*v1.Pod(nil), pods...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	sorted := slices.Clone(pods)
+	slices.SortStableFunc(sorted, compareMembers)
 	for _, p := range sorted {
 		m, err := newMember(p, pg, shared, getClaim)
 		if err != nil {
