@@ -234,8 +234,8 @@ func (s *soak) chaos(ctx context.Context) {
 func (s *soak) generate(ctx context.Context) {
 	for i := 0; ctx.Err() == nil; i++ {
 		s.restartIfDead()
-		if s.cycle(ctx) < soakLiveGangs {
-			s.createGang(ctx, i)
+		if s.cycle(ctx) < soakLiveGangs && ctx.Err() == nil {
+			s.createGang(i)
 		}
 		select {
 		case <-ctx.Done():
@@ -244,7 +244,11 @@ func (s *soak) generate(ctx context.Context) {
 	}
 }
 
-func (s *soak) createGang(ctx context.Context, i int) {
+// createGang creates one gang whole: once its PodGroup exists, its pods
+// are created even if the run's time is up meanwhile (a gang left with
+// fewer pods than minCount would wait for members forever).
+func (s *soak) createGang(i int) {
+	ctx := s.t.Context()
 	gpus := []int{2, 4, 8}[s.intn(3)]
 	g := &soakGang{ns: fmt.Sprintf("soak-%d", gpus), name: fmt.Sprintf("g%03d", i), pods: 1 + s.intn(48/gpus),
 		lifetime: time.Duration(5+s.intn(15)) * time.Second}
@@ -252,7 +256,8 @@ func (s *soak) createGang(ctx context.Context, i int) {
 		g.impossible, g.pods = true, 48/gpus+1
 	}
 	if _, err := s.admin.SchedulingV1beta1().PodGroups(g.ns).Create(ctx, templateGroup(g.ns, g.name, int32(g.pods)), metav1.CreateOptions{}); err != nil {
-		return // the run is ending
+		s.t.Errorf("create podgroup %s/%s: %v", g.ns, g.name, err)
+		return
 	}
 	s.mu.Lock()
 	s.gangs = append(s.gangs, g)
@@ -260,6 +265,7 @@ func (s *soak) createGang(ctx context.Context, i int) {
 	s.created.Add(1)
 	for j := range g.pods {
 		if _, err := s.admin.CoreV1().Pods(g.ns).Create(ctx, templatePod(g.ns, fmt.Sprintf("%s-%d", g.name, j), g.name), metav1.CreateOptions{}); err != nil {
+			s.t.Errorf("create pod %d of %s/%s: %v", j, g.ns, g.name, err)
 			return
 		}
 	}
