@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 )
@@ -138,6 +139,17 @@ func (s *informerSet) watch(q *gangQueue) error {
 		}
 	}
 	return nil
+}
+
+// trimObject drops what the scheduler never reads from the objects its
+// informers keep: managedFields, often a third of a pod's or a slice's
+// bytes (kube-scheduler trims them too). Writes never send a cached
+// object's managedFields back (nil leaves the server's as they are).
+func trimObject(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // tombstone unwraps a delete event's object.

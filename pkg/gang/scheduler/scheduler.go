@@ -82,7 +82,7 @@ func New(cfg Config) (*Scheduler, error) {
 func (s *Scheduler) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactory(s.cfg.Client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, informers.WithTransform(trimObject))
 	defer func() {
 		cancel()
 		s.queue.shutDown()
