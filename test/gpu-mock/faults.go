@@ -20,6 +20,8 @@ type nodeFaults struct {
 	imex      imexFault
 	// events are the node's xid and ecc faults in file order.
 	events []eventFault
+	// driverMissing: the fake driver installation is left empty.
+	driverMissing bool
 }
 
 type fabricFault struct {
@@ -61,10 +63,10 @@ func (f *Fabric) applyFault(i int, s faultSpec) error {
 		return fmt.Errorf("node %s: faults[%d].%s: %s", s.Node, i, field, fmt.Sprintf(format, args...))
 	}
 	if s.FabricNotCompleted == nil && s.NVLinkDegraded == nil && s.PortDown == nil && s.NVMLError == nil && s.MIGEnabled == nil && s.Sysfs == nil && s.IMEX == nil &&
-		s.XID == nil && s.ECC == nil {
+		s.XID == nil && s.ECC == nil && s.DriverFiles == nil {
 		return fmt.Errorf("node %s: faults[%d]: names no fault", s.Node, i)
 	}
-	for _, apply := range []func(*node, faultSpec, errFunc) error{applyFabric, applyNVLink, applyPort, applyNVML, applyMIG, applySysfs, applyIMEX, applyEvents} {
+	for _, apply := range []func(*node, faultSpec, errFunc) error{applyFabric, applyNVLink, applyPort, applyNVML, applyMIG, applySysfs, applyIMEX, applyEvents, applyDriverFiles} {
 		if err := apply(n, s, errf); err != nil {
 			return err
 		}
@@ -232,4 +234,15 @@ func portStateNumbers() map[string]int {
 
 func physStateNumbers() map[string]int {
 	return map[string]int{"Sleep": 1, "Polling": 2, "Disabled": 3, "LinkUp": 5}
+}
+
+func applyDriverFiles(n *node, s faultSpec, errf errFunc) error {
+	if s.DriverFiles == nil {
+		return nil
+	}
+	if !s.DriverFiles.Missing {
+		return errf("driverFiles", "names no fault (missing: true is the only one)")
+	}
+	n.faults.driverMissing = true
+	return nil
 }

@@ -60,6 +60,15 @@ type faultSpec struct {
 	IMEX               *imexFaultSpec   `json:"imex,omitempty"`
 	XID                *xidFaultSpec    `json:"xid,omitempty"`
 	ECC                *eccFaultSpec    `json:"ecc,omitempty"`
+	DriverFiles        *driverFaultSpec `json:"driverFiles,omitempty"`
+}
+
+// driverFaultSpec breaks the node's driver installation (the files a CDI
+// spec mounts into containers).
+type driverFaultSpec struct {
+	// Missing: no driver libraries, binaries or firmware (a driver
+	// container still starting, a wrong --driver-root).
+	Missing bool `json:"missing"`
 }
 
 // xidFaultSpec is an Xid error event of one GPU, delivered through the
