@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -51,6 +52,9 @@ type informerSet struct {
 	pdbs      cache.SharedIndexInformer
 	// disrupted: members a taint manager deleted, by gang key.
 	disrupted disruptionLog
+	// capacityEvents counts the events that can change free devices
+	// (slices, claims, nodes), so idle loops can skip their work.
+	capacityEvents atomic.Uint64
 }
 
 func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, error) {
@@ -132,6 +136,13 @@ func (s *informerSet) watch(q *gangQueue) error {
 			UpdateFunc: func(old, obj any) { nodeChanged(q, old, obj) },
 			DeleteFunc: func(obj any) { s.nodeDeleted(q, obj) },
 		}},
+	}
+	bump := func(any) { s.capacityEvents.Add(1) }
+	for _, inf := range []cache.SharedIndexInformer{s.slices, s.claims, s.nodes} {
+		handlers = append(handlers, struct {
+			inf cache.SharedIndexInformer
+			h   cache.ResourceEventHandlerFuncs
+		}{inf, cache.ResourceEventHandlerFuncs{AddFunc: bump, UpdateFunc: func(_, obj any) { bump(obj) }, DeleteFunc: bump}})
 	}
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {

@@ -185,18 +185,29 @@ func (s *Scheduler) getClaim(namespace, name string) (*resourceapi.ResourceClaim
 	return s.claims.ResourceClaims(namespace).Get(name)
 }
 
-// metricsLoop refreshes the free-GPU gauges.
+// metricsFullRefresh: the free-GPU gauges are recomputed at least every
+// this many metrics intervals.
+const metricsFullRefresh = 10
+
+// metricsLoop refreshes the free-GPU gauges: when a slice, claim or node
+// changed since the last refresh, and every metricsFullRefresh ticks
+// anyway (assumed decisions age out without an event). An idle cluster
+// costs nothing.
 func (s *Scheduler) metricsLoop(ctx context.Context) {
 	if s.cfg.Metrics == nil {
 		return
 	}
 	t := time.NewTicker(s.cfg.MetricsInterval)
 	defer t.Stop()
-	for {
-		if free, err := s.freeGPUs(); err == nil {
-			s.cfg.Metrics.setFreeGPUs(free)
-		} else {
-			klog.FromContext(ctx).Error(err, "Computing free GPUs")
+	var seen uint64
+	for tick := 0; ; tick++ {
+		if n := s.inf.capacityEvents.Load(); n != seen || tick == 0 || tick%metricsFullRefresh == 0 {
+			seen = n
+			if free, err := s.freeGPUs(); err == nil {
+				s.cfg.Metrics.setFreeGPUs(free)
+			} else {
+				klog.FromContext(ctx).Error(err, "Computing free GPUs")
+			}
 		}
 		select {
 		case <-ctx.Done():
