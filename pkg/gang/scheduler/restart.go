@@ -116,20 +116,15 @@ func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 	active := cond != nil && cond.Status == metav1.ConditionTrue
 	var boundary time.Time
 	switch {
-	case active && cond.Reason == ReasonReplacingMembers:
-		return false, s.replaced(ctx, pg, ms)
 	case active && cond.Reason == ReasonMemberDisrupted:
 		boundary = cond.LastTransitionTime.Time
 	case cause != "":
-		msg := fmt.Sprintf("%s: member %s was deleted by a taint manager and the group is disrupted only whole: evicting the other members; the group is placed again when its controller recreates them",
-			schedulerName, cause)
-		boundary = time.Now().Truncate(time.Second)
-		if err := s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
-			Reason: ReasonMemberDisrupted, Message: msg, LastTransitionTime: metav1.NewTime(boundary)}); err != nil {
+		var err error
+		if boundary, err = s.startRestart(ctx, pg, active, cause); err != nil {
 			return true, err
 		}
-		s.event(pg, v1.EventTypeWarning, EventGangRestart, "Restarting", msg)
-		klog.FromContext(ctx).Info("Restarting a gang whole", "podgroup", klog.KObj(pg), "cause", cause)
+	case active && cond.Reason == ReasonReplacingMembers:
+		return false, s.replaced(ctx, pg, ms)
 	default:
 		return false, nil
 	}
@@ -159,6 +154,30 @@ func (s *Scheduler) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup
 	}
 	return s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
 		Reason: ReasonGangRestarted, Message: fmt.Sprintf("%s: the group was restarted whole and runs again", schedulerName)})
+}
+
+// startRestart marks the PodGroup DisruptionTarget=True/MemberDisrupted
+// and returns the restart's boundary, its lastTransitionTime. A condition
+// already True (a preemption, a restart whose new gang lost a member) is
+// set False first, so that the boundary is this restart's.
+func (s *Scheduler) startRestart(ctx context.Context, pg *schedulingv1beta1.PodGroup, active bool, cause string) (time.Time, error) {
+	if active {
+		err := s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
+			Reason: ReasonGangRestarted, Message: schedulerName + ": superseded by a new restart"})
+		if err != nil {
+			return time.Time{}, err
+		}
+	}
+	msg := fmt.Sprintf("%s: member %s was deleted by a taint manager and the group is disrupted only whole: evicting the other members; the group is placed again when its controller recreates them",
+		schedulerName, cause)
+	boundary := time.Now().Truncate(time.Second)
+	if err := s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
+		Reason: ReasonMemberDisrupted, Message: msg, LastTransitionTime: metav1.NewTime(boundary)}); err != nil {
+		return time.Time{}, err
+	}
+	s.event(pg, v1.EventTypeWarning, EventGangRestart, "Restarting", msg)
+	klog.FromContext(ctx).Info("Restarting a gang whole", "podgroup", klog.KObj(pg), "cause", cause)
+	return boundary, nil
 }
 
 // evictOldMembers evicts the members bound before boundary that still run
