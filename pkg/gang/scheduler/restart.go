@@ -97,6 +97,20 @@ func (d *disruptionLog) take(key string) string {
 	return cause
 }
 
+// restore puts back a disruption taken for a restart that could not
+// start (an API error): the gang's next turn tries again, unless a newer
+// one was noted meanwhile.
+func (d *disruptionLog) restore(key, cause string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[string]string{}
+	}
+	if _, newer := d.m[key]; !newer {
+		d.m[key] = cause
+	}
+}
+
 // wholeDisruption reports whether a PodGroup is disrupted only whole.
 func wholeDisruption(pg *schedulingv1beta1.PodGroup) bool {
 	dm := pg.Spec.DisruptionMode
@@ -121,6 +135,7 @@ func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 	case cause != "":
 		var err error
 		if boundary, err = s.startRestart(ctx, pg, active, cause); err != nil {
+			s.inf.disrupted.restore(podGroupKey(pg.Namespace, pg.Name), cause)
 			return true, err
 		}
 	case active && cond.Reason == ReasonReplacingMembers:

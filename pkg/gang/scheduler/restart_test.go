@@ -55,6 +55,20 @@ func TestDisruptionLog(t *testing.T) {
 			if got := d.take(key); got != "" {
 				t.Errorf("second take = %q, want nothing", got)
 			}
+			if tc.want == "" {
+				return
+			}
+			// A restart that could not start puts its cause back, unless
+			// a newer one came meanwhile.
+			d.restore(key, tc.want)
+			if got := d.take(key); got != tc.want {
+				t.Errorf("take after restore = %q, want %q", got, tc.want)
+			}
+			d.note(tc.pod)
+			d.restore(key, "older")
+			if got := d.take(key); got != tc.want {
+				t.Errorf("restore overwrote a newer disruption: %q", got)
+			}
 		})
 	}
 }
