@@ -10,7 +10,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -27,7 +30,9 @@ import (
 // injected as a race between the two schedulers would leave them (a GPU of
 // a running gang pod, a gang's fabric-domain channel): the claim that lost
 // is freed (its pod evicted, or the claim released) with an event, and the
-// gang keeps its devices.
+// gang keeps its devices. The losers' deallocation made kube-scheduler
+// forget devices the gang still holds (its allocated-device set has no
+// count): gpufabric's holds make it see them again (checkHolds).
 func TestBesideKubeScheduler(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true})
 	ctx := t.Context()
@@ -128,6 +133,120 @@ func TestBesideKubeScheduler(t *testing.T) {
 	if diff := claimDiff(st, after, gangClaim.Name, channelClaim.Name); diff != "" {
 		t.Errorf("the gang's claims changed: %s", diff)
 	}
+	checkHolds(t, admin, ns, &gangClaim, &channelClaim)
+}
+
+// checkHolds: after the repair, each kept claim has a hold, and
+// kube-scheduler does not give the kept GPU to a pod that can use only it;
+// once the gang pod holding it is deleted, the hold goes and that pod gets
+// the GPU.
+func checkHolds(t *testing.T, admin kubernetes.Interface, ns string, gangClaim, channelClaim *resourceapi.ResourceClaim) {
+	ctx := t.Context()
+	// holds: the devices held for each claim (phase one's races may
+	// have made holds for other claims too).
+	holds := func(ctx context.Context) (map[types.UID]sets.Set[string], error) {
+		list, err := admin.ResourceV1().ResourceClaims(recordNamespace).List(ctx, metav1.ListOptions{LabelSelector: scheduler.HoldLabel})
+		if err != nil {
+			return nil, err
+		}
+		out := map[types.UID]sets.Set[string]{}
+		for _, h := range list.Items {
+			if h.Status.Allocation == nil {
+				return nil, fmt.Errorf("hold %s not allocated", h.Name)
+			}
+			uid := types.UID(h.Labels[scheduler.HoldLabel])
+			if out[uid] == nil {
+				out[uid] = sets.New[string]()
+			}
+			for _, r := range h.Status.Allocation.Devices.Results {
+				out[uid].Insert(r.Pool + "/" + r.Device)
+			}
+		}
+		return out, nil
+	}
+	devices := func(c *resourceapi.ResourceClaim) sets.Set[string] {
+		out := sets.New[string]()
+		for _, r := range c.Status.Allocation.Devices.Results {
+			out.Insert(r.Pool + "/" + r.Device)
+		}
+		return out
+	}
+	poll(t, "the kept claims held", 30*time.Second, func(ctx context.Context) error {
+		got, err := holds(ctx)
+		if err != nil {
+			return err
+		}
+		for _, c := range []*resourceapi.ResourceClaim{gangClaim, channelClaim} {
+			if !got[c.UID].Equal(devices(c)) {
+				return fmt.Errorf("holds %v, want one for claim %s holding %v", got, c.Name, sets.List(devices(c)))
+			}
+		}
+		return nil
+	})
+
+	// A pod of kube-scheduler that fits only on the GPU the intruder took.
+	d := gangClaim.Status.Allocation.Devices.Results[0]
+	var rail int
+	_, err := fmt.Sscanf(d.Device, "gpu-%d", &rail)
+	must(t, "read the GPU's rail", err)
+	prober := gpuClaim(ns, "prober", 1)
+	prober.Spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+		Expression: fmt.Sprintf(`device.attributes["gpufabric.dev"].ibRail == %d`, rail)}}}
+	_, err = admin.ResourceV1().ResourceClaims(ns).Create(ctx, prober, metav1.CreateOptions{})
+	must(t, "create prober claim", err)
+	p := memberPod(ns, "prober", "", "gpu", "prober")
+	p.Spec.SchedulingGroup, p.Spec.SchedulerName = nil, corev1.DefaultSchedulerName
+	p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: d.Pool}
+	_, err = admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	must(t, "create prober pod", err)
+	poll(t, "kube-scheduler finds the held GPU taken", 30*time.Second, func(ctx context.Context) error {
+		p, err := admin.CoreV1().Pods(ns).Get(ctx, "prober", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the prober was evicted: kube-scheduler gave it the held GPU, repair took it back")
+		}
+		if err != nil {
+			return err
+		}
+		if p.Spec.NodeName != "" {
+			return fmt.Errorf("kube-scheduler bound the prober to %s", p.Spec.NodeName)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return nil
+			}
+		}
+		return fmt.Errorf("prober not yet found unschedulable: %+v", p.Status.Conditions)
+	})
+	time.Sleep(2 * time.Second) // a forgotten GPU would be given within a scheduling cycle
+	c, err := admin.ResourceV1().ResourceClaims(ns).Get(ctx, "prober", metav1.GetOptions{})
+	must(t, "get prober claim", err)
+	if c.Status.Allocation != nil {
+		t.Fatalf("kube-scheduler allocated the held GPU: %+v", c.Status.Allocation.Devices.Results)
+	}
+
+	// The gang pod goes: its claim is deallocated, the hold deleted, and
+	// kube-scheduler gives the GPU to the prober.
+	must(t, "delete gang pod", admin.CoreV1().Pods(ns).Delete(ctx, gangClaim.Status.ReservedFor[0].Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	poll(t, "the prober gets the GPU, the gang claim's hold is gone", 60*time.Second, func(ctx context.Context) error {
+		c, err := admin.ResourceV1().ResourceClaims(ns).Get(ctx, "prober", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c.Status.Allocation == nil || c.Status.Allocation.Devices.Results[0].Device != d.Device || c.Status.Allocation.Devices.Results[0].Pool != d.Pool {
+			return fmt.Errorf("prober allocation %+v, want %s/%s", c.Status.Allocation, d.Pool, d.Device)
+		}
+		got, err := holds(ctx)
+		if err != nil {
+			return err
+		}
+		if got[gangClaim.UID] != nil || got[channelClaim.UID] == nil {
+			return fmt.Errorf("holds %v: want the channel claim's kept, the gang claim's gone", got)
+		}
+		if dup, err := devicesAllocatedTwice(ctx, admin); err != nil || len(dup) > 0 {
+			return fmt.Errorf("devices allocated twice: %v %v", dup, err)
+		}
+		return nil
+	})
 }
 
 // kwokFabric is fabricCluster with nodes whose lifecycle kwok runs (Ready,

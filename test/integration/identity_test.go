@@ -232,6 +232,10 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 			return create(sched, s)(ctx)
 		}, scopeDenied + "the gpufabric scheduler may write only fabric-domain pools"},
 		{"say why kube-scheduler's pod waits", setUnschedulable(sched, ns, other.Name), scopeDenied + "the gpufabric scheduler may update the status only of pods it schedules, not of pod other-0"},
+		{"create, allocate and delete a device hold", holdClaim(sched, chartNamespace, scheduler.HoldPrefix, true), ""},
+		{"create another claim in its namespace", holdClaim(sched, chartNamespace, "other-", false),
+			scopeDenied + "the gpufabric scheduler may create and delete only its device holds (ResourceClaims gpufabric-hold-* in namespace " + chartNamespace + "), not " + chartNamespace + "/other-"},
+		{"create a device hold elsewhere", holdClaim(sched, ns, scheduler.HoldPrefix, false), rbacDenied("create", "resourceclaims")},
 		{"write another ConfigMap of its namespace", createRecord(sched, chartNamespace, "settings"), scopeDenied + "the gpufabric scheduler may write only its records (ConfigMaps gpufabric-commit-* and gpufabric-nomination-*"},
 		{"write a ConfigMap elsewhere", createRecord(sched, ns, scheduler.RecordPrefix+"x"), rbacDenied("create", "configmaps")},
 		{"take another Lease", createLeaseRenewal(sched, chartNamespace, "kube-controller-manager", leader.Name), rbacDenied("get", "leases")},
@@ -272,7 +276,10 @@ func testOthers(t *testing.T, cp *framework.ControlPlane, admin kubernetes.Inter
 	ctx := t.Context()
 	nsAdmin := cp.ClientWithRules(t, "release-namespace-admin", nil)
 	must(t, "grant namespace admin", framework.GrantNamespaceRules(ctx, admin, "release-namespace-admin", chartNamespace,
-		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"*"}}}))
+		[]rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"*"}},
+			{APIGroups: []string{resourceapi.GroupName}, Resources: []string{"resourceclaims"}, Verbs: []string{"*"}},
+		}))
 	const tenantNS = "tenant"
 	must(t, "create tenant namespace", framework.EnsureNamespace(ctx, admin, tenantNS))
 	must(t, "create tenant service account", framework.EnsureServiceAccount(ctx, admin, tenantNS))
@@ -303,11 +310,14 @@ func testOthers(t *testing.T, cp *framework.ControlPlane, admin kubernetes.Inter
 			return create(admin, s)(ctx)
 		}, protectedDenied + "only the gpufabric scheduler may write fabric-domain pools and other cluster-level ResourceSlices"},
 		{"write another ConfigMap of the namespace", createRecord(admin, chartNamespace, "settings"), ""},
+		{"write a device hold", holdClaim(admin, chartNamespace, scheduler.HoldPrefix, false), protectedDenied + "only the gpufabric scheduler may write its device holds"},
 	})
 	runChecks(t, "release namespace admin", []check{
 		{"write a commit record", createRecord(nsAdmin, chartNamespace, scheduler.RecordPrefix+"ns-admin"), protectedDenied},
 		{"write a nomination record", createRecord(nsAdmin, chartNamespace, scheduler.NominationPrefix+"ns-admin"), protectedDenied},
 		{"write another ConfigMap", createRecord(nsAdmin, chartNamespace, "other-settings"), ""},
+		{"write a device hold", holdClaim(nsAdmin, chartNamespace, scheduler.HoldPrefix, false), protectedDenied + "only the gpufabric scheduler may write its device holds"},
+		{"write another claim", holdClaim(nsAdmin, chartNamespace, "ns-admin-", false), ""},
 	})
 	runChecks(t, "tenant", []check{
 		{"annotate its PodGroup (the scheduler ignores it)", func(ctx context.Context) error {
@@ -340,6 +350,26 @@ func createRecord(c kubernetes.Interface, ns, name string) func(context.Context)
 		}
 		_, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
 		return err
+	}
+}
+
+// holdClaim creates a claim named from prefix (generateName) as a device
+// hold would be; with whole, it also allocates and deletes it.
+func holdClaim(c kubernetes.Interface, ns, prefix string, whole bool) func(context.Context) error {
+	return func(ctx context.Context) error {
+		hold := gpuClaim(ns, "", 1)
+		hold.GenerateName = prefix
+		hold.Labels = map[string]string{scheduler.HoldLabel: "uid-of-the-held-claim"}
+		hold, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, hold, metav1.CreateOptions{})
+		if err != nil || !whole {
+			return err
+		}
+		hold.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpus", Driver: topology.DriverName, Pool: "node-a", Device: topology.GPUDeviceName(0)}}}}
+		if _, err := c.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, hold, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("allocate: %w", err)
+		}
+		return c.ResourceV1().ResourceClaims(ns).Delete(ctx, hold.Name, metav1.DeleteOptions{})
 	}
 }
 

@@ -335,8 +335,8 @@ func devicesAllocatedTwice(ctx context.Context, c kubernetes.Interface) ([]strin
 	owner := map[string]string{}
 	var dup []string
 	for _, cl := range claims.Items {
-		if cl.Status.Allocation == nil {
-			continue
+		if cl.Status.Allocation == nil || cl.Namespace == recordNamespace && cl.Labels[scheduler.HoldLabel] != "" {
+			continue // holds repeat their claims' devices
 		}
 		for _, r := range cl.Status.Allocation.Devices.Results {
 			id := r.Pool + "/" + r.Device

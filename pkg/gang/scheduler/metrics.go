@@ -98,7 +98,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		assumed: prometheus.NewGauge(prometheus.GaugeOpts(opts("assumed_gangs",
 			"Committed gangs whose writes the scheduler's informers do not show yet."))),
 		doubles: prometheus.NewCounterVec(prometheus.CounterOpts(opts("double_allocations_repaired_total",
-			"Claims that lost a device allocated twice (by another scheduler), by action: evicted (their pods) or released (the claim).")), []string{"action"}),
+			"Claims that lost a device allocated twice (by another scheduler), by action: evicted (their pods) or released (the claim); held: holds made for claims whose devices another scheduler forgot (hold.go).")), []string{"action"}),
 	}
 	for _, r := range []string{ReasonUnschedulable, ReasonSchedulerError, ReasonConflict, ReasonCommitError, ReasonUnsupported} {
 		m.refused.WithLabelValues(r)
@@ -106,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{RecoveryFinished, RecoveryRolledBack, RecoveryRejected} {
 		m.recovered.WithLabelValues(r)
 	}
-	for _, a := range []string{"evicted", "released"} {
+	for _, a := range []string{"evicted", "released", "held"} {
 		m.doubles.WithLabelValues(a)
 	}
 	for _, r := range []string{resultPlaced, resultUnschedulable, resultNotReady, resultConflict, resultError} {

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -65,27 +66,31 @@ func newAllocIndex() *allocIndex {
 	return &allocIndex{byDev: map[deviceKey]map[types.UID]bool{}, byClaim: map[types.UID][]deviceKey{}, seen: map[types.UID]time.Time{}}
 }
 
-// set records a claim's allocated devices (none: deallocated or deleted) and
-// returns the devices now held by more than one claim.
-func (x *allocIndex) set(uid types.UID, devs []deviceKey, now time.Time) []deviceKey {
+// set records a claim's allocated devices (none: deallocated or deleted).
+// It returns the devices now held by more than one claim, and the other
+// claims still holding a device this claim gave up: another scheduler's
+// allocated-device set has just forgotten those devices (hold.go).
+func (x *allocIndex) set(uid types.UID, devs []deviceKey, now time.Time) (dup []deviceKey, orphans []types.UID) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for _, d := range x.byClaim[uid] {
+	gone := x.byClaim[uid]
+	for _, d := range gone {
 		delete(x.byDev[d], uid)
 		if len(x.byDev[d]) == 0 {
 			delete(x.byDev, d)
 		}
 	}
+	gone = slices.DeleteFunc(slices.Clone(gone), func(d deviceKey) bool { return slices.Contains(devs, d) })
+	orphans = x.holdersLocked(gone)
 	if len(devs) == 0 {
 		delete(x.byClaim, uid)
 		delete(x.seen, uid)
-		return nil
+		return nil, orphans
 	}
 	if _, ok := x.seen[uid]; !ok || x.byClaim[uid] == nil {
 		x.seen[uid] = now
 	}
 	x.byClaim[uid] = devs
-	var dup []deviceKey
 	for _, d := range devs {
 		if x.byDev[d] == nil {
 			x.byDev[d] = map[types.UID]bool{}
@@ -95,7 +100,34 @@ func (x *allocIndex) set(uid types.UID, devs []deviceKey, now time.Time) []devic
 			dup = append(dup, d)
 		}
 	}
-	return dup
+	return dup, orphans
+}
+
+// holdersOf returns the claims holding any of devs, in UID order.
+func (x *allocIndex) holdersOf(devs []deviceKey) []types.UID {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.holdersLocked(devs)
+}
+
+func (x *allocIndex) holdersLocked(devs []deviceKey) []types.UID {
+	var out []types.UID
+	for _, d := range devs {
+		for uid := range x.byDev[d] {
+			if !slices.Contains(out, uid) {
+				out = append(out, uid)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// allocated reports whether a claim holds devices of the index.
+func (x *allocIndex) allocated(uid types.UID) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.byClaim[uid]) > 0
 }
 
 // holders returns the claims holding a device, and when each was first seen.
@@ -130,6 +162,7 @@ type repairer struct {
 	index *allocIndex
 	queue workqueue.TypedRateLimitingInterface[deviceKey]
 	uids  map[types.UID]string // claim UID -> namespace/name
+	holds *holdSet
 	mu    sync.Mutex
 	// synced is set once the informer has delivered the existing claims:
 	// those are "seen" at the zero time, so that their order after a
@@ -143,39 +176,17 @@ func newRepairer(s *Scheduler) *repairer {
 		index: newAllocIndex(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[deviceKey](),
 			workqueue.TypedRateLimitingQueueConfig[deviceKey]{Name: "double-allocations"}),
-		uids: map[types.UID]string{},
+		uids:  map[types.UID]string{},
+		holds: newHoldSet(),
 	}
 }
 
 // watch feeds the index from the claim informer.
 func (r *repairer) watch(inf cache.SharedIndexInformer) error {
-	update := func(obj any) {
-		c, ok := tombstone[*resourceapi.ResourceClaim](obj)
-		if !ok {
-			return
-		}
-		r.mu.Lock()
-		r.uids[c.UID] = c.Namespace + "/" + c.Name
-		r.mu.Unlock()
-		var now time.Time
-		if r.synced.Load() {
-			now = time.Now()
-		}
-		for _, d := range r.index.set(c.UID, allocatedDevices(c), now) {
-			r.queue.AddAfter(d, repairGrace)
-		}
-	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    update,
-		UpdateFunc: func(_, obj any) { update(obj) },
-		DeleteFunc: func(obj any) {
-			if c, ok := tombstone[*resourceapi.ResourceClaim](obj); ok {
-				r.index.set(c.UID, nil, time.Now())
-				r.mu.Lock()
-				delete(r.uids, c.UID)
-				r.mu.Unlock()
-			}
-		},
+		AddFunc:    func(obj any) { r.claimChanged(nil, obj) },
+		UpdateFunc: r.claimChanged,
+		DeleteFunc: func(obj any) { r.claimChanged(obj, nil) },
 	})
 	if err != nil {
 		return fmt.Errorf("watch claims for double allocations: %w", err)
@@ -183,10 +194,49 @@ func (r *repairer) watch(inf cache.SharedIndexInformer) error {
 	return nil
 }
 
+// claimChanged handles one claim event (obj nil: deleted).
+func (r *repairer) claimChanged(oldObj, obj any) {
+	old, _ := tombstone[*resourceapi.ResourceClaim](oldObj)
+	c, _ := tombstone[*resourceapi.ResourceClaim](obj)
+	if c == nil && old == nil {
+		return
+	}
+	if h := cmp.Or(c, old); r.s.isHold(h) {
+		r.holdChanged(old, c)
+		return
+	}
+	var devs []deviceKey
+	var uid types.UID
+	now := time.Now()
+	if c != nil {
+		uid, devs = c.UID, allocatedDevices(c)
+		r.mu.Lock()
+		r.uids[c.UID] = c.Namespace + "/" + c.Name
+		r.mu.Unlock()
+		if !r.synced.Load() {
+			now = time.Time{}
+		}
+	} else {
+		uid = old.UID
+		r.mu.Lock()
+		delete(r.uids, old.UID)
+		r.mu.Unlock()
+	}
+	dup, orphans := r.index.set(uid, devs, now)
+	for _, d := range dup {
+		r.queue.AddAfter(d, repairGrace)
+	}
+	r.reassert(orphans)
+	if len(devs) == 0 {
+		r.targetGone(uid)
+	}
+}
+
 // run repairs queued devices until ctx is done. Call it after the claim
 // informer has synced.
 func (r *repairer) run(ctx context.Context) {
 	r.synced.Store(true)
+	go r.runHolds(ctx)
 	go func() {
 		<-ctx.Done()
 		r.queue.ShutDown()

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -21,8 +22,9 @@ func allocated(name string, devs ...string) *resourceapi.ResourceClaim {
 }
 
 // TestAllocIndex: a device held by two claims is reported when the second
-// claim is allocated, not again once one lets go; other drivers and
-// admin-access results are ignored.
+// claim is allocated, not again once one lets go; a claim giving up a
+// device another still holds reports that other (an orphan, hold.go);
+// other drivers and admin-access results are ignored.
 func TestAllocIndex(t *testing.T) {
 	x := newAllocIndex()
 	now := time.Now()
@@ -31,17 +33,19 @@ func TestAllocIndex(t *testing.T) {
 	admin := allocated("admin", "gpu-1")
 	admin.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
 	steps := []struct {
-		claim *resourceapi.ResourceClaim
-		dead  bool
-		want  []string
+		claim   *resourceapi.ResourceClaim
+		dead    bool
+		want    []string
+		orphans []types.UID
 	}{
-		{allocated("a", "gpu-0", "gpu-1"), false, nil},
-		{other, false, nil},
-		{admin, false, nil},
-		{allocated("b", "gpu-1", "gpu-2"), false, []string{"gpufabric.dev/node-a/gpu-1"}},
-		{allocated("b", "gpu-2"), false, nil},
-		{allocated("c", "gpu-2"), false, []string{"gpufabric.dev/node-a/gpu-2"}},
-		{claim("c", false), true, nil},
+		{allocated("a", "gpu-0", "gpu-1"), false, nil, nil},
+		{other, false, nil, nil},
+		{admin, false, nil, nil},
+		{allocated("b", "gpu-1", "gpu-2"), false, []string{"gpufabric.dev/node-a/gpu-1"}, nil},
+		{allocated("b", "gpu-2"), false, nil, []types.UID{allocated("a").UID}},
+		{allocated("c", "gpu-2"), false, []string{"gpufabric.dev/node-a/gpu-2"}, nil},
+		{claim("c", false), true, nil, []types.UID{allocated("b").UID}},
+		{claim("b", false), true, nil, nil},
 	}
 	for i, s := range steps {
 		var devs []deviceKey
@@ -49,15 +53,22 @@ func TestAllocIndex(t *testing.T) {
 			devs = allocatedDevices(s.claim)
 		}
 		var got []string
-		for _, d := range x.set(s.claim.UID, devs, now) {
+		dup, orphans := x.set(s.claim.UID, devs, now)
+		for _, d := range dup {
 			got = append(got, d.String())
 		}
 		if diff := cmp.Diff(s.want, got); diff != "" {
 			t.Errorf("step %d (%s): double allocations (-want +got):\n%s", i, s.claim.Name, diff)
 		}
+		if diff := cmp.Diff(s.orphans, orphans); diff != "" {
+			t.Errorf("step %d (%s): orphans (-want +got):\n%s", i, s.claim.Name, diff)
+		}
 	}
-	if h := x.holders(deviceKey{"gpufabric.dev", "node-a", "gpu-2"}); len(h) != 1 {
-		t.Errorf("gpu-2 held by %v, want only b", h)
+	if h := x.holders(deviceKey{"gpufabric.dev", "node-a", "gpu-2"}); len(h) != 0 {
+		t.Errorf("gpu-2 held by %v, want none", h)
+	}
+	if x.allocated(allocated("b").UID) || !x.allocated(allocated("a").UID) {
+		t.Errorf("allocated: b %v (want false), a %v (want true)", x.allocated(allocated("b").UID), x.allocated(allocated("a").UID))
 	}
 }
 

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -137,9 +138,12 @@ func (s *Scheduler) snapshotInput() (placement.SnapshotInput, error) {
 	if in.DeviceClasses, err = s.classes.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("list device classes: %w", err)
 	}
-	if in.ResourceClaims, err = s.claims.List(labels.Everything()); err != nil {
+	claims, err := s.claims.List(labels.Everything())
+	if err != nil {
 		return in, fmt.Errorf("list resource claims: %w", err)
 	}
+	// Holds (hold.go) duplicate their claims' devices.
+	in.ResourceClaims = slices.DeleteFunc(claims, s.isHold)
 	return in, nil
 }
 
