@@ -212,9 +212,18 @@ func matchesAny(sets [][]*nodeaffinity.NodeSelector, ns *nodeState) bool {
 // most used sets of the first fill, at most four).
 func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
 	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
-	att, err := p.fill(ctx, d, nodes, shared, own, need)
-	if att == nil || err != nil {
+	att, err := p.fill(ctx, d, nodes, shared, own, nil, need)
+	if err != nil {
 		return nil, err
+	}
+	if att == nil {
+		// Greedy first choices can dead-end where later alternatives fit
+		// (firstalt.go); rail refills are not tried on such a placement.
+		att, err = p.fillAlternatives(ctx, d, nodes, shared, need)
+		if att != nil {
+			att.score.RailSets = len(p.railSets(att))
+		}
+		return att, err
 	}
 	att.score.RailSets = len(p.railSets(att))
 	if !p.g.RailAlignmentRequired || att.score.RailSets <= 1 {
@@ -222,7 +231,7 @@ func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*n
 	}
 	for _, rails := range railCandidates(p.railSets(att), 4) {
 		restricted := p.restrictRails(rails)
-		alt, err := p.fill(ctx, d, nodes, shared, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] }, need)
+		alt, err := p.fill(ctx, d, nodes, shared, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] }, nil, need)
 		if err != nil {
 			return nil, err
 		}
@@ -240,18 +249,25 @@ func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*n
 // the given order, from where the previous member of its shape went) that
 // passes the cheap checks and where the allocator finds its claims'
 // devices next to the gang's in-flight ones. Nodes a shape failed on are
-// not tried again for that shape: the gang only ever takes more. When need
-// is less than the gang's size, a member that fits nowhere is left out; the
-// attempt succeeds with at least need members.
-func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, claimsOf func(int) []*resourceapi.ResourceClaim, need int) (*attempt, error) {
+// not tried again for that shape: the gang only ever takes more. Members
+// whose claims differ (variant, nil: none do) keep separate cursors. When
+// need is less than the gang's size, a member that fits nowhere is left
+// out; the attempt succeeds with at least need members.
+func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult,
+	claimsOf func(int) []*resourceapi.ResourceClaim, variant []int, need int) (*attempt, error) {
 	att := &attempt{dom: d, inflight: map[poolID][]structured.DeviceID{}, used: map[*nodeState]*usage{}, shared: shared}
 	att.addDevices(shared)
-	cursor := make([]int, len(p.distinct))
+	cursors := map[[2]int]int{}
 	for mi, sh := range p.per {
 		id := p.ids[mi]
+		key := [2]int{id, 0}
+		if variant != nil {
+			key[1] = variant[mi]
+		}
+		cursor := cursors[key]
 		placed := false
-		for ; cursor[id] < len(nodes) && !placed; cursor[id]++ {
-			ns := nodes[cursor[id]]
+		for ; cursor < len(nodes) && !placed; cursor++ {
+			ns := nodes[cursor]
 			c, _, err := p.fitOn(ctx, ns, id, att.used[ns])
 			if err != nil {
 				return nil, err
@@ -278,8 +294,9 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 			}
 			att.place(mi, ns, sh, claims, res)
 			placed = true
-			cursor[id]-- // stay on this node for the next member of the shape
+			cursor-- // stay on this node for the next member of the shape
 		}
+		cursors[key] = cursor
 		if !placed && need >= len(p.per) {
 			return nil, nil
 		}

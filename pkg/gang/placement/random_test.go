@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -22,14 +23,15 @@ type bfNode struct {
 	channels     int
 }
 
-// randomCase builds a small random cluster (at most 6 nodes, 4 GPUs each,
-// random GPU and cpu occupancy, random taints and fabric channels) and one
-// homogeneous gang.
-func randomCase(r *rand.Rand) (placementtest.Scenario, []bfNode) {
+// randomCase builds a small random cluster (at most maxNodes nodes, 4 GPUs
+// each, random GPU and cpu occupancy, random taints and fabric channels)
+// and one homogeneous gang; with alternatives, its pods ask for GPUs with
+// two prioritized alternatives (firstAvailable [a, b], a > b).
+func randomCase(r *rand.Rand, maxNodes int, alternatives bool) (placementtest.Scenario, []bfNode) {
 	taint := v1.Taint{Key: "maint", Value: "x", Effect: v1.TaintEffectNoSchedule}
 	sc := placementtest.Scenario{Levels: []string{"rack"}}
 	var nodes []bfNode
-	total := 1 + r.IntN(6)
+	total := 1 + r.IntN(maxNodes)
 	for di := 0; total > 0; di++ {
 		n := 1 + r.IntN(total)
 		total -= n
@@ -66,6 +68,10 @@ func randomCase(r *rand.Rand) (placementtest.Scenario, []bfNode) {
 	if r.IntN(2) == 0 {
 		g.Tolerations = []v1.Toleration{{Key: "maint", Operator: v1.TolerationOpExists}}
 	}
+	if alternatives {
+		first := int64(2 + r.IntN(3))
+		g.FirstAvailable = []int64{first, 1 + r.Int64N(first-1)}
+	}
 	sc.Gangs = []placementtest.GangSpec{g}
 	return sc, nodes
 }
@@ -94,9 +100,36 @@ func bruteForce(g placementtest.GangSpec, nodes []bfNode) bool {
 		groups[group(n)] = append(groups[group(n)], n)
 	}
 	cpu := 1000 * int64(g.CPU[0]-'0')
+	sizes := []int{int(g.GPUsPerPod)}
+	if len(g.FirstAvailable) > 0 {
+		sizes = []int{int(g.FirstAvailable[0]), int(g.FirstAvailable[1])}
+	}
 	for _, members := range groups {
-		if assign(members, g.Pods, int(g.GPUsPerPod), cpu) {
+		if assignSizes(members, g.Pods, sizes, cpu) {
 			return true
+		}
+	}
+	return false
+}
+
+// assignSizes tries every split of the pods on the first node among the
+// GPU counts they may take, recursively.
+func assignSizes(nodes []bfNode, pods int, sizes []int, cpu int64) bool {
+	if len(sizes) == 1 {
+		return assign(nodes, pods, sizes[0], cpu)
+	}
+	if pods == 0 {
+		return true
+	}
+	if len(nodes) == 0 {
+		return false
+	}
+	n := nodes[0]
+	for c := 0; c <= pods && int64(c)*cpu <= n.freeMilliCPU; c++ {
+		for big := 0; big <= c; big++ {
+			if big*sizes[0]+(c-big)*sizes[1] <= n.freeGPUs && assignSizes(nodes[1:], pods-c, sizes, cpu) {
+				return true
+			}
 		}
 	}
 	return false
@@ -124,15 +157,26 @@ func assign(nodes []bfNode, pods, gpus int, cpu int64) bool {
 // TestRandomVsBruteForce: on small random clusters a homogeneous gang is
 // placed iff brute force finds a placement, and every placement is valid.
 func TestRandomVsBruteForce(t *testing.T) {
+	testRandom(t, 1, 6, false)
+}
+
+// TestRandomAlternativesVsBruteForce is TestRandomVsBruteForce for gangs
+// whose pods ask for GPUs with prioritized alternatives, on up to 8 nodes.
+func TestRandomAlternativesVsBruteForce(t *testing.T) {
+	testRandom(t, 3, 8, true)
+}
+
+func testRandom(t *testing.T, seed uint64, maxNodes int, alternatives bool) {
 	ctx := context.Background()
-	r := rand.New(rand.NewPCG(1, 2))
+	r := rand.New(rand.NewPCG(seed, 2))
 	cases := 400
 	if testing.Short() {
 		cases = 100
 	}
 	placed := 0
+	var slowest time.Duration
 	for i := range cases {
-		sc, nodes := randomCase(r)
+		sc, nodes := randomCase(r, maxNodes, alternatives)
 		b, err := placementtest.Build(sc)
 		if err != nil {
 			t.Fatal(err)
@@ -141,7 +185,9 @@ func TestRandomVsBruteForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		start := time.Now()
 		d, u, err := snap.Place(ctx, b.Gangs[0])
+		slowest = max(slowest, time.Since(start))
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
@@ -161,7 +207,7 @@ func TestRandomVsBruteForce(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d of %d random gangs placed", placed, cases)
+	t.Logf("%d of %d random gangs placed; slowest Place %v", placed, cases, slowest)
 }
 
 // checkLargestFree: a refusal's "largest free" at the NVLink-domain level

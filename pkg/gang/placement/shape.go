@@ -109,6 +109,10 @@ func requiredAffinity(p *v1.Pod) *v1.NodeSelector {
 
 func addNeed(need map[string]int, c *resourceapi.ResourceClaim) {
 	for _, r := range c.Spec.Devices.Requests {
+		if class, n := alternativesNeed(r.FirstAvailable); n > 0 {
+			need[class] += n
+			continue
+		}
 		e := r.Exactly
 		if e == nil || (e.AdminAccess != nil && *e.AdminAccess) {
 			continue
@@ -122,6 +126,23 @@ func addNeed(need map[string]int, c *resourceapi.ResourceClaim) {
 		}
 		need[e.DeviceClassName] += count
 	}
+}
+
+// alternativesNeed returns the fewest devices any of a firstAvailable
+// request's subrequests takes, when all are exactCount requests of one
+// class (0 otherwise: no bound).
+func alternativesNeed(subs []resourceapi.DeviceSubRequest) (string, int) {
+	class, least := "", 0
+	for i, sub := range subs {
+		if sub.AllocationMode != "" && sub.AllocationMode != resourceapi.DeviceAllocationModeExactCount || (i > 0 && sub.DeviceClassName != class) {
+			return "", 0
+		}
+		class, least = sub.DeviceClassName, min(least, int(max(sub.Count, 1)))
+		if i == 0 {
+			least = int(max(sub.Count, 1))
+		}
+	}
+	return class, least
 }
 
 // gangShapes returns each member's shape (members with equal signatures

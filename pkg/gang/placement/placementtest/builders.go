@@ -146,6 +146,21 @@ func Claim(name, class string, count int64) *resourceapi.ResourceClaim {
 	}
 }
 
+// FirstAvailableClaim asks for GPUs with prioritized alternatives: counts[0]
+// GPUs (subrequest alt0), else counts[1] (alt1), and so on.
+func FirstAvailableClaim(name string, counts ...int64) *resourceapi.ResourceClaim {
+	c := GPUClaim(name, 1)
+	r := &c.Spec.Devices.Requests[0]
+	r.Exactly = nil
+	for i, n := range counts {
+		r.FirstAvailable = append(r.FirstAvailable, resourceapi.DeviceSubRequest{
+			Name: fmt.Sprintf("alt%d", i), DeviceClassName: topology.GPUDeviceClass,
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: n,
+		})
+	}
+	return c
+}
+
 // GPUClaim is Claim for count GPUs.
 func GPUClaim(name string, count int64) *resourceapi.ResourceClaim {
 	return Claim(name, topology.GPUDeviceClass, count)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -151,13 +152,13 @@ func (c *Checker) checkClaim(g *placement.Gang, d *placement.Decision, ca placem
 	for _, m := range g.Members {
 		for _, cl := range m.Claims {
 			if cl.Name == ca.Name {
-				want = cl.Spec.Devices.Requests[0].Exactly.Count
+				want = requestCount(cl, &ca.Allocation)
 			}
 		}
 	}
 	for _, cl := range g.SharedClaims {
 		if cl.Name == ca.Name {
-			want = cl.Spec.Devices.Requests[0].Exactly.Count
+			want = requestCount(cl, &ca.Allocation)
 		}
 	}
 	if got := int64(len(ca.Allocation.Devices.Results)); got != want {
@@ -186,4 +187,22 @@ func (c *Checker) checkClaim(g *placement.Gang, d *placement.Decision, ca placem
 		}
 	}
 	return nil
+}
+
+// requestCount is the count of the claim's one request, or of the
+// firstAvailable subrequest the allocation chose.
+func requestCount(cl *resourceapi.ResourceClaim, a *resourceapi.AllocationResult) int64 {
+	r := cl.Spec.Devices.Requests[0]
+	if r.Exactly != nil {
+		return r.Exactly.Count
+	}
+	if a == nil || len(a.Devices.Results) == 0 {
+		return -1
+	}
+	for _, sub := range r.FirstAvailable {
+		if a.Devices.Results[0].Request == r.Name+"/"+sub.Name {
+			return sub.Count
+		}
+	}
+	return -1
 }

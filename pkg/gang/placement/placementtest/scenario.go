@@ -82,6 +82,9 @@ type GangSpec struct {
 	// VolumeNodes pins every member to these nodes, as a bound local
 	// persistent volume's node affinity would.
 	VolumeNodes []string `json:"volumeNodes,omitempty"`
+	// FirstAvailable, when set, replaces GPUsPerPod: each member's GPU
+	// claim asks for these counts as prioritized alternatives.
+	FirstAvailable []int64 `json:"firstAvailable,omitempty"`
 }
 
 // Built is a scenario as API objects.
@@ -199,7 +202,11 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 	for i := range gs.Pods {
 		name := fmt.Sprintf("%s-%02d", gs.Name, i)
 		use := append([]string(nil), shared...)
-		if gs.GPUsPerPod > 0 {
+		switch {
+		case len(gs.FirstAvailable) > 0:
+			claims[name+"-gpu"] = FirstAvailableClaim(name+"-gpu", gs.FirstAvailable...)
+			use = append(use, name+"-gpu")
+		case gs.GPUsPerPod > 0:
 			claims[name+"-gpu"] = GPUClaim(name+"-gpu", gs.GPUsPerPod)
 			use = append(use, name+"-gpu")
 		}
