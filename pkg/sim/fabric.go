@@ -264,3 +264,10 @@ func busyGPUs(f *Fabric, in placement.SnapshotInput) []int {
 	}
 	return busy
 }
+
+// rackOf returns a node's rack: its domain at the level of label LabelRack
+// (the NVLink domain when there is none), -1 when it has none.
+func (f *Fabric) rackOf(node int) int {
+	l := max(f.Level(LabelRack), 0)
+	return f.DomainOf[l][node]
+}

@@ -32,6 +32,9 @@ type Result struct {
 	FirstRefusal *Refusal
 	// Teardowns of partial gangs (pod-by-pod policies).
 	Teardowns int
+	// RankPairs counts pods r and r+1 of placed gangs (rank = pod index);
+	// RankSameNode and RankSameRack those on one node, in one rack.
+	RankPairs, RankSameNode, RankSameRack int
 	// BusyPct is the time average of GPUs in running gangs, in % of the
 	// cluster, over [0, Horizon].
 	BusyPct float64
@@ -102,6 +105,20 @@ func (r *Result) placed(g TraceGang, wait int64, oneDomain, room, fits bool) {
 	}
 }
 
+// ranks counts a placed gang's adjacent-rank pairs: nodes[i] is pod i's
+// node, rackOf a node's rack.
+func (r *Result) ranks(nodes []int, rackOf func(int) int) {
+	for i := 1; i < len(nodes); i++ {
+		r.RankPairs++
+		if nodes[i] == nodes[i-1] {
+			r.RankSameNode++
+		}
+		if a, b := rackOf(nodes[i]), rackOf(nodes[i-1]); a == b && a >= 0 {
+			r.RankSameRack++
+		}
+	}
+}
+
 func (r *Result) sample(t int64, busy, held int) {
 	if n := len(r.Series); n > 0 && r.Series[n-1].Busy == busy && r.Series[n-1].Held == held {
 		return
@@ -118,6 +135,8 @@ type Summary struct {
 	// larger than an NVLink domain; RoomInDomainPct: of placed gangs for
 	// which a domain had room (100 when there were none).
 	InDomainPct, FitInDomainPct, RoomInDomainPct float64
+	// RankSameNodePct, RankSameRackPct: of adjacent-rank pairs.
+	RankSameNodePct, RankSameRackPct float64
 	// AllocAtRefusalPct is the allocation at the first refusal; 100 with
 	// NoRefusal when nothing fitting was ever refused.
 	AllocAtRefusalPct float64
@@ -139,6 +158,7 @@ func (r *Result) Summary() Summary {
 		Policy: r.Policy, Gangs: r.Gangs, Placed: r.Placed, Refusals: r.Refusals, Teardowns: r.Teardowns,
 		InDomainPct: pct(r.InDomain, r.Placed), FitInDomainPct: pct(r.FitDomainInDomain, r.FitDomain),
 		RoomInDomainPct: pct(r.RoomInDomain, r.Room), BusyPct: round(r.BusyPct, 1),
+		RankSameNodePct: pct(r.RankSameNode, r.RankPairs), RankSameRackPct: pct(r.RankSameRack, r.RankPairs),
 		AllocAtRefusalPct: 100, NoRefusal: r.FirstRefusal == nil,
 		Decisions: len(r.Latencies), SyncSeconds: round(r.SyncTime.Seconds(), 2),
 	}

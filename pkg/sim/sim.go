@@ -287,6 +287,7 @@ func (r *runner) start(gr *gangRun, room bool) {
 		oneDomain = oneDomain && r.c.Fabric.DomainOf[0][n] == r.c.Fabric.DomainOf[0][gr.nodes[0]]
 	}
 	r.res.placed(gr.g, r.now-gr.g.Arrival, oneDomain, room, gr.g.GPUs() <= r.c.Fabric.MaxNVLinkGPUs)
+	r.res.ranks(gr.nodes, r.c.Fabric.rackOf)
 }
 
 func (r *runner) finish() {

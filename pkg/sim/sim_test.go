@@ -210,3 +210,18 @@ func TestBuckets(t *testing.T) {
 		t.Errorf("held (-want +got):\n%s", diff)
 	}
 }
+
+// TestRankPairs: adjacent ranks are counted on one node and in one rack;
+// a one-pod gang has no pairs.
+func TestRankPairs(t *testing.T) {
+	rack := func(n int) int { return []int{0, 0, 1, -1}[n] }
+	var r Result
+	r.ranks([]int{0, 0, 1, 2, 3, 3}, rack)
+	r.ranks([]int{2}, rack)
+	// Pairs of nodes (0,0) (0,1) (1,2) (2,3) (3,3): one node for (0,0) and
+	// (3,3); one rack for (0,0) and (0,1) (node 3 has no rack).
+	want := [3]int{5, 2, 2}
+	if got := [3]int{r.RankPairs, r.RankSameNode, r.RankSameRack}; got != want {
+		t.Errorf("pairs, same node, same rack = %v, want %v", got, want)
+	}
+}
