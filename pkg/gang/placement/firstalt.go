@@ -82,7 +82,7 @@ func (p *placer) floorVectors(alts, floors []int, mi, left int, budget *int, try
 		*budget--
 		return try()
 	}
-	limit := min(left, max(alts[mi], 1)-1)
+	limit := min(left, alts[mi]-1)
 	for next := mi + 1; next < len(floors); next++ {
 		if p.ids[next] == p.ids[mi] {
 			limit = min(limit, floors[next])

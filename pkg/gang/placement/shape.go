@@ -134,13 +134,14 @@ func addNeed(need map[string]int, c *resourceapi.ResourceClaim) {
 func alternativesNeed(subs []resourceapi.DeviceSubRequest) (string, int) {
 	class, least := "", 0
 	for i, sub := range subs {
-		if sub.AllocationMode != "" && sub.AllocationMode != resourceapi.DeviceAllocationModeExactCount || (i > 0 && sub.DeviceClassName != class) {
+		exact := sub.AllocationMode == "" || sub.AllocationMode == resourceapi.DeviceAllocationModeExactCount
+		if !exact || (i > 0 && sub.DeviceClassName != class) {
 			return "", 0
 		}
-		class, least = sub.DeviceClassName, min(least, int(max(sub.Count, 1)))
-		if i == 0 {
-			least = int(max(sub.Count, 1))
+		if n := int(max(sub.Count, 1)); i == 0 || n < least {
+			least = n
 		}
+		class = sub.DeviceClassName
 	}
 	return class, least
 }
