@@ -84,17 +84,21 @@ func (s *Snapshot) Assume(ctx context.Context, g *Gang, d *Decision) error {
 		ns.boundPods = append(ns.boundPods, pod)
 		s.indexAnti(pod, ns.node)
 		touched[ns] = true
+		s.globalTouched = s.globalTouched || hasAntiAffinity(pod)
 	}
 	for _, c := range d.Claims {
 		for _, r := range c.Allocation.Devices.Results {
 			if ns := s.poolNode[poolID{r.Driver, r.Pool}]; ns != nil {
 				touched[ns] = true
+			} else {
+				s.globalTouched = true
 			}
 		}
 	}
 	nodes := make([]*nodeState, 0, len(touched))
 	for ns := range touched {
 		nodes = append(nodes, ns)
+		s.touched[ns.node.Name] = true
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].node.Name < nodes[j].node.Name })
 	keys := make([]string, 0, len(s.levels))

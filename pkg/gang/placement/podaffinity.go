@@ -138,7 +138,7 @@ func antiConflict(p *v1.Pod, terms []*antiTerm, n *v1.Node, q *v1.Pod, qTerms []
 func (s *Snapshot) indexAnti(p *v1.Pod, n *v1.Node) {
 	terms, err := antiTerms(p)
 	if err != nil {
-		s.warnings = append(s.warnings, fmt.Sprintf("pod %s/%s: anti-affinity ignored: %v", p.Namespace, p.Name, err))
+		s.antiWarnings = append(s.antiWarnings, fmt.Sprintf("pod %s/%s: anti-affinity ignored: %v", p.Namespace, p.Name, err))
 		return
 	}
 	for _, t := range terms {

@@ -104,8 +104,14 @@ type Snapshot struct {
 	// (namespace/consumer), for explanations.
 	holder map[structured.DeviceID]string
 	// antiIndex: the bound pods' required anti-affinity terms, by topology
-	// key and label value of their node.
-	antiIndex map[string]map[string][]*antiTerm
+	// key and label value of their node; antiWarnings: terms it ignored.
+	antiIndex    map[string]map[string][]*antiTerm
+	antiWarnings []string
+	// touched: nodes Assume changed, globalTouched: Assume changed
+	// cluster-level allocations or anti-affinity terms; Cache.Update
+	// re-reads them from the cache.
+	touched       map[string]bool
+	globalTouched bool
 }
 
 type poolID struct{ driver, pool string }
@@ -140,6 +146,7 @@ func NewSnapshot(ctx context.Context, cfg Config, in SnapshotInput) (*Snapshot, 
 		levels:           map[string]*levelIndex{},
 		adHoc:            map[string]*topology.Level{},
 		allNodes:         in.Nodes,
+		touched:          map[string]bool{},
 	}
 	for _, n := range in.Nodes {
 		ns := newNodeState(n)
@@ -159,7 +166,7 @@ func NewSnapshot(ctx context.Context, cfg Config, in SnapshotInput) (*Snapshot, 
 // Warnings lists what the snapshot ignored or found inconsistent (the
 // tree's warnings, slices with invalid node selectors), for logs.
 func (s *Snapshot) Warnings() []string {
-	return append(append([]string(nil), s.tree.Warnings...), s.warnings...)
+	return append(append(append([]string(nil), s.tree.Warnings...), s.warnings...), s.antiWarnings...)
 }
 
 // Tree returns the fabric tree of the snapshot.

@@ -237,7 +237,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, buildErr.Error())
 	}
 	start := time.Now()
-	snap, in, err := s.snapshot(ctx, a)
+	snap, err := s.snapshot(ctx, a)
 	var d *placement.Decision
 	var u *placement.Unschedulable
 	if err == nil {
@@ -249,7 +249,11 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, err.Error())
 	case u != nil:
 		msg := u.Message
-		extra, err := s.afterRefusal(ctx, a, g, in, a.members)
+		in, err := s.inputFor(a)
+		var extra string
+		if err == nil {
+			extra, err = s.afterRefusal(ctx, a, g, in, a.members)
+		}
 		if stops(err) {
 			return err
 		}

@@ -52,6 +52,10 @@ type Scheduler struct {
 	storageClasses storagelisters.StorageClassLister
 	pdbs           policylisters.PodDisruptionBudgetLister
 	recorder       events.EventRecorder
+	// cache is fed by the informers; snap is the snapshot it keeps up to
+	// date, used only by the worker.
+	cache *placement.Cache
+	snap  *placement.Snapshot
 }
 
 // New validates cfg and creates a Scheduler.
@@ -142,6 +146,10 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	s.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
 	s.queue.order.setRank(s.rankOf)
 	if err := inf.watch(s.queue); err != nil {
+		return err
+	}
+	s.cache, s.snap = placement.NewCache(s.cfg.Placement), nil
+	if err := s.feedCache(inf, s.cache); err != nil {
 		return err
 	}
 	s.repair = newRepairer(s)

@@ -82,10 +82,14 @@ func (a *assumeCache) pending(visible func(*assumed) bool) []*assumed {
 }
 
 // visible reports whether the informers show all writes of a commit (see
-// assumeCache for the rules).
+// assumeCache for the rules), and the placement cache, which the informers
+// feed after their listers, caught up with what the listers show.
 func (s *Scheduler) visible(e *assumed) bool {
 	for _, pp := range e.decision.Pods {
 		p, err := s.pods.Pods(pp.Namespace).Get(pp.Name)
+		if err == nil && p.UID == pp.UID && s.cache != nil && !s.cache.Caught(p.UID, p.ResourceVersion) {
+			return false
+		}
 		if err != nil || p.UID != pp.UID || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || terminated(p) {
 			continue
 		}
@@ -97,6 +101,9 @@ func (s *Scheduler) visible(e *assumed) bool {
 		rc, err := s.claims.ResourceClaims(c.Namespace).Get(c.Name)
 		if err != nil || rc.UID != c.UID {
 			continue
+		}
+		if s.cache != nil && !s.cache.Caught(rc.UID, rc.ResourceVersion) {
+			return false
 		}
 		if !reached(rc.ResourceVersion, e.written[c.UID]) && rc.Status.Allocation == nil {
 			return false
@@ -147,17 +154,36 @@ func (s *Scheduler) snapshotInput() (placement.SnapshotInput, error) {
 	return in, nil
 }
 
-// snapshot builds the snapshot an attempt places on: the informers less
+// snapshot returns the snapshot an attempt places on: the informers less
 // the nodes other gangs hold against it (preemption.go), plus the assumed
-// decisions. It also returns the input it was built from.
-func (s *Scheduler) snapshot(ctx context.Context, a *attempt) (*placement.Snapshot, placement.SnapshotInput, error) {
+// decisions. Without held nodes it is the cache's snapshot brought up to
+// date (no work in proportion to the cluster); with them, one built from
+// the listers.
+func (s *Scheduler) snapshot(ctx context.Context, a *attempt) (*placement.Snapshot, error) {
+	held := s.heldNodes(a)
+	if len(held) == 0 && s.cache != nil {
+		snap, err := s.cache.Update(ctx, s.snap)
+		if err != nil {
+			s.snap = nil
+			return nil, fmt.Errorf("update snapshot: %w", err)
+		}
+		s.snap = snap
+		return snap, s.assumePending(ctx, snap)
+	}
+	in, err := s.inputFor(a)
+	if err != nil {
+		return nil, err
+	}
+	return s.snapshotOf(ctx, in)
+}
+
+// inputFor lists the informers less the nodes held against attempt a.
+func (s *Scheduler) inputFor(a *attempt) (placement.SnapshotInput, error) {
 	in, err := s.snapshotInput()
 	if err != nil {
-		return nil, in, err
+		return in, err
 	}
-	in = preemption.WithoutNodes(in, s.heldNodes(a))
-	snap, err := s.snapshotOf(ctx, in)
-	return snap, in, err
+	return preemption.WithoutNodes(in, s.heldNodes(a)), nil
 }
 
 func (s *Scheduler) snapshotOf(ctx context.Context, in placement.SnapshotInput) (*placement.Snapshot, error) {
@@ -165,6 +191,12 @@ func (s *Scheduler) snapshotOf(ctx context.Context, in placement.SnapshotInput) 
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: %w", err)
 	}
+	return snap, s.assumePending(ctx, snap)
+}
+
+// assumePending adds the committed decisions the informers do not show
+// yet to a snapshot.
+func (s *Scheduler) assumePending(ctx context.Context, snap *placement.Snapshot) error {
 	for _, w := range snap.Warnings() {
 		klog.FromContext(ctx).V(4).Info("Snapshot warning", "warning", w)
 	}
@@ -172,10 +204,10 @@ func (s *Scheduler) snapshotOf(ctx context.Context, in placement.SnapshotInput) 
 	s.cfg.Metrics.setAssumed(len(pending))
 	for _, e := range pending {
 		if err := snap.Assume(ctx, e.gang, e.decision); err != nil {
-			return nil, fmt.Errorf("assume decision of %s: %w", e.decision.Gang, err)
+			return fmt.Errorf("assume decision of %s: %w", e.decision.Gang, err)
 		}
 	}
-	return snap, nil
+	return nil
 }
 
 // freeGPUs counts the GPUs of driver gpufabric.dev per NVLink domain that no

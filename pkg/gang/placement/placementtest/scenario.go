@@ -3,6 +3,7 @@ package placementtest
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 
@@ -173,6 +174,18 @@ func (b *Built) addDomain(d DomainSpec) {
 	if d.Channels > 0 && d.Kind != string(topology.DomainKindNVSwitch) {
 		b.Input.ResourceSlices = append(b.Input.ResourceSlices, FabricDomainSlice(d.ID, names, d.Channels))
 	}
+}
+
+// BuildGang builds one gang of a spec on its own, with the claims it
+// creates (sorted by name), for tests that place many gangs over time.
+func BuildGang(gs GangSpec) (*placement.Gang, []*resourceapi.ResourceClaim, error) {
+	claims := map[string]*resourceapi.ResourceClaim{}
+	g, err := buildGang(gs, claims)
+	out := make([]*resourceapi.ResourceClaim, 0, len(claims))
+	for _, name := range slices.Sorted(maps.Keys(claims)) {
+		out = append(out, claims[name])
+	}
+	return g, out, err
 }
 
 func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*placement.Gang, error) {

@@ -1,0 +1,307 @@
+package placement_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// cacheWorld is a cluster changed one event at a time, mirrored into a
+// placement.Cache as the scheduler's informers would.
+type cacheWorld struct {
+	t       *testing.T
+	r       *rand.Rand
+	cache   *placement.Cache
+	cfg     placement.Config
+	nodes   []*v1.Node
+	slices  []*resourceapi.ResourceSlice
+	pending []*placedGang // placed, not yet shown by the "informers"
+	bound   []*placedGang // shown
+	next    int
+}
+
+type placedGang struct {
+	g      *placement.Gang
+	d      *placement.Decision
+	claims map[string]*resourceapi.ResourceClaim
+}
+
+func newCacheWorld(t *testing.T, seed uint64) *cacheWorld {
+	sc := placementtest.Scenario{Levels: []string{"rack"}, Domains: []placementtest.DomainSpec{
+		{ID: "nvl0", Nodes: 6, GPUsPerNode: 4, Channels: 6, CPU: "16", Labels: map[string]string{"rack": "r0"}},
+		{ID: "nvl1", Nodes: 5, GPUsPerNode: 4, Channels: 6, CPU: "16", Labels: map[string]string{"rack": "r1"}},
+		{ID: "hgx", Kind: string(topology.DomainKindNVSwitch), Nodes: 4, GPUsPerNode: 8, CPU: "16", Labels: map[string]string{"rack": "r1"}},
+	}}
+	r := rand.New(rand.NewPCG(seed, 11))
+	built, err := placementtest.Build(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range built.Input.Nodes {
+		if r.IntN(3) == 0 {
+			sc.Load = append(sc.Load, placementtest.LoadSpec{Node: n.Name, GPUs: r.Perm(4)[:1+r.IntN(3)], CPU: "2"})
+		}
+	}
+	if built, err = placementtest.Build(sc); err != nil {
+		t.Fatal(err)
+	}
+	w := &cacheWorld{t: t, r: r, cfg: built.Config, cache: placement.NewCache(built.Config), nodes: built.Input.Nodes, slices: built.Input.ResourceSlices}
+	feedCache(w.cache, built.Input)
+	return w
+}
+
+func (w *cacheWorld) randomSpec() placementtest.GangSpec {
+	w.next++
+	gs := placementtest.GangSpec{Name: fmt.Sprintf("g%03d", w.next), Pods: 1 + w.r.IntN(4), GPUsPerPod: int64(1 + w.r.IntN(4)), CPU: fmt.Sprint(1 + w.r.IntN(4))}
+	gs.FabricClaim = w.r.IntN(4) == 0
+	gs.OnePerNode = w.r.IntN(5) == 0
+	if w.r.IntN(5) == 0 {
+		gs.TopologyKey = "rack"
+	}
+	return gs
+}
+
+// snapshot returns the incremental snapshot and a fresh one of the same
+// state, both with the pending decisions assumed.
+func (w *cacheWorld) snapshot(ctx context.Context, prev *placement.Snapshot) (*placement.Snapshot, *placement.Snapshot) {
+	w.t.Helper()
+	incr, err := w.cache.Update(ctx, prev)
+	if err != nil {
+		w.t.Fatalf("update: %v", err)
+	}
+	fresh, err := placement.NewSnapshot(ctx, w.cfg, w.cache.Input())
+	if err != nil {
+		w.t.Fatalf("new snapshot: %v", err)
+	}
+	for _, pg := range w.pending {
+		for _, s := range []*placement.Snapshot{incr, fresh} {
+			if err := s.Assume(ctx, pg.g, pg.d); err != nil {
+				w.t.Fatalf("assume: %v", err)
+			}
+		}
+	}
+	return incr, fresh
+}
+
+// step changes the world by one random event.
+func (w *cacheWorld) step(ctx context.Context, snap *placement.Snapshot) string {
+	switch op := w.r.IntN(20); {
+	case op < 8:
+		g, claims, err := placementtest.BuildGang(w.randomSpec())
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		d, _, err := snap.Place(ctx, g)
+		if err != nil {
+			w.t.Fatalf("place: %v", err)
+		}
+		if d == nil {
+			return "place: refused"
+		}
+		pg := &placedGang{g: g, d: d, claims: map[string]*resourceapi.ResourceClaim{}}
+		for _, c := range claims {
+			pg.claims[c.Name] = c
+		}
+		w.pending = append(w.pending, pg)
+		return "place " + d.Domain
+	case op < 12 && len(w.pending) > 0:
+		pg := w.pending[0]
+		w.pending = w.pending[1:]
+		w.confirm(pg)
+		w.bound = append(w.bound, pg)
+		return "confirm"
+	case op < 15 && len(w.bound) > 0:
+		i := w.r.IntN(len(w.bound))
+		w.finish(w.bound[i])
+		w.bound = append(w.bound[:i], w.bound[i+1:]...)
+		return "finish"
+	case op < 18:
+		i := w.r.IntN(len(w.nodes))
+		n := w.nodes[i].DeepCopy()
+		switch w.r.IntN(3) {
+		case 0:
+			n.Spec.Unschedulable = !n.Spec.Unschedulable
+		case 1:
+			if len(n.Spec.Taints) == 0 {
+				n.Spec.Taints = []v1.Taint{{Key: "maintenance", Effect: v1.TaintEffectNoSchedule}}
+			} else {
+				n.Spec.Taints = nil
+			}
+		default:
+			n.Status.Allocatable[v1.ResourceCPU] = resource.MustParse(fmt.Sprint(4 + w.r.IntN(16)))
+		}
+		w.nodes[i] = n
+		w.cache.SetNode(n)
+		return "node " + n.Name
+	case op < 19:
+		i := w.r.IntN(len(w.nodes))
+		n := w.nodes[i].DeepCopy()
+		n.Labels["rack"] = fmt.Sprintf("r%d", w.r.IntN(3))
+		w.nodes[i] = n
+		w.cache.SetNode(n)
+		return "relabel " + n.Name
+	default:
+		i := w.r.IntN(len(w.slices))
+		sl := w.slices[i].DeepCopy()
+		sl.ResourceVersion = fmt.Sprint(w.next)
+		w.slices[i] = sl
+		w.cache.SetSlice(sl)
+		return "slice " + sl.Name
+	}
+}
+
+// confirm writes a decision the way the informers would show it.
+func (w *cacheWorld) confirm(pg *placedGang) {
+	for i, pp := range pg.d.Pods {
+		if pg.g.Members[i].Pod.UID != pp.UID {
+			w.t.Fatalf("decision pod %s is not member %d", pp.Name, i)
+		}
+	}
+	applyDecision(w.cache, pg)
+}
+
+// finish ends a gang: pods deleted or succeeded, claims deleted or
+// deallocated.
+func (w *cacheWorld) finish(pg *placedGang) {
+	for i, pp := range pg.d.Pods {
+		if w.r.IntN(2) == 0 {
+			w.cache.DeletePod(pp.UID)
+			continue
+		}
+		p := pg.g.Members[i].Pod.DeepCopy()
+		p.Spec.NodeName, p.Status.Phase = pp.Node, v1.PodSucceeded
+		w.cache.SetPod(p)
+	}
+	for _, c := range pg.claims {
+		if w.r.IntN(2) == 0 {
+			w.cache.DeleteClaim(c.UID)
+			continue
+		}
+		c = c.DeepCopy()
+		c.Status.Allocation = nil
+		w.cache.SetClaim(c)
+	}
+}
+
+// TestCacheMatchesFreshSnapshot drives random event sequences (gangs
+// placed, shown by the informers and finished; nodes cordoned, tainted,
+// resized and relabelled; slices republished) and checks after every event
+// that the snapshot Cache.Update keeps up to date is the one NewSnapshot
+// builds from the same objects: the same node state, cluster allocations
+// and level indexes, and the same Place answers for probe gangs.
+func TestCacheMatchesFreshSnapshot(t *testing.T) {
+	ctx := context.Background()
+	probes := []placementtest.GangSpec{
+		{Name: "probe-a", Pods: 2, GPUsPerPod: 2},
+		{Name: "probe-b", Pods: 5, GPUsPerPod: 4, TopologyKey: "rack"},
+		{Name: "probe-c", Pods: 1, GPUsPerPod: 8},
+		{Name: "probe-d", Pods: 3, GPUsPerPod: 1, FabricClaim: true, OnePerNode: true},
+	}
+	reused, steps := 0, 0
+	for seed := range uint64(12) {
+		w := newCacheWorld(t, seed)
+		var snap *placement.Snapshot
+		for step := range 60 {
+			incr, fresh := w.snapshot(ctx, snap)
+			if incr == snap {
+				reused++
+			}
+			steps++
+			snap = incr
+			for _, ps := range probes {
+				g1, _, err := placementtest.BuildGang(ps)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g2, _, _ := placementtest.BuildGang(ps)
+				d1, u1, err1 := incr.Place(ctx, g1)
+				d2, u2, err2 := fresh.Place(ctx, g2)
+				if err1 != nil || err2 != nil {
+					t.Fatalf("seed %d step %d: place: %v / %v", seed, step, err1, err2)
+				}
+				if diff := cmp.Diff(d2, d1, cmpopts.IgnoreFields(placement.Stats{}, "MaxAllocate")); diff != "" {
+					t.Fatalf("seed %d step %d probe %s: decision differs (-fresh +incremental):\n%s", seed, step, ps.Name, diff)
+				}
+				if (u1 == nil) != (u2 == nil) || u1 != nil && u1.Message != u2.Message {
+					t.Fatalf("seed %d step %d probe %s: refusal differs:\nincremental: %v\nfresh: %v", seed, step, ps.Name, u1, u2)
+				}
+			}
+			keys := placement.LevelKeys(incr)
+			a, err := placement.StateDigest(ctx, incr, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := placement.StateDigest(ctx, fresh, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(b, a); diff != "" {
+				t.Fatalf("seed %d step %d: state differs (-fresh +incremental):\n%s", seed, step, diff)
+			}
+			what := w.step(ctx, snap)
+			t.Logf("seed %d step %d: %s", seed, step, what)
+		}
+	}
+	// Rebuilds come from relabels and slices (1 event in 10) and the
+	// first Update; most must be incremental or the cache saves nothing.
+	if reused*2 < steps {
+		t.Errorf("only %d of %d updates were incremental", reused, steps)
+	}
+	t.Logf("%d of %d updates incremental", reused, steps)
+}
+
+// feedCache adds every object of in to the cache.
+func feedCache(c *placement.Cache, in placement.SnapshotInput) {
+	for _, n := range in.Nodes {
+		c.SetNode(n)
+	}
+	for _, sl := range in.ResourceSlices {
+		c.SetSlice(sl)
+	}
+	for _, dc := range in.DeviceClasses {
+		c.SetClass(dc)
+	}
+	for _, p := range in.Pods {
+		c.SetPod(p)
+	}
+	for _, rc := range in.ResourceClaims {
+		c.SetClaim(rc)
+	}
+}
+
+// applyDecision shows a decision to the cache as the informers would: pods
+// bound, claims allocated.
+func applyDecision(c *placement.Cache, pg *placedGang) {
+	for i, pp := range pg.d.Pods {
+		p := pg.g.Members[i].Pod.DeepCopy()
+		p.Spec.NodeName = pp.Node
+		c.SetPod(p)
+	}
+	for _, ca := range pg.d.Claims {
+		rc := pg.claims[ca.Name].DeepCopy()
+		rc.Status.Allocation = ca.Allocation.DeepCopy()
+		pg.claims[ca.Name] = rc
+		c.SetClaim(rc)
+	}
+}
+
+// finishGang deletes a gang's pods and claims from the cache.
+func finishGang(c *placement.Cache, pg *placedGang) {
+	for _, pp := range pg.d.Pods {
+		c.DeletePod(pp.UID)
+	}
+	for _, rc := range pg.claims {
+		c.DeleteClaim(rc.UID)
+	}
+}

@@ -1,0 +1,63 @@
+package scheduler
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+)
+
+// handlerOf turns set and remove callbacks for one object type into
+// informer handlers (tombstones unwrapped; other types ignored).
+func handlerOf[T any](set, remove func(T)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(T); ok {
+				set(o)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if o, ok := obj.(T); ok {
+				set(o)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if o, ok := tombstone[T](obj); ok {
+				remove(o)
+			}
+		},
+	}
+}
+
+// feedCache keeps the placement cache up to date from the informers: the
+// scheduler's snapshots are brought up to date from it each cycle instead
+// of being rebuilt from listers (placement.Cache). Holds (hold.go) are left
+// out, as they duplicate their claims' devices.
+func (s *Scheduler) feedCache(inf *informerSet, c *placement.Cache) error {
+	claim := func(rc *resourceapi.ResourceClaim) {
+		if s.isHold(rc) {
+			c.DeleteClaim(rc.UID)
+			return
+		}
+		c.SetClaim(rc)
+	}
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandlerFuncs
+	}{
+		{inf.nodes, handlerOf(c.SetNode, func(n *v1.Node) { c.DeleteNode(n.Name) })},
+		{inf.pods, handlerOf(c.SetPod, func(p *v1.Pod) { c.DeletePod(p.UID) })},
+		{inf.slices, handlerOf(c.SetSlice, func(sl *resourceapi.ResourceSlice) { c.DeleteSlice(sl.Name) })},
+		{inf.classes, handlerOf(c.SetClass, func(dc *resourceapi.DeviceClass) { c.DeleteClass(dc.Name) })},
+		{inf.claims, handlerOf(claim, func(rc *resourceapi.ResourceClaim) { c.DeleteClaim(rc.UID) })},
+	}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return fmt.Errorf("add cache handler: %w", err)
+		}
+	}
+	return nil
+}
