@@ -18,8 +18,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
@@ -135,19 +133,7 @@ func (r benchResult) report(b *testing.B) {
 // startBenchScheduler runs a Scheduler until the benchmark ends, logging
 // at verbosity 0 (benchmark logs are always printed).
 func startBenchScheduler(b *testing.B, client kubernetes.Interface, cfg scheduler.Config) {
-	logger := ktesting.NewLogger(b, ktesting.NewConfig(ktesting.Verbosity(0)))
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	cfg.Client = client
-	s, err := scheduler.New(cfg)
-	benchMust(b, "create scheduler", err)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("scheduler: %v", err)
-		}
-	})
+	b.Cleanup(runScheduler(b, client, cfg))
 }
 
 // benchLeaf creates leaf-<i>: 64 kwok nodes with a node-local slice of 8
@@ -374,8 +360,8 @@ func gangToBound(b *testing.B, admin kubernetes.Interface, reg *prometheus.Regis
 
 // schedMetrics are sums of the scheduler's duration histograms.
 type schedMetrics struct {
-	place, commit float64
-	commits       uint64
+	place, commit   float64
+	places, commits uint64
 }
 
 func schedSums(b *testing.B, reg *prometheus.Registry) schedMetrics {
@@ -389,7 +375,7 @@ func schedSums(b *testing.B, reg *prometheus.Registry) schedMetrics {
 		h := mf.GetMetric()[0].GetHistogram()
 		switch mf.GetName() {
 		case "gpufabric_scheduler_placement_duration_seconds":
-			out.place = h.GetSampleSum()
+			out.place, out.places = h.GetSampleSum(), h.GetSampleCount()
 		case "gpufabric_scheduler_commit_duration_seconds":
 			out.commit, out.commits = h.GetSampleSum(), h.GetSampleCount()
 		}

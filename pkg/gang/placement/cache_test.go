@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
@@ -303,5 +304,45 @@ func finishGang(c *placement.Cache, pg *placedGang) {
 	}
 	for _, rc := range pg.claims {
 		c.DeleteClaim(rc.UID)
+	}
+}
+
+// TestCacheCaught: Caught says whether the cache was given an object at a
+// resourceVersion, so a lister ahead of the cache is not taken for it.
+func TestCacheCaught(t *testing.T) {
+	c := placement.NewCache(placement.Config{})
+	pod := placementtest.BoundPod("p", "n1", "1", "1Gi")
+	pod.ResourceVersion = "10"
+	claim := placementtest.AllocatedClaim("c", "n1", "gpu-0")
+	claim.ResourceVersion = "12"
+	c.SetPod(pod)
+	c.SetClaim(claim)
+	unbound := placementtest.Pod("q", "1", "1Gi")
+	unbound.ResourceVersion = "7"
+	c.SetPod(unbound)
+	tests := []struct {
+		name string
+		uid  types.UID
+		rv   string
+		want bool
+	}{
+		{"pod at its version", pod.UID, "10", true},
+		{"pod at an older version", pod.UID, "9", true},
+		{"pod written later", pod.UID, "11", false},
+		{"claim at its version", claim.UID, "12", true},
+		{"claim written later", claim.UID, "13", false},
+		{"unbound pod is seen too", unbound.UID, "7", true},
+		{"never given", "other", "1", false},
+		{"unparsable version", pod.UID, "x", false},
+	}
+	for _, tc := range tests {
+		if got := c.Caught(tc.uid, tc.rv); got != tc.want {
+			t.Errorf("%s: Caught(%s, %s) = %v, want %v", tc.name, tc.uid, tc.rv, got, tc.want)
+		}
+	}
+	c.DeletePod(pod.UID)
+	c.DeleteClaim(claim.UID)
+	if c.Caught(pod.UID, "1") || c.Caught(claim.UID, "1") {
+		t.Errorf("deleted objects still caught")
 	}
 }

@@ -72,6 +72,11 @@ type Config struct {
 	// StarvationBound: a gang that has waited longer than this holds the
 	// domain closest to fitting it (docs/design/preemption.md); 0 disables.
 	StarvationBound time.Duration
+	// RebuildSnapshots makes every attempt build its snapshot from the
+	// listers, as before the snapshot cache (docs/design/snapshot-cache.md):
+	// the baseline of the benchmarks, and a way to rule the cache out when
+	// debugging. No flag.
+	RebuildSnapshots bool
 	// Placement configures the engine; its MatchCache is set by the
 	// scheduler.
 	Placement placement.Config

@@ -148,9 +148,12 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	if err := inf.watch(s.queue); err != nil {
 		return err
 	}
-	s.cache, s.snap = placement.NewCache(s.cfg.Placement), nil
-	if err := s.feedCache(inf, s.cache); err != nil {
-		return err
+	s.cache, s.snap = nil, nil
+	if !s.cfg.RebuildSnapshots {
+		s.cache = placement.NewCache(s.cfg.Placement)
+		if err := s.feedCache(inf, s.cache); err != nil {
+			return err
+		}
 	}
 	s.repair = newRepairer(s)
 	if err := s.repair.watch(inf.claims); err != nil {
