@@ -13,7 +13,7 @@ BENCHTIME ?= 1x
 # Time per fuzz target of `make fuzz` (fuzz-short, part of `make test`, uses 3s).
 FUZZTIME ?= 60s
 
-.PHONY: all build test unit fuzz fuzz-short integration lint tools control-plane bench demo soak e2e-node clean
+.PHONY: all build test unit fuzz fuzz-short integration lint tools control-plane bench demo soak e2e-node bench-peer clean
 
 all: build
 
@@ -90,6 +90,17 @@ e2e-node: control-plane
 
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem $(PKGS)
+
+# bench-peer runs gpufabric-scheduler and kube-scheduler v1.37.1 side by side
+# on one control plane and the same kwok nodes (test/integration
+# BenchmarkPeer; results in docs/benchmarks.md): PEER_RUNS interleaved
+# runs per workload on PEER_NODES nodes. Not part of `make test`.
+PEER_RUNS ?= 3
+PEER_NODES ?= 1000
+bench-peer: control-plane
+	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) GPUFABRIC_PEER_NODES=$(PEER_NODES) GPUFABRIC_PEER_RUNS=$(PEER_RUNS) \
+		$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 180m -v ./test/integration/ 2>&1 | \
+		grep -E '^(Benchmark|ok|FAIL|PASS)|nodes ready|iteration|--- '
 
 clean:
 	rm -rf bin

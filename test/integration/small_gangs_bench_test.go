@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -37,10 +35,7 @@ const smallGangs = 100
 // bound, gangs bound per second, and the scheduler's placement and commit
 // milliseconds per gang (its histograms).
 func BenchmarkSmallGangs(b *testing.B) {
-	nodes := 1000
-	if v, err := strconv.Atoi(os.Getenv("GPUFABRIC_BENCH_NODES")); err == nil && v > 0 {
-		nodes = v
-	}
+	nodes := envCount("GPUFABRIC_BENCH_NODES", 1000)
 	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true})
 	admin := cp.AdminClient(b)
 	benchMust(b, "grant scheduler rules", framework.GrantSchedulerRules(b.Context(), admin, topology.SchedulerName, recordNamespace))
@@ -109,24 +104,7 @@ func smallGangNodes(b *testing.B, c kubernetes.Interface, nodes int) {
 		return nil
 	})
 	benchMust(b, "create nodes", err)
-	deadline := time.Now().Add(20 * time.Minute)
-	for {
-		list, err := c.CoreV1().Nodes().List(b.Context(), metav1.ListOptions{ResourceVersion: "0"})
-		benchMust(b, "list nodes", err)
-		ready := 0
-		for i := range list.Items {
-			if nodeReady(&list.Items[i]) && len(list.Items[i].Spec.Taints) == 0 {
-				ready++
-			}
-		}
-		if ready >= nodes {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d nodes ready after 20 minutes", ready, nodes)
-		}
-		time.Sleep(2 * time.Second)
-	}
+	waitNodesReady(b, c, nodes)
 }
 
 // smallGangRun runs one scheduler (stopped at the end) and times 100 gangs

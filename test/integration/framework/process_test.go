@@ -130,3 +130,19 @@ func TestTailFile(t *testing.T) {
 		t.Errorf("tailFile of a missing file = %q, want a 'no log' note", got)
 	}
 }
+
+// TestReadProcStats reads this test process's own stats after burning
+// some CPU: both fields must be positive.
+func TestReadProcStats(t *testing.T) {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	st, err := readProcStats(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CPU <= 0 || st.PeakRSS <= 0 {
+		t.Errorf("stats %+v: want CPU and peak RSS > 0", st)
+	}
+}

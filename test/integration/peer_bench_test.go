@@ -1,0 +1,240 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+)
+
+// peerTimeout bounds one run of BenchmarkPeer: a scheduler that has not
+// bound every pod by then is reported with what it bound.
+const peerTimeout = 4 * time.Minute
+
+// peerWorkload is one shape of BenchmarkPeer: gangs of pods, each pod with
+// its own claim for gpus GPUs; key, when set, is the PodGroup's required
+// topology level (a node label both schedulers know).
+type peerWorkload struct {
+	name             string
+	gangs, pods, gpu int
+	key              string
+}
+
+// peerScheduler is one scheduler of the comparison: the process whose
+// CPU and memory are measured, and the schedulerName its pods carry.
+type peerScheduler struct {
+	process, schedulerName string
+}
+
+type peerResult struct {
+	seconds float64 // first create to all bound (or to the timeout)
+	bound   int
+	cpu     time.Duration
+	peakRSS int64
+}
+
+// BenchmarkPeer is issue 15's side-by-side benchmark (`make bench-peer`):
+// gpufabric-scheduler (the binary, as a process) and kube-scheduler v1.37.1
+// on one real control plane, the same kwok nodes and identical workloads,
+// GPUFABRIC_PEER_RUNS (default 3) runs per -benchtime iteration,
+// interleaved (the order alternates per run). Nodes:
+// GPUFABRIC_PEER_NODES (default 1,000) × 8 GPUs, node-local slices created
+// directly; 16 nodes per rack = NVLink domain, 8 racks per IB leaf; the
+// nodes carry the domain, rack and leaf as labels so that kube-scheduler's
+// topology-aware scheduling gets its best chance. Both clients at 200 QPS /
+// 2,000 burst. Per run: wall time from the first create to all pods
+// observed bound, the scheduler's CPU (utime+stime) over that window, and
+// its peak RSS.
+func BenchmarkPeer(b *testing.B) {
+	nodes, runs := envCount("GPUFABRIC_PEER_NODES", 1000), envCount("GPUFABRIC_PEER_RUNS", 3)
+	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true})
+	admin := cp.AdminClient(b)
+	benchMust(b, "grant scheduler rules", framework.GrantSchedulerRules(b.Context(), admin, topology.SchedulerName, recordNamespace))
+	_, err := admin.ResourceV1().DeviceClasses().Create(b.Context(), schedDeviceClass(topology.GPUDeviceClass, placementtest.GPUSelector), metav1.CreateOptions{})
+	benchMust(b, "create device class", err)
+	start := time.Now()
+	peerNodes(b, admin, nodes)
+	b.Logf("%d nodes ready in %.0fs", nodes, time.Since(start).Seconds())
+	kc, err := cp.WriteUserKubeconfig(topology.SchedulerName)
+	benchMust(b, "kubeconfig", err)
+	benchMust(b, "start gpufabric-scheduler", cp.StartProcess("gpufabric-scheduler", framework.SchedulerBinary(b), "--kubeconfig="+kc,
+		"--leader-elect=false", "--commit-record-namespace="+recordNamespace, "--metrics-address=", "--domain-channels=0",
+		"--topology-levels="+benchRackLabel+","+benchLeafLabel,
+		fmt.Sprintf("--kube-api-qps=%d", framework.KubeSchedulerQPS), fmt.Sprintf("--kube-api-burst=%d", framework.KubeSchedulerBurst)))
+
+	scheds := []peerScheduler{{"gpufabric-scheduler", topology.SchedulerName}, {"kube-scheduler", corev1.DefaultSchedulerName}}
+	workloads := []peerWorkload{
+		{name: "100x3x1gpu", gangs: 100, pods: 3, gpu: 1},
+		{name: "64x8gpu-leaf", gangs: 1, pods: 64, gpu: 8, key: benchLeafLabel},
+	}
+	results := map[string][]peerResult{}
+	b.ResetTimer()
+	for i := range runs * b.N {
+		for wi, w := range workloads {
+			order := scheds
+			if i%2 == 1 {
+				order = []peerScheduler{scheds[1], scheds[0]}
+			}
+			for _, s := range order {
+				ns := fmt.Sprintf("peer-%d-%d-%s", i, wi, strings.SplitN(s.process, "-", 2)[0])
+				r := peerRun(b, cp, admin, s, w, ns)
+				b.Logf("iteration %d, %s, %s: %d/%d bound in %.1fs, CPU %.1fs, peak RSS %d MiB", i, w.name, s.process,
+					r.bound, w.gangs*w.pods, r.seconds, r.cpu.Seconds(), r.peakRSS>>20)
+				results[w.name+"/"+s.process] = append(results[w.name+"/"+s.process], r)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(0, "ns/op")
+	for _, w := range workloads {
+		for _, s := range scheds {
+			var sec, cpu float64
+			var rss int64
+			rs := results[w.name+"/"+s.process]
+			for _, r := range rs {
+				sec, cpu, rss = sec+r.seconds, cpu+r.cpu.Seconds(), max(rss, r.peakRSS)
+			}
+			n := float64(len(rs))
+			prefix := w.name + "-" + strings.SplitN(s.process, "-", 2)[0]
+			b.ReportMetric(sec/n, prefix+"-s")
+			b.ReportMetric(cpu/n, prefix+"-cpu-s")
+			b.ReportMetric(float64(rss>>20), prefix+"-rss-MiB")
+		}
+	}
+}
+
+// envCount reads a positive count from the environment, or returns def.
+func envCount(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// peerNodes creates the benchmark's kwok nodes with their slices and labels
+// and waits until all are Ready and untainted.
+func peerNodes(b *testing.B, c kubernetes.Interface, nodes int) {
+	domainKey := string(topology.Qualified(topology.AttrNVLinkDomain))
+	err := forEachParallel(b.Context(), benchWorkers, nodes, func(ctx context.Context, j int) error {
+		name := fmt.Sprintf("p-n%04d", j)
+		rack := fmt.Sprintf("p-r%03d", j/16)
+		n := node(name, map[string]string{corev1.LabelHostname: name, benchRackLabel: rack, domainKey: "dom-" + rack,
+			benchLeafLabel: fmt.Sprintf("p-l%02d", j/128)})
+		n.Annotations = map[string]string{framework.KwokNodeAnnotation: "fake"}
+		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create node %s: %w", name, err)
+		}
+		if _, err := c.ResourceV1().ResourceSlices().Create(ctx, gpuSlice(name, "dom-"+rack, benchGPUs), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create slice of %s: %w", name, err)
+		}
+		return nil
+	})
+	benchMust(b, "create nodes", err)
+	waitNodesReady(b, c, nodes)
+}
+
+// waitNodesReady waits up to 20 minutes until n nodes are Ready and
+// untainted.
+func waitNodesReady(b *testing.B, c kubernetes.Interface, n int) {
+	deadline := time.Now().Add(20 * time.Minute)
+	for {
+		list, err := c.CoreV1().Nodes().List(b.Context(), metav1.ListOptions{ResourceVersion: "0"})
+		benchMust(b, "list nodes", err)
+		ready := 0
+		for i := range list.Items {
+			if nodeReady(&list.Items[i]) && len(list.Items[i].Spec.Taints) == 0 {
+				ready++
+			}
+		}
+		if ready >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d nodes ready after 20 minutes", ready, n)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// peerRun creates one workload for one scheduler in namespace ns and
+// measures it (see BenchmarkPeer).
+func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interface, s peerScheduler, w peerWorkload, ns string) peerResult {
+	b.StopTimer()
+	benchNamespace(b, admin, ns)
+	total := w.gangs * w.pods
+	pw := watchPods(b, admin, ns, total)
+	before, err := cp.ProcessStats(s.process)
+	benchMust(b, "process stats", err)
+	b.StartTimer()
+	start := time.Now()
+	err = forEachParallel(b.Context(), benchWorkers, w.gangs, func(ctx context.Context, g int) error {
+		return createPeerGang(ctx, admin, ns, fmt.Sprintf("g%03d", g), s.schedulerName, w)
+	})
+	benchMust(b, "create gangs", err)
+	counts := pw.waitUntil(start.Add(peerTimeout), func(c podCounts) bool { return c.bound == total })
+	b.StopTimer()
+	after, err := cp.ProcessStats(s.process)
+	benchMust(b, "process stats", err)
+	end := counts.allBound
+	if counts.bound < total {
+		end = start.Add(peerTimeout)
+	}
+	return peerResult{seconds: end.Sub(start).Seconds(), bound: counts.bound, cpu: after.CPU - before.CPU, peakRSS: after.PeakRSS}
+}
+
+// createPeerGang creates a PodGroup and, per member, its claim and pod.
+func createPeerGang(ctx context.Context, c kubernetes.Interface, ns, group, schedulerName string, w peerWorkload) error {
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: group},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(w.pods)}}}}
+	if w.key != "" {
+		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: w.key}}}
+	}
+	if _, err := c.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create podgroup %s: %w", group, err)
+	}
+	for j := range w.pods {
+		claim := fmt.Sprintf("%s-%02d-gpu", group, j)
+		if _, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, gpuClaim(ns, claim, int64(w.gpu)), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create claim %s: %w", claim, err)
+		}
+		p := memberPod(ns, fmt.Sprintf("%s-%02d", group, j), group, "gpu", claim)
+		p.Spec.SchedulerName = schedulerName
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// waitUntil blocks until done holds for the counts or the deadline passes,
+// and returns the counts.
+func (w *podWatch) waitUntil(deadline time.Time, done func(podCounts) bool) podCounts {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		c := w.counts
+		w.mu.Unlock()
+		if done(c) {
+			return c
+		}
+		select {
+		case <-w.changed:
+		case <-timer.C:
+			return c
+		}
+	}
+}
