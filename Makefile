@@ -100,7 +100,7 @@ PEER_NODES ?= 1000
 bench-peer: control-plane
 	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) GPUFABRIC_PEER_NODES=$(PEER_NODES) GPUFABRIC_PEER_RUNS=$(PEER_RUNS) \
 		$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 180m -v ./test/integration/ 2>&1 | \
-		grep -E '^(Benchmark|ok|FAIL|PASS)|nodes ready|iteration|--- '
+		grep -E '^(Benchmark|ok|FAIL|PASS)|_test.go:|--- '
 
 clean:
 	rm -rf bin

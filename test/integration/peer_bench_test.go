@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -30,6 +31,10 @@ type peerWorkload struct {
 	name             string
 	gangs, pods, gpu int
 	key              string
+	// within names the unit the benchmark checks each gang landed in (one
+	// NVLink domain of 16 nodes, or one leaf of 128), span its nodes.
+	within string
+	span   int
 }
 
 // peerScheduler is one scheduler of the comparison: the process whose
@@ -43,6 +48,9 @@ type peerResult struct {
 	bound   int
 	cpu     time.Duration
 	peakRSS int64
+	// within: gangs whose pods are all bound inside one unit of the
+	// workload (peerWorkload.within).
+	within int
 }
 
 // BenchmarkPeer is issue 15's side-by-side benchmark (`make bench-peer`):
@@ -56,7 +64,8 @@ type peerResult struct {
 // topology-aware scheduling gets its best chance. Both clients at 200 QPS /
 // 2,000 burst. Per run: wall time from the first create to all pods
 // observed bound, the scheduler's CPU (utime+stime) over that window, and
-// its peak RSS.
+// its peak RSS; then the run's namespace is deleted and drained, so every
+// run starts on an empty cluster.
 func BenchmarkPeer(b *testing.B) {
 	nodes, runs := envCount("GPUFABRIC_PEER_NODES", 1000), envCount("GPUFABRIC_PEER_RUNS", 3)
 	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true})
@@ -76,8 +85,8 @@ func BenchmarkPeer(b *testing.B) {
 
 	scheds := []peerScheduler{{"gpufabric-scheduler", topology.SchedulerName}, {"kube-scheduler", corev1.DefaultSchedulerName}}
 	workloads := []peerWorkload{
-		{name: "100x3x1gpu", gangs: 100, pods: 3, gpu: 1},
-		{name: "64x8gpu-leaf", gangs: 1, pods: 64, gpu: 8, key: benchLeafLabel},
+		{name: "100x3x1gpu", gangs: 100, pods: 3, gpu: 1, within: "NVLink domain", span: 16},
+		{name: "64x8gpu-leaf", gangs: 1, pods: 64, gpu: 8, key: benchLeafLabel, within: "leaf", span: 128},
 	}
 	results := map[string][]peerResult{}
 	b.ResetTimer()
@@ -90,8 +99,8 @@ func BenchmarkPeer(b *testing.B) {
 			for _, s := range order {
 				ns := fmt.Sprintf("peer-%d-%d-%s", i, wi, strings.SplitN(s.process, "-", 2)[0])
 				r := peerRun(b, cp, admin, s, w, ns)
-				b.Logf("iteration %d, %s, %s: %d/%d bound in %.1fs, CPU %.1fs, peak RSS %d MiB", i, w.name, s.process,
-					r.bound, w.gangs*w.pods, r.seconds, r.cpu.Seconds(), r.peakRSS>>20)
+				b.Logf("iteration %d, %s, %s: %d/%d bound in %.1fs, %d/%d gangs in one %s, CPU %.1fs, peak RSS %d MiB", i, w.name, s.process,
+					r.bound, w.gangs*w.pods, r.seconds, r.within, w.gangs, w.within, r.cpu.Seconds(), r.peakRSS>>20)
 				results[w.name+"/"+s.process] = append(results[w.name+"/"+s.process], r)
 			}
 		}
@@ -100,17 +109,19 @@ func BenchmarkPeer(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	for _, w := range workloads {
 		for _, s := range scheds {
-			var sec, cpu float64
+			var sec, cpu, within float64
 			var rss int64
 			rs := results[w.name+"/"+s.process]
 			for _, r := range rs {
 				sec, cpu, rss = sec+r.seconds, cpu+r.cpu.Seconds(), max(rss, r.peakRSS)
+				within += float64(r.within) / float64(w.gangs)
 			}
 			n := float64(len(rs))
 			prefix := w.name + "-" + strings.SplitN(s.process, "-", 2)[0]
 			b.ReportMetric(sec/n, prefix+"-s")
 			b.ReportMetric(cpu/n, prefix+"-cpu-s")
 			b.ReportMetric(float64(rss>>20), prefix+"-rss-MiB")
+			b.ReportMetric(100*within/n, prefix+"-within-%")
 		}
 	}
 }
@@ -191,7 +202,44 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	if counts.bound < total {
 		end = start.Add(peerTimeout)
 	}
-	return peerResult{seconds: end.Sub(start).Seconds(), bound: counts.bound, cpu: after.CPU - before.CPU, peakRSS: after.PeakRSS}
+	// Each run starts on an empty cluster: spread pods left behind would
+	// make the next run's gangs fit worse, whichever scheduler made them.
+	benchMust(b, "delete namespace", admin.CoreV1().Namespaces().Delete(b.Context(), ns, metav1.DeleteOptions{}))
+	benchPoll(b, "namespace "+ns+" gone", func(ctx context.Context) error {
+		if _, err := admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("namespace still there: %v", err)
+		}
+		return nil
+	})
+	return peerResult{seconds: end.Sub(start).Seconds(), bound: counts.bound, cpu: after.CPU - before.CPU, peakRSS: after.PeakRSS,
+		within: gangsWithin(pw, w)}
+}
+
+// gangsWithin counts the gangs whose pods are all bound to nodes of one
+// unit of w.span nodes (peerNodes numbers them p-nXXXX, 16 per NVLink
+// domain, 128 per leaf).
+func gangsWithin(pw *podWatch, w peerWorkload) int {
+	n := 0
+	for g := range w.gangs {
+		domains := map[int]bool{}
+		for j := range w.pods {
+			p := pw.pod(fmt.Sprintf("g%03d-%02d", g, j))
+			if p == nil || p.Spec.NodeName == "" {
+				domains[-1] = true
+				continue
+			}
+			i, err := strconv.Atoi(strings.TrimPrefix(p.Spec.NodeName, "p-n"))
+			if err != nil {
+				domains[-2] = true
+				continue
+			}
+			domains[i/w.span] = true
+		}
+		if len(domains) == 1 && !domains[-1] && !domains[-2] {
+			n++
+		}
+	}
+	return n
 }
 
 // createPeerGang creates a PodGroup and, per member, its claim and pod.
