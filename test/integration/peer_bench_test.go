@@ -134,23 +134,15 @@ func envCount(name string, def int) int {
 	return def
 }
 
-// peerNodes creates the benchmark's kwok nodes with their slices and labels
-// and waits until all are Ready and untainted.
+// peerNodes creates kwok nodes p-nXXXX with their slices, 16 per rack and
+// NVLink domain (also a node label), 128 per leaf, and waits until all are
+// Ready and untainted.
 func peerNodes(b *testing.B, c kubernetes.Interface, nodes int) {
 	domainKey := string(topology.Qualified(topology.AttrNVLinkDomain))
 	err := forEachParallel(b.Context(), benchWorkers, nodes, func(ctx context.Context, j int) error {
-		name := fmt.Sprintf("p-n%04d", j)
 		rack := fmt.Sprintf("p-r%03d", j/16)
-		n := node(name, map[string]string{corev1.LabelHostname: name, benchRackLabel: rack, domainKey: "dom-" + rack,
-			benchLeafLabel: fmt.Sprintf("p-l%02d", j/128)})
-		n.Annotations = map[string]string{framework.KwokNodeAnnotation: "fake"}
-		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create node %s: %w", name, err)
-		}
-		if _, err := c.ResourceV1().ResourceSlices().Create(ctx, gpuSlice(name, "dom-"+rack, benchGPUs), metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create slice of %s: %w", name, err)
-		}
-		return nil
+		return createKwokGPUNode(ctx, c, fmt.Sprintf("p-n%04d", j), "dom-"+rack,
+			map[string]string{benchRackLabel: rack, domainKey: "dom-" + rack, benchLeafLabel: fmt.Sprintf("p-l%02d", j/128)})
 	})
 	benchMust(b, "create nodes", err)
 	waitNodesReady(b, c, nodes)
@@ -194,7 +186,7 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 		return createPeerGang(ctx, admin, ns, fmt.Sprintf("g%03d", g), s.schedulerName, w)
 	})
 	benchMust(b, "create gangs", err)
-	counts := pw.waitUntil(start.Add(peerTimeout), func(c podCounts) bool { return c.bound == total })
+	counts := pw.waitUntil(b.Context(), start.Add(peerTimeout), func(c podCounts) bool { return c.bound == total })
 	b.StopTimer()
 	after, err := cp.ProcessStats(s.process)
 	benchMust(b, "process stats", err)
@@ -265,24 +257,4 @@ func createPeerGang(ctx context.Context, c kubernetes.Interface, ns, group, sche
 		}
 	}
 	return nil
-}
-
-// waitUntil blocks until done holds for the counts or the deadline passes,
-// and returns the counts.
-func (w *podWatch) waitUntil(deadline time.Time, done func(podCounts) bool) podCounts {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for {
-		w.mu.Lock()
-		c := w.counts
-		w.mu.Unlock()
-		if done(c) {
-			return c
-		}
-		select {
-		case <-w.changed:
-		case <-timer.C:
-			return c
-		}
-	}
 }

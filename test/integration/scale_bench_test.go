@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -146,15 +147,7 @@ func benchLeaf(b *testing.B, c kubernetes.Interface, i int) []string {
 		name := fmt.Sprintf("l%d-n%02d", i, j)
 		rack := fmt.Sprintf("l%d-r%d", i, j/benchRackNodes)
 		names[j] = name
-		n := node(name, map[string]string{corev1.LabelHostname: name, benchRackLabel: rack, benchLeafLabel: fmt.Sprintf("leaf-%d", i)})
-		n.Annotations = map[string]string{framework.KwokNodeAnnotation: "fake"}
-		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create node %s: %w", name, err)
-		}
-		if _, err := c.ResourceV1().ResourceSlices().Create(ctx, gpuSlice(name, "dom-"+rack, benchGPUs), metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create slice of %s: %w", name, err)
-		}
-		return nil
+		return createKwokGPUNode(ctx, c, name, "dom-"+rack, map[string]string{benchRackLabel: rack, benchLeafLabel: fmt.Sprintf("leaf-%d", i)})
 	})
 	benchMust(b, "create leaf", err)
 	benchPoll(b, "kwok nodes ready", func(ctx context.Context) error {
@@ -170,6 +163,22 @@ func benchLeaf(b *testing.B, c kubernetes.Interface, i int) []string {
 		return nil
 	})
 	return names
+}
+
+// createKwokGPUNode creates a node kwok runs, labelled with its hostname
+// and labels, and its node-local slice of benchGPUs GPUs in an NVLink
+// domain.
+func createKwokGPUNode(ctx context.Context, c kubernetes.Interface, name, domain string, labels map[string]string) error {
+	n := node(name, map[string]string{corev1.LabelHostname: name})
+	maps.Copy(n.Labels, labels)
+	n.Annotations = map[string]string{framework.KwokNodeAnnotation: "fake"}
+	if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	if _, err := c.ResourceV1().ResourceSlices().Create(ctx, gpuSlice(name, domain, benchGPUs), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create slice of %s: %w", name, err)
+	}
+	return nil
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -461,10 +470,21 @@ func (w *podWatch) pod(name string) *corev1.Pod {
 }
 
 // wait blocks until done holds for the counts (up to 2 minutes) and
-// returns them.
+// returns them; it fails the benchmark on timeout.
 func (w *podWatch) wait(b *testing.B, what string, done func(podCounts) bool) podCounts {
 	b.Helper()
-	timeout := time.After(2 * time.Minute)
+	c := w.waitUntil(b.Context(), time.Now().Add(2*time.Minute), done)
+	if !done(c) {
+		b.Fatalf("%s: timed out with %d seen, %d bound, %d running (%v)", what, c.seen, c.bound, c.running, b.Context().Err())
+	}
+	return c
+}
+
+// waitUntil blocks until done holds for the counts, the deadline passes or
+// ctx ends, and returns the counts.
+func (w *podWatch) waitUntil(ctx context.Context, deadline time.Time, done func(podCounts) bool) podCounts {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	for {
 		w.mu.Lock()
 		c := w.counts
@@ -474,10 +494,10 @@ func (w *podWatch) wait(b *testing.B, what string, done func(podCounts) bool) po
 		}
 		select {
 		case <-w.changed:
-		case <-timeout:
-			b.Fatalf("%s: timed out with %d seen, %d bound, %d running", what, c.seen, c.bound, c.running)
-		case <-b.Context().Done():
-			b.Fatalf("%s: %v", what, b.Context().Err())
+		case <-timer.C:
+			return c
+		case <-ctx.Done():
+			return c
 		}
 	}
 }

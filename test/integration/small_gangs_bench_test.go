@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -26,7 +25,8 @@ const smallGangs = 100
 
 // BenchmarkSmallGangs is issue 15's small-gang shape on the real control
 // plane: GPUFABRIC_BENCH_NODES (default 1,000) kwok nodes × 8 GPUs, 16 per
-// rack and NVLink domain, slices created directly; per iteration two runs,
+// rack and NVLink domain, slices created directly (peerNodes); per
+// iteration two runs,
 // interleaved, each with a fresh in-process scheduler and 100 gangs of 3
 // one-GPU pods (PodGroup minCount 3, claims pre-created, 16 creates in
 // parallel): first with the snapshot cache, then rebuilding the snapshot
@@ -47,7 +47,7 @@ func BenchmarkSmallGangs(b *testing.B) {
 	_, err = admin.ResourceV1().DeviceClasses().Create(b.Context(), schedDeviceClass(topology.GPUDeviceClass, placementtest.GPUSelector), metav1.CreateOptions{})
 	benchMust(b, "create device class", err)
 	start := time.Now()
-	smallGangNodes(b, admin, nodes)
+	peerNodes(b, admin, nodes)
 	b.Logf("%d nodes ready in %.0fs", nodes, time.Since(start).Seconds())
 
 	var sums [2]smallGangResult
@@ -85,26 +85,6 @@ func (r *smallGangResult) add(o smallGangResult) {
 func (r smallGangResult) String() string {
 	return fmt.Sprintf("%d gangs bound in %.1fs (%.1f gangs/s); placement %.2f ms per attempt (%0.f attempts), commit %.1f ms per gang",
 		smallGangs, r.seconds, smallGangs/r.seconds, 1000*r.place/r.places, r.places, 1000*r.commit/r.commits)
-}
-
-// smallGangNodes creates the benchmark's kwok nodes and their slices and
-// waits until all are Ready and untainted.
-func smallGangNodes(b *testing.B, c kubernetes.Interface, nodes int) {
-	err := forEachParallel(b.Context(), benchWorkers, nodes, func(ctx context.Context, j int) error {
-		name := fmt.Sprintf("s-n%04d", j)
-		rack := fmt.Sprintf("s-r%03d", j/16)
-		n := node(name, map[string]string{corev1.LabelHostname: name, benchRackLabel: rack})
-		n.Annotations = map[string]string{framework.KwokNodeAnnotation: "fake"}
-		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create node %s: %w", name, err)
-		}
-		if _, err := c.ResourceV1().ResourceSlices().Create(ctx, gpuSlice(name, "dom-"+rack, benchGPUs), metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create slice of %s: %w", name, err)
-		}
-		return nil
-	})
-	benchMust(b, "create nodes", err)
-	waitNodesReady(b, c, nodes)
 }
 
 // smallGangRun runs one scheduler (stopped at the end) and times 100 gangs

@@ -3,7 +3,8 @@ package placement
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -19,7 +20,7 @@ func (s *Snapshot) refreshNode(ctx context.Context, cn *cacheNode, pools map[poo
 	old := s.byName[cn.node.Name]
 	ns := newNodeState(cn.node)
 	ns.idx, ns.slices, ns.devs, ns.trimmed = old.idx, old.slices, old.devs, old.trimmed
-	for _, p := range sortedPods(cn.pods) {
+	for _, p := range sortedByUID(cn.pods) {
 		ns.addPod(podRequests(p))
 		ns.boundPods = append(ns.boundPods, p)
 	}
@@ -51,12 +52,13 @@ func (s *Snapshot) refreshNode(ctx context.Context, cn *cacheNode, pools map[poo
 	return nil
 }
 
-func sortedPods(m map[types.UID]*v1.Pod) []*v1.Pod {
-	out := make([]*v1.Pod, 0, len(m))
-	for _, p := range m {
-		out = append(out, p)
+// sortedByUID returns a map's objects ordered by UID, so that re-indexing
+// is deterministic.
+func sortedByUID[T any](m map[types.UID]T) []T {
+	out := make([]T, 0, len(m))
+	for _, uid := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[uid])
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
 	return out
 }
 
@@ -66,7 +68,7 @@ func sortedPods(m map[types.UID]*v1.Pod) []*v1.Pod {
 func (s *Snapshot) reindexGlobal(claims map[types.UID]*resourceapi.ResourceClaim, anti map[types.UID]*v1.Pod) {
 	s.clusterAllocated = map[poolID][]structured.DeviceID{}
 	s.holder = nil
-	for _, c := range sortedClaims(claims) {
+	for _, c := range sortedByUID(claims) {
 		for _, r := range c.Status.Allocation.Devices.Results {
 			pid := poolID{r.Driver, r.Pool}
 			if s.poolNode[pid] != nil {
@@ -79,18 +81,9 @@ func (s *Snapshot) reindexGlobal(claims map[types.UID]*resourceapi.ResourceClaim
 		s.recordHolders(claimHolder(c), c.Status.Allocation)
 	}
 	s.antiIndex, s.antiWarnings = nil, nil
-	for _, p := range sortedPods(anti) {
+	for _, p := range sortedByUID(anti) {
 		if ns := s.byName[p.Spec.NodeName]; ns != nil {
 			s.indexAnti(p, ns.node)
 		}
 	}
-}
-
-func sortedClaims(m map[types.UID]*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
-	out := make([]*resourceapi.ResourceClaim, 0, len(m))
-	for _, c := range m {
-		out = append(out, c)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
-	return out
 }
