@@ -61,14 +61,15 @@ type peerResult struct {
 // GPUFABRIC_PEER_NODES (default 1,000) × 8 GPUs, node-local slices created
 // directly; 16 nodes per rack = NVLink domain, 8 racks per IB leaf; the
 // nodes carry the domain, rack and leaf as labels so that kube-scheduler's
-// topology-aware scheduling gets its best chance. Both clients at 200 QPS /
-// 2,000 burst. Per run: wall time from the first create to all pods
+// topology-aware scheduling gets its best chance. Both schedulers' clients
+// at 200 QPS / 2,000 burst; kube-controller-manager at 200 QPS, so that
+// thousands of nodes clear their not-ready taints in minutes. Per run: wall time from the first create to all pods
 // observed bound, the scheduler's CPU (utime+stime) over that window, and
 // its peak RSS; then the run's namespace is deleted and drained, so every
 // run starts on an empty cluster.
 func BenchmarkPeer(b *testing.B) {
 	nodes, runs := envCount("GPUFABRIC_PEER_NODES", 1000), envCount("GPUFABRIC_PEER_RUNS", 3)
-	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true})
+	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true, ControllerManagerQPS: 200})
 	admin := cp.AdminClient(b)
 	benchMust(b, "grant scheduler rules", framework.GrantSchedulerRules(b.Context(), admin, topology.SchedulerName, recordNamespace))
 	_, err := admin.ResourceV1().DeviceClasses().Create(b.Context(), schedDeviceClass(topology.GPUDeviceClass, placementtest.GPUSelector), metav1.CreateOptions{})

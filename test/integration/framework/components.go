@@ -125,24 +125,28 @@ func writeKubeconfigFor(path, host, caFile, certFile, keyFile string) error {
 	return nil
 }
 
-func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
+func (cp *ControlPlane) startControllerManager(ctx context.Context, qps int) error {
 	ports, err := freePorts(1)
 	if err != nil {
 		return err
 	}
-	p, err := cp.start("kube-controller-manager", []string{
-		"--kubeconfig=" + cp.kubeconfig,
+	var limits []string
+	if qps > 0 {
+		limits = []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(2*qps)}
+	}
+	p, err := cp.start("kube-controller-manager", append(limits,
+		"--kubeconfig="+cp.kubeconfig,
 		"--controllers=*,-node-ipam-controller",
 		"--leader-elect=false",
 		"--use-service-account-credentials=false",
-		"--service-account-private-key-file=" + cp.pki.saPrivateKey(),
-		"--root-ca-file=" + cp.pki.caFile(),
+		"--service-account-private-key-file="+cp.pki.saPrivateKey(),
+		"--root-ca-file="+cp.pki.caFile(),
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[0]),
-		"--cert-dir=" + filepath.Join(cp.dir, "kcm"),
-		"--feature-gates=" + cp.gates,
+		"--secure-port="+strconv.Itoa(ports[0]),
+		"--cert-dir="+filepath.Join(cp.dir, "kcm"),
+		"--feature-gates="+cp.gates,
 		"--v=1",
-	})
+	))
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,10 @@ type Options struct {
 	KubeScheduler bool
 	// StateRoot holds the state dirs; default: $TMPDIR/gpufabric-framework.
 	StateRoot string
+	// ControllerManagerQPS, when > 0, is kube-controller-manager's client
+	// rate limit (burst twice that) instead of its default 20: thousands of
+	// kwok nodes clear their not-ready taints that much faster.
+	ControllerManagerQPS int
 	// ExtraFeatureGates are added to FeatureGates for every component
 	// ("Gate=true,…"), e.g. PodGroupPreemptionPolicy for the comparison
 	// with kube-scheduler's workload-aware preemption.
@@ -108,7 +112,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	if opts.ControllerManager {
-		if err := cp.startControllerManager(ctx); err != nil {
+		if err := cp.startControllerManager(ctx, opts.ControllerManagerQPS); err != nil {
 			return nil, err
 		}
 	}
