@@ -271,12 +271,12 @@ func (c *Cache) DeleteClaim(uid types.UID) {
 // before they call handlers, so a lister can be ahead of the cache; callers
 // that judge from a lister that a write is visible check the cache caught
 // up too. resourceVersions compare as numbers (etcd revisions); an
-// unparsable one is not reached.
+// unparsable one is reached only by the same string.
 func (c *Cache) Caught(uid types.UID, rv string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	have, ok := c.seen[uid]
-	return ok && reachedRV(have, rv)
+	return ok && (have == rv || reachedRV(have, rv))
 }
 
 func reachedRV(have, want string) bool {

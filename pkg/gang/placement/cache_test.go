@@ -320,6 +320,9 @@ func TestCacheCaught(t *testing.T) {
 	unbound := placementtest.Pod("q", "1", "1Gi")
 	unbound.ResourceVersion = "7"
 	c.SetPod(unbound)
+	odd := placementtest.Pod("r", "1", "1Gi")
+	odd.ResourceVersion = "abc"
+	c.SetPod(odd)
 	tests := []struct {
 		name string
 		uid  types.UID
@@ -334,6 +337,8 @@ func TestCacheCaught(t *testing.T) {
 		{"unbound pod is seen too", unbound.UID, "7", true},
 		{"never given", "other", "1", false},
 		{"unparsable version", pod.UID, "x", false},
+		{"unparsable, the same string", odd.UID, "abc", true},
+		{"unparsable, another string", odd.UID, "abd", false},
 	}
 	for _, tc := range tests {
 		if got := c.Caught(tc.uid, tc.rv); got != tc.want {

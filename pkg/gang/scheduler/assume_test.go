@@ -17,7 +17,9 @@ import (
 // TestAssumeVisible: an assumed commit stays until the informers show its
 // writes, and ends when its pods are bound, deleted or their node is gone,
 // and when its claims reach the written resourceVersion, are deleted or
-// replaced, even if they were deallocated before the informers caught up.
+// replaced, even if they were deallocated before the informers caught up;
+// and only once the placement cache, fed after the listers, has been given
+// what the listers show.
 func TestAssumeVisible(t *testing.T) {
 	entry := &assumed{
 		decision: &placement.Decision{
@@ -27,8 +29,9 @@ func TestAssumeVisible(t *testing.T) {
 		written: map[types.UID]string{"uid-c0": "100"},
 	}
 	unboundPod := pod("p0")
+	unboundPod.ResourceVersion = "90"
 	boundPod := pod("p0")
-	boundPod.Spec.NodeName = "node-a"
+	boundPod.Spec.NodeName, boundPod.ResourceVersion = "node-a", "101"
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
 	claimAt := func(rv string, allocated bool) *resourceapi.ResourceClaim {
 		c := claim("c0", allocated)
@@ -38,19 +41,25 @@ func TestAssumeVisible(t *testing.T) {
 	tests := []struct {
 		name    string
 		objects []any
-		want    bool
+		// cached: what the placement cache was given (default: objects).
+		cached []any
+		want   bool
 	}{
-		{"nothing visible yet", []any{unboundPod, node, claimAt("99", false)}, false},
-		{"claim visible, pod not bound yet", []any{unboundPod, node, claimAt("100", true)}, false},
-		{"pod bound, claim not visible yet", []any{boundPod, node, claimAt("99", false)}, false},
-		{"all visible", []any{boundPod, node, claimAt("100", true)}, true},
-		{"claim deallocated after the write", []any{boundPod, node, claimAt("120", false)}, true},
-		{"claim deleted", []any{boundPod, node}, true},
-		{"claim replaced", []any{boundPod, node, func() *resourceapi.ResourceClaim { c := claimAt("50", false); c.UID = "new"; return c }()}, true},
-		{"pod deleted", []any{node, claimAt("100", true)}, true},
-		{"node deleted", []any{unboundPod, claimAt("100", true)}, true},
-		{"unparsable resourceVersion, allocated", []any{boundPod, node, claimAt("x", true)}, true},
-		{"unparsable resourceVersion, not allocated", []any{boundPod, node, claimAt("x", false)}, false},
+		{"nothing visible yet", []any{unboundPod, node, claimAt("99", false)}, nil, false},
+		{"claim visible, pod not bound yet", []any{unboundPod, node, claimAt("100", true)}, nil, false},
+		{"pod bound, claim not visible yet", []any{boundPod, node, claimAt("99", false)}, nil, false},
+		{"all visible", []any{boundPod, node, claimAt("100", true)}, nil, true},
+		{"claim deallocated after the write", []any{boundPod, node, claimAt("120", false)}, nil, true},
+		{"claim deleted", []any{boundPod, node}, nil, true},
+		{"claim replaced", []any{boundPod, node, func() *resourceapi.ResourceClaim { c := claimAt("50", false); c.UID = "new"; return c }()}, nil, true},
+		{"pod deleted", []any{node, claimAt("100", true)}, nil, true},
+		{"node deleted", []any{unboundPod, claimAt("100", true)}, nil, true},
+		{"unparsable resourceVersion, allocated", []any{boundPod, node, claimAt("x", true)}, nil, true},
+		{"unparsable resourceVersion, not allocated", []any{boundPod, node, claimAt("x", false)}, nil, false},
+		{"all visible, the cache behind on the claim", []any{boundPod, node, claimAt("100", true)}, []any{boundPod, claimAt("99", false)}, false},
+		{"all visible, the cache behind on the pod", []any{boundPod, node, claimAt("100", true)}, []any{unboundPod, claimAt("100", true)}, false},
+		{"all visible, the cache never given the claim", []any{boundPod, node, claimAt("100", true)}, []any{boundPod}, false},
+		{"claim deleted, the cache behind", []any{boundPod, node}, []any{boundPod, claimAt("100", true)}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,10 +80,24 @@ func TestAssumeVisible(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			pc := placement.NewCache(placement.Config{})
+			cached := tt.cached
+			if cached == nil {
+				cached = tt.objects
+			}
+			for _, o := range cached {
+				switch o := o.(type) {
+				case *v1.Pod:
+					pc.SetPod(o)
+				case *resourceapi.ResourceClaim:
+					pc.SetClaim(o)
+				}
+			}
 			s := &Scheduler{
 				pods:   corelisters.NewPodLister(pods),
 				claims: resourcelisters.NewResourceClaimLister(claims),
 				nodes:  corelisters.NewNodeLister(nodes),
+				cache:  pc,
 			}
 			if got := s.visible(entry); got != tt.want {
 				t.Errorf("visible = %v, want %v", got, tt.want)
