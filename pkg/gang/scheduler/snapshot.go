@@ -170,11 +170,11 @@ func (s *Scheduler) snapshot(ctx context.Context, a *attempt) (*placement.Snapsh
 		s.snap = snap
 		return snap, s.assumePending(ctx, snap)
 	}
-	in, err := s.inputFor(a)
+	in, err := s.snapshotInput()
 	if err != nil {
 		return nil, err
 	}
-	return s.snapshotOf(ctx, in)
+	return s.snapshotOf(ctx, preemption.WithoutNodes(in, held))
 }
 
 // inputFor lists the informers less the nodes held against attempt a.
