@@ -23,6 +23,7 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_TOPOLOGY_LEVELS":             "rack, leaf ,,spine",
 		"GPUFABRIC_LEADER_ELECT":                "false",
 		"GPUFABRIC_COMMIT_PARALLELISM":          "32",
+		"GPUFABRIC_COMMITS_IN_FLIGHT":           "3",
 		"GPUFABRIC_KUBE_API_QPS":                "50.5",
 		"GPUFABRIC_LEADER_ELECT_LEASE_DURATION": "4s",
 		"GPUFABRIC_COMMIT_RECORD_NAMESPACE":     "gpufabric-system",
@@ -35,7 +36,7 @@ func TestEnvTwins(t *testing.T) {
 	if err := applyEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
-	if o.domainChannels != 3 || o.leaderElect || o.kubeconfig != "/tmp/kc" || o.commitWorkers != 32 || o.apiQPS != 50.5 || o.apiBurst != 2000 ||
+	if o.domainChannels != 3 || o.leaderElect || o.kubeconfig != "/tmp/kc" || o.commitWorkers != 32 || o.commitsInFlight != 3 || o.apiQPS != 50.5 || o.apiBurst != 2000 ||
 		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" {
 		t.Errorf("options %+v", o)
 	}
@@ -71,6 +72,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--nomination-timeout=0"}, wantErr: "--nomination-timeout must be at least 1s"},
 		{args: []string{"--preemption-budget=1ms"}, wantErr: "--preemption-budget must be at least 10ms"},
 		{args: []string{"--max-unschedulable-wait=0s"}, wantErr: "--max-unschedulable-wait must be at least 1s"},
+		{args: []string{"--commits-in-flight=0"}, wantErr: "--commits-in-flight must be 1..256, got 0"},
+		{args: []string{"--commits-in-flight=1"}},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		o := bindFlags(fs)

@@ -25,20 +25,21 @@ import (
 
 // options are the command-line settings.
 type options struct {
-	kubeconfig     string
-	topologyLevels string
-	domainChannels int
-	leaderElect    bool
-	leNamespace    string
-	leName         string
-	leIdentity     string
-	leDurations    leaseDurations
-	recordNS       string
-	metricsAddress string
-	commitWorkers  int
-	apiQPS         float64
-	apiBurst       int
-	preemption     preemptionOptions
+	kubeconfig      string
+	topologyLevels  string
+	domainChannels  int
+	leaderElect     bool
+	leNamespace     string
+	leName          string
+	leIdentity      string
+	leDurations     leaseDurations
+	recordNS        string
+	metricsAddress  string
+	commitWorkers   int
+	commitsInFlight int
+	apiQPS          float64
+	apiBurst        int
+	preemption      preemptionOptions
 }
 
 // preemptionOptions are the priority settings (docs/design/preemption.md).
@@ -68,6 +69,7 @@ var envTwins = map[string]string{
 	"commit-record-namespace":     "GPUFABRIC_COMMIT_RECORD_NAMESPACE",
 	"metrics-address":             "GPUFABRIC_METRICS_ADDRESS",
 	"commit-parallelism":          "GPUFABRIC_COMMIT_PARALLELISM",
+	"commits-in-flight":           "GPUFABRIC_COMMITS_IN_FLIGHT",
 	"kube-api-qps":                "GPUFABRIC_KUBE_API_QPS",
 	"kube-api-burst":              "GPUFABRIC_KUBE_API_BURST",
 	"disable-preemption":          "GPUFABRIC_DISABLE_PREEMPTION",
@@ -93,6 +95,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of the /metrics endpoint; empty disables it")
 	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
+	fs.IntVar(&o.commitsInFlight, "commits-in-flight", scheduler.DefaultCommitsInFlight, "gangs whose commits run at once while the next gangs are placed (1..256)")
 	fs.Float64Var(&o.apiQPS, "kube-api-qps", 200, "client-side rate limit of API requests per second")
 	fs.IntVar(&o.apiBurst, "kube-api-burst", 2000, "client-side burst of API requests (a 512-pod gang's commit is ~1,540 writes)")
 	p := &o.preemption
@@ -127,6 +130,9 @@ func (o *options) validate() error {
 	}
 	if p.starvationBound > 0 && p.starvationBound < time.Second {
 		return fmt.Errorf("--starvation-bound must be 0 (off) or at least 1s, got %s", p.starvationBound)
+	}
+	if o.commitsInFlight < 1 || o.commitsInFlight > 256 {
+		return fmt.Errorf("--commits-in-flight must be 1..256, got %d", o.commitsInFlight)
 	}
 	return nil
 }
@@ -194,6 +200,7 @@ func (o *options) run(ctx context.Context) error {
 		DomainChannels:    o.domainChannels,
 		Metrics:           metrics,
 		CommitParallelism: o.commitWorkers,
+		CommitsInFlight:   o.commitsInFlight,
 
 		DisablePreemption:    o.preemption.disabled,
 		NominationTimeout:    o.preemption.nominationTimeout,

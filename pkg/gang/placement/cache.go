@@ -48,6 +48,8 @@ type Cache struct {
 	// clusterClaims: allocated claims with a device of a pool no node's
 	// slice publishes (cluster-level, or not published yet).
 	clusterClaims map[types.UID]*resourceapi.ResourceClaim
+	// gpus: the published GPUs by NVLink domain, for FreeGPUs.
+	gpus gpuIndex
 
 	rebuild bool                // the next Update rebuilds whole
 	changed map[string]struct{} // nodes to re-read
@@ -125,6 +127,7 @@ func (c *Cache) dropIfEmpty(name string) {
 func (c *Cache) SetSlice(sl *resourceapi.ResourceSlice) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.noteSlice(sl.Name, sl)
 	c.deleteSlice(sl.Name)
 	c.rebuild = true
 	if n := sliceNodeName(sl); n != "" {
@@ -144,6 +147,7 @@ func (c *Cache) SetSlice(sl *resourceapi.ResourceSlice) {
 func (c *Cache) DeleteSlice(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.noteSlice(name, nil)
 	c.deleteSlice(name)
 	c.rebuild = true
 }
@@ -316,7 +320,10 @@ func (c *Cache) countDevices(rc *resourceapi.ResourceClaim, delta int) bool {
 			c.pools[pid] = devs
 		}
 		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-		if devs[id] += delta; devs[id] <= 0 {
+		if devs[id] += delta; devs[id] == 1 && delta > 0 {
+			c.holdGPU(id, 1)
+		} else if devs[id] <= 0 {
+			c.holdGPU(id, -1)
 			delete(devs, id)
 			if len(devs) == 0 {
 				delete(c.pools, pid)

@@ -35,14 +35,22 @@ func handlerOf[T any](set, remove func(T)) cache.ResourceEventHandlerFuncs {
 // feedCache keeps the placement cache up to date from the informers: the
 // scheduler's snapshots are brought up to date from it each cycle instead
 // of being rebuilt from listers (placement.Cache). Holds (hold.go) are left
-// out, as they duplicate their claims' devices.
+// out, as they duplicate their claims' devices. Claim and slice events
+// count as capacity events once the cache has them, so the free-GPU gauges
+// (read from the cache) are refreshed after the cache changed, whichever
+// informer handler ran first.
 func (s *Scheduler) feedCache(inf *informerSet, c *placement.Cache) error {
 	claim := func(rc *resourceapi.ResourceClaim) {
 		if s.isHold(rc) {
 			c.DeleteClaim(rc.UID)
-			return
+		} else {
+			c.SetClaim(rc)
 		}
-		c.SetClaim(rc)
+		inf.capacityEvents.Add(1)
+	}
+	slice := func(sl *resourceapi.ResourceSlice) {
+		c.SetSlice(sl)
+		inf.capacityEvents.Add(1)
 	}
 	handlers := []struct {
 		inf cache.SharedIndexInformer
@@ -50,9 +58,9 @@ func (s *Scheduler) feedCache(inf *informerSet, c *placement.Cache) error {
 	}{
 		{inf.nodes, handlerOf(c.SetNode, func(n *v1.Node) { c.DeleteNode(n.Name) })},
 		{inf.pods, handlerOf(c.SetPod, func(p *v1.Pod) { c.DeletePod(p.UID) })},
-		{inf.slices, handlerOf(c.SetSlice, func(sl *resourceapi.ResourceSlice) { c.DeleteSlice(sl.Name) })},
+		{inf.slices, handlerOf(slice, func(sl *resourceapi.ResourceSlice) { c.DeleteSlice(sl.Name); inf.capacityEvents.Add(1) })},
 		{inf.classes, handlerOf(c.SetClass, func(dc *resourceapi.DeviceClass) { c.DeleteClass(dc.Name) })},
-		{inf.claims, handlerOf(claim, func(rc *resourceapi.ResourceClaim) { c.DeleteClaim(rc.UID) })},
+		{inf.claims, handlerOf(claim, func(rc *resourceapi.ResourceClaim) { c.DeleteClaim(rc.UID); inf.capacityEvents.Add(1) })},
 	}
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {

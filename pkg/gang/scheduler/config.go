@@ -25,6 +25,9 @@ var ErrFenced = errors.New("fenced: not sure to hold the Lease")
 // DefaultCommitParallelism is Config.CommitParallelism's default.
 const DefaultCommitParallelism = 16
 
+// DefaultCommitsInFlight is Config.CommitsInFlight's default.
+const DefaultCommitsInFlight = 8
+
 // Config of a Scheduler. Client is required; the zero value of every other
 // field is usable.
 type Config struct {
@@ -58,6 +61,14 @@ type Config struct {
 	// writes, bindings) in flight at once; the phases stay in order.
 	// Default 16.
 	CommitParallelism int
+	// CommitsInFlight is the number of gangs whose commits run at once
+	// while the worker places the next gangs (pipelined commits; their
+	// decisions are assumed from before the first write). Default 8.
+	CommitsInFlight int
+	// SerialCommits makes the worker commit each gang before it places the
+	// next, as before pipelined commits: the baseline of the benchmarks.
+	// No flag.
+	SerialCommits bool
 	// DisablePreemption turns preemption off: a gang that does not fit
 	// waits for room whatever its priority.
 	DisablePreemption bool
@@ -130,6 +141,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CommitParallelism == 0 {
 		c.CommitParallelism = DefaultCommitParallelism
+	}
+	if c.CommitsInFlight < 0 || c.CommitsInFlight > 256 {
+		return c, fmt.Errorf("config: commits in flight must be 0..256, got %d", c.CommitsInFlight)
+	}
+	if c.CommitsInFlight == 0 {
+		c.CommitsInFlight = DefaultCommitsInFlight
 	}
 	if c.InitialBackoff <= 0 {
 		c.InitialBackoff = time.Second

@@ -33,6 +33,8 @@ type attempt struct {
 	priority int32
 	// members are the gang's pods to place.
 	members []*v1.Pod
+	// async: the attempt's commit runs in the pipeline, which reports it.
+	async bool
 }
 
 // uid is the UID of the PodGroup, or of the pod of a gang of one.
@@ -220,7 +222,11 @@ func (s *Scheduler) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) 
 // place places a built gang and commits or reports the result.
 func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, buildErr error) error {
 	begin := time.Now()
-	defer func() { s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds()) }()
+	defer func() {
+		if !a.async {
+			s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds())
+		}
+	}()
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "gang", a.key)
 	ctx = klog.NewContext(ctx, logger)
 	if errors.Is(buildErr, placement.ErrNotReady) {
@@ -249,6 +255,11 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, err.Error())
 	case u != nil:
 		msg := u.Message
+		if !s.cfg.DisablePreemption {
+			// Preemption plans on the listers, which do not show the
+			// commits in flight: let them land first.
+			s.pipe.wait()
+		}
 		in, err := s.inputFor(a)
 		var extra string
 		if err == nil {
@@ -267,17 +278,44 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		return s.refuse(ctx, a, ReasonUnschedulable, schedulingv1beta1.PodGroupReasonUnschedulable, msg)
 	}
 	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims), "duration", time.Since(start))
-	written, err := s.commit(ctx, a.pg, g, d)
+	s.assumed.addInFlight(a.key, g, d)
+	s.cfg.Metrics.setAssumed(s.assumed.len())
+	if s.cfg.SerialCommits {
+		written, err := s.commit(ctx, a.pg, g, d)
+		return s.afterCommit(ctx, a, g, d, written, err)
+	}
+	a.async, s.handedOff = true, true
+	s.pipe.start(func() error {
+		defer s.queue.done(a.key)
+		written, err := s.commit(ctx, a.pg, g, d)
+		err = s.afterCommit(ctx, a, g, d, written, err)
+		s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds())
+		if err != nil && !stops(err) && ctx.Err() == nil {
+			logger.Error(err, "Committing a placed gang failed")
+		}
+		return err
+	})
+	return nil
+}
+
+// afterCommit reports a commit's result: a lost race is retried soon, a
+// failure parks the gang, a success ends the gang's attempts (its decision
+// stays assumed until the informers show it). Safe to run beside the
+// worker (pipelined commits).
+func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Gang, d *placement.Decision, written map[types.UID]string, err error) error {
+	logger := klog.FromContext(ctx)
 	switch {
 	case stops(err):
-		return err
+		return err // nothing may be undone; the entry goes with this term
 	case errors.Is(err, errConflict):
+		s.assumed.drop(a.key)
 		a.result = resultConflict
 		logger.V(2).Info("Commit lost a race, retrying on a fresh snapshot", "err", err)
 		s.cfg.Metrics.gangRefused(ReasonConflict)
 		s.queue.retryAfter(a.key, time.Duration(50+rand.IntN(100))*time.Millisecond)
 		return nil
 	case err != nil:
+		s.assumed.drop(a.key)
 		a.result = resultError
 		s.pending.set(a.key, ReasonCommitError)
 		s.cfg.Metrics.gangRefused(ReasonCommitError)
@@ -285,14 +323,13 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		s.queue.park(a.key, a.cycle)
 		return err
 	}
+	s.assumed.complete(a.key, written)
 	a.result = resultPlaced
 	if err := s.gangDone(ctx, a.key); stops(err) {
 		return err
 	} else if err != nil {
 		logger.Error(err, "Ending the gang's nomination")
 	}
-	s.assumed.add(a.key, g, d, written)
-	s.cfg.Metrics.setAssumed(s.assumed.len())
 	s.forget(a.key)
 	s.cfg.Metrics.gangPlaced()
 	s.event(a.about(), v1.EventTypeNormal, EventScheduled, "Binding", placedMessage(g, d))

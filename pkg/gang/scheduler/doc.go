@@ -8,17 +8,21 @@
 // informers.go (informers and the events that requeue gangs), queue.go
 // (backoff and parking), cycle.go (one scheduling attempt), snapshot.go
 // (snapshots and the assume cache), cachefeed.go (the informers feeding
-// the placement cache), commit.go (the write protocol),
+// the placement cache), commit.go (the write protocol), pipeline.go
+// (commits beside the worker),
 // intent.go (the intent annotation), recover.go (finish or roll back),
 // parallel.go (the writers of one phase), status.go (conditions and
 // events), metrics.go, leader.go.
 //
 // Rules:
-//   - One worker schedules one gang at a time; every attempt places the gang
+//   - One worker places one gang at a time; every attempt places the gang
 //     on a snapshot of the informers, brought up to date by the placement
 //     cache from their events (docs/design/snapshot-cache.md), plus the
-//     decisions committed but not yet visible in both the informers and the
-//     cache (the assume cache), so two gangs never get the same device.
+//     decisions being committed or committed but not yet visible in both
+//     the informers and the cache (the assume cache), so two gangs never
+//     get the same device. Commits run beside the worker (pipeline.go, up
+//     to CommitsInFlight); a gang's key stays processing until its commit
+//     ended.
 //   - A PodGroup commit writes, in phases: the intent annotation, the shared
 //     claims (reserved for the PodGroup), the per-pod claims (reserved for
 //     their pods), the bindings, the PodGroup condition, and removes the

@@ -299,6 +299,10 @@ func (s *Scheduler) deleteRecord(ctx context.Context, cm *v1.ConfigMap, object s
 
 // step checks the leadership fence and runs the commit hook before a write.
 func (s *Scheduler) step(step Step, object string) error {
+	if err := s.pipe.stopped(); err != nil {
+		// Another commit stopped the scheduler: no write starts after it.
+		return fmt.Errorf("before %s %s: %w", step, object, err)
+	}
 	if err := s.fenced(); err != nil {
 		return fmt.Errorf("%w: before %s %s: %w", ErrFenced, step, object, err)
 	}

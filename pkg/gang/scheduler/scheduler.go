@@ -56,6 +56,10 @@ type Scheduler struct {
 	// date, used only by the worker.
 	cache *placement.Cache
 	snap  *placement.Snapshot
+	// pipe runs commits beside the worker; handedOff: the worker's current
+	// key went to it (the pipeline marks the key done).
+	pipe      *commitPipeline
+	handedOff bool
 }
 
 // New validates cfg and creates a Scheduler.
@@ -68,14 +72,16 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.Placement.MatchCache = placement.NewMatchCache()
 	}
 	cfg.Placement.Tree = cfg.Tree
-	return &Scheduler{
+	s := &Scheduler{
 		cfg:         cfg,
 		queue:       newGangQueue(cfg.InitialBackoff, cfg.MaxBackoff, cfg.MaxUnschedulableWait),
 		assumed:     newAssumeCache(),
 		records:     newRecordSet(),
 		nominations: newNominationSet(),
 		starving:    newStarvation(),
-	}, nil
+	}
+	s.pipe = newCommitPipeline(cfg.CommitsInFlight, s.queue.shutDown)
+	return s, nil
 }
 
 // Run starts the informers (and the fabric-domain publisher when
@@ -173,15 +179,25 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	return nil
 }
 
-// work is the single worker: one gang at a time.
+// work is the single worker: one gang at a time is placed; its commit runs
+// in the pipeline while the next is placed (pipeline.go). It returns once
+// no commit is in flight.
 func (s *Scheduler) work(ctx context.Context) error {
+	defer s.pipe.wait()
 	for {
+		if err := s.pipe.stopped(); err != nil {
+			return err
+		}
 		key, quit := s.queue.get()
 		if quit {
-			return nil
+			s.pipe.wait()
+			return s.pipe.stopped()
 		}
+		s.handedOff = false
 		err := s.scheduleKey(ctx, key)
-		s.queue.done(key)
+		if !s.handedOff {
+			s.queue.done(key)
+		}
 		if stops(err) {
 			return err
 		}

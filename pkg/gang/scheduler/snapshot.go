@@ -8,8 +8,10 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
@@ -17,22 +19,29 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
-// assumed is a committed decision the informers may not show yet.
+// assumed is a decision being committed, or committed, that the informers
+// may not show yet.
 type assumed struct {
 	gang     *placement.Gang
 	decision *placement.Decision
+	// inFlight: the commit has not returned; written is not known yet.
+	inFlight bool
 	// written: each written claim's resourceVersion after the commit, by
 	// claim UID.
 	written map[types.UID]string
 }
 
-// assumeCache holds committed decisions until the informers show all their
-// writes. Rules: an entry is added only after a commit succeeded, and
-// dropped once, in the informers, every pod of the decision is bound, gone,
-// replaced, terminating or on a node that no longer exists, and every claim
-// the commit wrote is gone, replaced, or at (or past) the resourceVersion
-// the commit wrote; so a claim deallocated or deleted before the informers
-// caught up ends the entry too. Safe for concurrent use.
+// assumeCache holds decisions from before their commit starts until the
+// informers show all their writes. Rules: an entry is added in flight
+// before the commit's first write (so later snapshots count its devices),
+// completed when the commit succeeded and dropped when it failed (after its
+// undo); a completed entry is dropped once, in the informers, every pod of
+// the decision is bound, gone, replaced, terminating or on a node that no
+// longer exists, and every claim the commit wrote is gone, replaced, or at
+// (or past) the resourceVersion the commit wrote; so a claim deallocated or
+// deleted before the informers caught up ends the entry too. An entry in
+// flight is never dropped by what the informers show. Safe for concurrent
+// use.
 type assumeCache struct {
 	mu      sync.Mutex
 	entries map[string]*assumed
@@ -40,10 +49,27 @@ type assumeCache struct {
 
 func newAssumeCache() *assumeCache { return &assumeCache{entries: map[string]*assumed{}} }
 
-func (a *assumeCache) add(key string, g *placement.Gang, d *placement.Decision, written map[types.UID]string) {
+// addInFlight adds a decision whose commit is about to start.
+func (a *assumeCache) addInFlight(key string, g *placement.Gang, d *placement.Decision) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.entries[key] = &assumed{gang: g, decision: d, written: written}
+	a.entries[key] = &assumed{gang: g, decision: d, inFlight: true}
+}
+
+// complete records that the commit of key's entry succeeded with written.
+func (a *assumeCache) complete(key string, written map[types.UID]string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e := a.entries[key]; e != nil {
+		e.inFlight, e.written = false, written
+	}
+}
+
+// drop removes key's entry (its commit failed and was undone).
+func (a *assumeCache) drop(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.entries, key)
 }
 
 func (a *assumeCache) len() int {
@@ -58,7 +84,7 @@ func (a *assumeCache) waiting(key string, visible func(*assumed) bool) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.entries[key]
-	if e != nil && visible(e) {
+	if e != nil && !e.inFlight && visible(e) {
 		delete(a.entries, key)
 		return false
 	}
@@ -72,7 +98,7 @@ func (a *assumeCache) pending(visible func(*assumed) bool) []*assumed {
 	defer a.mu.Unlock()
 	var out []*assumed
 	for key, e := range a.entries {
-		if visible(e) {
+		if !e.inFlight && visible(e) {
 			delete(a.entries, key)
 			continue
 		}
@@ -211,29 +237,61 @@ func (s *Scheduler) assumePending(ctx context.Context, snap *placement.Snapshot)
 }
 
 // freeGPUs counts the GPUs of driver gpufabric.dev per NVLink domain that no
-// claim (informers or assumed) has allocated. It also drops the assumed
-// entries the informers show (the metrics loop runs it periodically, so
-// entries end even when no gang is being placed).
+// claim (informers or assumed) has allocated; results with admin access
+// take nothing, and every domain with a GPU appears, at 0 when none is
+// free. With the placement cache the count costs in proportion to the
+// allocated devices and domains (placement.Cache.FreeGPUs); without it
+// (Config.RebuildSnapshots) it lists the informers. It also drops the
+// assumed entries the informers show (the metrics loop runs it
+// periodically, so entries end even when no gang is being placed); it
+// does so before reading the cache, and visible waits for the cache, so a
+// decision is never missing from both.
 func (s *Scheduler) freeGPUs() (map[string]int, error) {
+	pending := s.assumed.pending(s.visible)
+	s.cfg.Metrics.setAssumed(len(pending))
+	extra := assumedDevices(pending)
+	if s.cache != nil {
+		return s.cache.FreeGPUs(extra), nil
+	}
 	in, err := s.snapshotInput()
 	if err != nil {
 		return nil, err
 	}
-	used := map[string]bool{}
-	mark := func(driver, pool, device string) { used[driver+"/"+pool+"/"+device] = true }
-	for _, c := range in.ResourceClaims {
-		if a := c.Status.Allocation; a != nil {
-			for _, r := range a.Devices.Results {
-				mark(r.Driver, r.Pool, r.Device)
-			}
-		}
-	}
-	pending := s.assumed.pending(s.visible)
-	s.cfg.Metrics.setAssumed(len(pending))
+	return listFreeGPUs(in, extra), nil
+}
+
+// assumedDevices lists the devices the assumed decisions allocate, less
+// the results with admin access.
+func assumedDevices(pending []*assumed) []structured.DeviceID {
+	var out []structured.DeviceID
 	for _, e := range pending {
 		for _, c := range e.decision.Claims {
-			for _, r := range c.Allocation.Devices.Results {
-				mark(r.Driver, r.Pool, r.Device)
+			out = appendHeld(out, c.Allocation.Devices.Results)
+		}
+	}
+	return out
+}
+
+func appendHeld(out []structured.DeviceID, results []resourceapi.DeviceRequestAllocationResult) []structured.DeviceID {
+	for _, r := range results {
+		if r.AdminAccess == nil || !*r.AdminAccess {
+			out = append(out, structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+		}
+	}
+	return out
+}
+
+// listFreeGPUs is freeGPUs from listed objects: the GPUs topology.NodeGPUs
+// reads from the slices, less those the claims and extra hold.
+func listFreeGPUs(in placement.SnapshotInput, extra []structured.DeviceID) map[string]int {
+	used := map[structured.DeviceID]bool{}
+	for _, id := range extra {
+		used[id] = true
+	}
+	for _, c := range in.ResourceClaims {
+		if a := c.Status.Allocation; a != nil {
+			for _, id := range appendHeld(nil, a.Devices.Results) {
+				used[id] = true
 			}
 		}
 	}
@@ -246,10 +304,10 @@ func (s *Scheduler) freeGPUs() (map[string]int, error) {
 			if _, ok := free[g.NVLinkDomain]; !ok {
 				free[g.NVLinkDomain] = 0
 			}
-			if !used[topology.DriverName+"/"+g.Pool+"/"+g.Device] {
+			if !used[structured.MakeDeviceID(topology.DriverName, g.Pool, g.Device)] {
 				free[g.NVLinkDomain]++
 			}
 		}
 	}
-	return free, nil
+	return free
 }
