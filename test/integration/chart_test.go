@@ -78,6 +78,7 @@ scheduler:
   antiAffinity: required
   metrics: {enabled: false, port: 9000}
   preemption: {enabled: false, nominationTimeout: 90s, starvationBound: 0s}
+  commitsInFlight: 2
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ scheduler:
 			name: "default", privileged: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
 			gpuNodeLabel: "gpufabric.dev/gpu-node", lease: schedName,
 			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--leader-elect-identity=$(POD_NAME)",
-				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--metrics-address=:8080",
+				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--commits-in-flight=8", "--metrics-address=:8080",
 				"--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m"},
 		},
 		{
@@ -98,7 +99,7 @@ scheduler:
 			name: "custom", values: []string{custom}, privileged: true, replicas: 1,
 			gpuNodeLabel: "nvidia.com/gpu.present", lease: "x",
 			schedulerArgsWant: []string{"--leader-elect=false", "--commit-record-namespace=$(POD_NAMESPACE)", "--metrics-address=",
-				"--disable-preemption=true", "--nomination-timeout=90s", "--starvation-bound=0s"},
+				"--disable-preemption=true", "--nomination-timeout=90s", "--starvation-bound=0s", "--commits-in-flight=2"},
 		},
 	}
 	for _, p := range profiles {
@@ -380,6 +381,7 @@ func TestChartSchemaRejects(t *testing.T) {
 		{name: "bad toleration", sets: []string{"kubeletPlugin.tolerations[0].operator=Maybe"}, want: "/kubeletPlugin/tolerations/0/operator"},
 		{name: "mock without fabric", values: []string{mockValuesFile}, sets: []string{"kubeletPlugin.mock.fabric="}, want: "/kubeletPlugin/mock/fabric"},
 		{name: "bad starvation bound", sets: []string{"scheduler.preemption.starvationBound=30 minutes"}, want: "/scheduler/preemption/starvationBound"},
+		{name: "no commits in flight", sets: []string{"scheduler.commitsInFlight=0"}, want: "/scheduler/commitsInFlight"},
 		{name: "preemption not a switch", sets: []string{"scheduler.preemption.enabled=sometimes"}, want: "/scheduler/preemption/enabled"},
 		{name: "bad resource quantity", sets: []string{"scheduler.resources.limits.memory=lots"}, want: "/scheduler/resources/limits/memory"},
 	}
