@@ -94,12 +94,28 @@ bench:
 # bench-peer runs gpufabric-scheduler and kube-scheduler v1.37.1 side by side
 # on one control plane and the same kwok nodes (test/integration
 # BenchmarkPeer; results in docs/benchmarks.md): PEER_RUNS interleaved
-# runs per workload on PEER_NODES nodes. Not part of `make test`.
+# runs per workload on PEER_NODES nodes, with the API floor of each one-gang
+# shape. PEER_WORKLOADS (comma list; empty: all) picks workloads: small
+# (PEER_SMALL_GANGS gangs of 3 one-GPU pods), 64x1gpu, 64x1gpu-rack, 64x8gpu,
+# 64x8gpu-leaf, 512x1gpu, 512x1gpu-leaf, 512x8gpu. bench-peer-traces runs the
+# fill-to-first-refusal and churn traces (BenchmarkPeerFill,
+# BenchmarkPeerChurn; their knobs are GPUFABRIC_PEER_FILL_* and
+# GPUFABRIC_PEER_CHURN_* in the environment). Not part of `make test`.
 PEER_RUNS ?= 3
 PEER_NODES ?= 1000
+PEER_SMALL_GANGS ?= 300
+PEER_WORKLOADS ?=
+PEER_TRACE_RUNS ?= 1
+PEER_ENV = GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) GPUFABRIC_PEER_NODES=$(PEER_NODES) \
+	GPUFABRIC_PEER_RUNS=$(PEER_RUNS) GPUFABRIC_PEER_SMALL_GANGS=$(PEER_SMALL_GANGS) GPUFABRIC_PEER_WORKLOADS=$(PEER_WORKLOADS) \
+	GPUFABRIC_PEER_TRACE_RUNS=$(PEER_TRACE_RUNS)
+.PHONY: bench-peer-traces
 bench-peer: control-plane
-	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) GPUFABRIC_PEER_NODES=$(PEER_NODES) GPUFABRIC_PEER_RUNS=$(PEER_RUNS) \
-		$(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 180m -v ./test/integration/ 2>&1 | \
+	$(PEER_ENV) $(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 360m -v ./test/integration/ 2>&1 | \
+		grep -E '^(Benchmark|ok|FAIL|PASS)|_test.go:|--- '
+
+bench-peer-traces: control-plane
+	$(PEER_ENV) $(GO) test -run '^$$' -bench '^BenchmarkPeer(Fill|Churn)$$' -benchtime 1x -count 1 -timeout 180m -v ./test/integration/ 2>&1 | \
 		grep -E '^(Benchmark|ok|FAIL|PASS)|_test.go:|--- '
 
 clean:

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
@@ -20,21 +20,11 @@ import (
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
-// peerTimeout bounds one run of BenchmarkPeer: a scheduler that has not
-// bound every pod by then is reported with what it bound.
-const peerTimeout = 4 * time.Minute
-
-// peerWorkload is one shape of BenchmarkPeer: gangs of pods, each pod with
-// its own claim for gpus GPUs; key, when set, is the PodGroup's required
-// topology level (a node label both schedulers know).
-type peerWorkload struct {
-	name             string
-	gangs, pods, gpu int
-	key              string
-	// within names the unit the benchmark checks each gang landed in (one
-	// NVLink domain of 16 nodes, or one leaf of 128), span its nodes.
-	within string
-	span   int
+// peerTimeout bounds one run of BenchmarkPeer (GPUFABRIC_PEER_TIMEOUT_S,
+// default 240 s): a scheduler that has not bound every pod by then is
+// reported with what it bound, and the timeout as its time.
+func peerTimeout() time.Duration {
+	return time.Duration(envCount("GPUFABRIC_PEER_TIMEOUT_S", 240)) * time.Second
 }
 
 // peerScheduler is one scheduler of the comparison: the process whose
@@ -43,11 +33,20 @@ type peerScheduler struct {
 	process, schedulerName string
 }
 
+// peerSchedulers are the two schedulers BenchmarkPeer compares.
+var peerSchedulers = []peerScheduler{{"gpufabric-scheduler", topology.SchedulerName}, {"kube-scheduler", corev1.DefaultSchedulerName}}
+
+// short is the scheduler's name in metric names: "gpufabric" or "kube".
+func (s peerScheduler) short() string { return strings.SplitN(s.process, "-", 2)[0] }
+
 type peerResult struct {
 	seconds float64 // first create to all bound (or to the timeout)
-	bound   int
-	cpu     time.Duration
-	peakRSS int64
+	// created: first create to the last create returned; lastToBound:
+	// last create returned to all bound (or to the timeout).
+	created, lastToBound float64
+	bound                int
+	cpu                  time.Duration
+	peakRSS              int64
 	// within: gangs whose pods are all bound inside one unit of the
 	// workload (peerWorkload.within).
 	within int
@@ -55,20 +54,122 @@ type peerResult struct {
 
 // BenchmarkPeer is issue 15's side-by-side benchmark (`make bench-peer`):
 // gpufabric-scheduler (the binary, as a process) and kube-scheduler v1.37.1
-// on one real control plane, the same kwok nodes and identical workloads,
+// on one real control plane, the same kwok nodes and identical workloads
+// (peerWorkloads; GPUFABRIC_PEER_WORKLOADS selects some),
 // GPUFABRIC_PEER_RUNS (default 3) runs per -benchtime iteration,
-// interleaved (the order alternates per run). Nodes:
-// GPUFABRIC_PEER_NODES (default 1,000) × 8 GPUs, node-local slices created
-// directly; 16 nodes per rack = NVLink domain, 8 racks per IB leaf; the
-// nodes carry the domain, rack and leaf as labels so that kube-scheduler's
-// topology-aware scheduling gets its best chance. Both schedulers' clients
-// at 200 QPS / 2,000 burst; kube-controller-manager at 200 QPS, so that
-// thousands of nodes clear their not-ready taints in minutes. Per run: wall time from the first create to all pods
-// observed bound, the scheduler's CPU (utime+stime) over that window, and
-// its peak RSS; then the run's namespace is deleted and drained, so every
-// run starts on an empty cluster.
+// interleaved (the order alternates per run). Nodes: see peerCluster.
+//
+// Per run: seconds from the first create to all pods observed bound, from
+// the last create returned to all bound (creates run in parallel, so that
+// creating a big gang does not dominate), the scheduler's CPU
+// (utime+stime) over the run and its peak RSS; then the run's namespace is
+// deleted and drained, so every run starts on an empty cluster. Before each
+// iteration's runs, the API floor of every one-gang shape (peerFloor) on
+// the same apiserver; each one-gang workload reports (last create → all
+// bound) / floor per scheduler.
 func BenchmarkPeer(b *testing.B) {
-	nodes, runs := envCount("GPUFABRIC_PEER_NODES", 1000), envCount("GPUFABRIC_PEER_RUNS", 3)
+	runs := envCount("GPUFABRIC_PEER_RUNS", 3)
+	cp, admin, nodes := peerCluster(b)
+	workloads := selectPeerWorkloads(b, nodes)
+	floorClient := peerSchedulerClient(b, cp)
+	results, floors := map[string][]peerResult{}, map[string][]float64{}
+	b.ResetTimer()
+	for i := range runs * b.N {
+		b.StopTimer()
+		for _, shape := range floorShapes(workloads) {
+			f := peerFloor(b, admin, floorClient, shape, nodes, fmt.Sprintf("peer-floor-%d-%s", i, shape.name))
+			b.Logf("iteration %d, API floor of one %s gang: %.2fs", i, shape.name, f)
+			floors[shape.name] = append(floors[shape.name], f)
+		}
+		for wi, w := range workloads {
+			order := peerSchedulers
+			if i%2 == 1 {
+				order = []peerScheduler{peerSchedulers[1], peerSchedulers[0]}
+			}
+			for _, s := range order {
+				r := peerRun(b, cp, admin, s, w, fmt.Sprintf("peer-%d-%d-%s", i, wi, s.short()))
+				within := ""
+				if w.span > 0 {
+					within = fmt.Sprintf(", %d/%d gangs in one %s", r.within, w.gangs, w.within)
+				}
+				b.Logf("iteration %d, %s, %s: %d/%d bound in %.1fs (created in %.1fs, last create to all bound %.2fs)%s, CPU %.1fs, peak RSS %d MiB",
+					i, w.name, s.process, r.bound, w.gangs*w.pods, r.seconds, r.created, r.lastToBound, within, r.cpu.Seconds(), r.peakRSS>>20)
+				results[w.name+"/"+s.process] = append(results[w.name+"/"+s.process], r)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(0, "ns/op")
+	peerReport(b, workloads, results, floors)
+}
+
+// peerReport reports BenchmarkPeer's metrics, means over the runs:
+// <workload>-<scheduler>-s (first create → all bound), -last-to-bound-s,
+// -create-s, -cpu-s, -rss-MiB (the peak), -within-% (where the workload
+// names a unit), and for one-gang workloads <workload>-api-floor-s and
+// <workload>-<scheduler>-floor-x, the mean last-to-bound over the mean
+// floor of the gang's shape.
+func peerReport(b *testing.B, workloads []peerWorkload, results map[string][]peerResult, floors map[string][]float64) {
+	for _, w := range workloads {
+		floor := mean(floors[floorShapeOf(w).name])
+		if w.gangs == 1 {
+			b.ReportMetric(floor, w.name+"-api-floor-s")
+		}
+		for _, s := range peerSchedulers {
+			var sec, created, last, cpu, within float64
+			var rss int64
+			rs := results[w.name+"/"+s.process]
+			for _, r := range rs {
+				sec, created, last, cpu, rss = sec+r.seconds, created+r.created, last+r.lastToBound, cpu+r.cpu.Seconds(), max(rss, r.peakRSS)
+				within += float64(r.within) / float64(w.gangs)
+			}
+			n := float64(len(rs))
+			prefix := w.name + "-" + s.short()
+			b.ReportMetric(sec/n, prefix+"-s")
+			b.ReportMetric(last/n, prefix+"-last-to-bound-s")
+			b.ReportMetric(created/n, prefix+"-create-s")
+			b.ReportMetric(cpu/n, prefix+"-cpu-s")
+			b.ReportMetric(float64(rss>>20), prefix+"-rss-MiB")
+			if w.span > 0 {
+				b.ReportMetric(100*within/n, prefix+"-within-%")
+			}
+			if w.gangs == 1 && floor > 0 {
+				b.ReportMetric(last/n/floor, prefix+"-floor-x")
+				b.Logf("%s, %s: last create to all bound %.2fs = %.2f× the API floor (%.2fs)", w.name, s.process, last/n, last/n/floor, floor)
+			}
+		}
+	}
+}
+
+func mean(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	return s / float64(len(xs))
+}
+
+// envCount reads a positive count from the environment, or returns def.
+func envCount(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// peerCluster starts the peer benchmarks' control plane with
+// kube-scheduler, creates GPUFABRIC_PEER_NODES (default 1,000) kwok nodes
+// × 8 GPUs (peerNodes) and starts gpufabric-scheduler as a process. The
+// nodes carry the NVLink domain, rack and leaf as labels so that
+// kube-scheduler's topology-aware scheduling gets its best chance. Both
+// schedulers' clients at framework.KubeSchedulerQPS / KubeSchedulerBurst
+// (200 / 2,000); kube-controller-manager at 200 QPS, so that thousands of
+// nodes clear their not-ready taints in minutes.
+func peerCluster(b *testing.B) (*framework.ControlPlane, kubernetes.Interface, int) {
+	nodes := envCount("GPUFABRIC_PEER_NODES", 1000)
 	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true, ControllerManagerQPS: 200})
 	admin := cp.AdminClient(b)
 	benchMust(b, "grant scheduler rules", framework.GrantSchedulerRules(b.Context(), admin, topology.SchedulerName, recordNamespace))
@@ -83,56 +184,18 @@ func BenchmarkPeer(b *testing.B) {
 		"--leader-elect=false", "--commit-record-namespace="+recordNamespace, "--metrics-address=", "--domain-channels=0",
 		"--topology-levels="+benchRackLabel+","+benchLeafLabel,
 		fmt.Sprintf("--kube-api-qps=%d", framework.KubeSchedulerQPS), fmt.Sprintf("--kube-api-burst=%d", framework.KubeSchedulerBurst)))
-
-	scheds := []peerScheduler{{"gpufabric-scheduler", topology.SchedulerName}, {"kube-scheduler", corev1.DefaultSchedulerName}}
-	workloads := []peerWorkload{
-		{name: "100x3x1gpu", gangs: 100, pods: 3, gpu: 1, within: "NVLink domain", span: 16},
-		{name: "64x8gpu-leaf", gangs: 1, pods: 64, gpu: 8, key: benchLeafLabel, within: "leaf", span: 128},
-	}
-	results := map[string][]peerResult{}
-	b.ResetTimer()
-	for i := range runs * b.N {
-		for wi, w := range workloads {
-			order := scheds
-			if i%2 == 1 {
-				order = []peerScheduler{scheds[1], scheds[0]}
-			}
-			for _, s := range order {
-				ns := fmt.Sprintf("peer-%d-%d-%s", i, wi, strings.SplitN(s.process, "-", 2)[0])
-				r := peerRun(b, cp, admin, s, w, ns)
-				b.Logf("iteration %d, %s, %s: %d/%d bound in %.1fs, %d/%d gangs in one %s, CPU %.1fs, peak RSS %d MiB", i, w.name, s.process,
-					r.bound, w.gangs*w.pods, r.seconds, r.within, w.gangs, w.within, r.cpu.Seconds(), r.peakRSS>>20)
-				results[w.name+"/"+s.process] = append(results[w.name+"/"+s.process], r)
-			}
-		}
-	}
-	b.StopTimer()
-	b.ReportMetric(0, "ns/op")
-	for _, w := range workloads {
-		for _, s := range scheds {
-			var sec, cpu, within float64
-			var rss int64
-			rs := results[w.name+"/"+s.process]
-			for _, r := range rs {
-				sec, cpu, rss = sec+r.seconds, cpu+r.cpu.Seconds(), max(rss, r.peakRSS)
-				within += float64(r.within) / float64(w.gangs)
-			}
-			n := float64(len(rs))
-			prefix := w.name + "-" + strings.SplitN(s.process, "-", 2)[0]
-			b.ReportMetric(sec/n, prefix+"-s")
-			b.ReportMetric(cpu/n, prefix+"-cpu-s")
-			b.ReportMetric(float64(rss>>20), prefix+"-rss-MiB")
-			b.ReportMetric(100*within/n, prefix+"-within-%")
-		}
-	}
+	return cp, admin, nodes
 }
 
-// envCount reads a positive count from the environment, or returns def.
-func envCount(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
+// peerSchedulerClient is a client as gpufabric-scheduler's identity, at
+// the schedulers' QPS and burst.
+func peerSchedulerClient(b *testing.B, cp *framework.ControlPlane) kubernetes.Interface {
+	cfg, err := cp.UserConfig(topology.SchedulerName)
+	benchMust(b, "user config", err)
+	cfg.QPS, cfg.Burst = framework.KubeSchedulerQPS, framework.KubeSchedulerBurst
+	c, err := kubernetes.NewForConfig(cfg)
+	benchMust(b, "client", err)
+	return c
 }
 
 // peerNodes creates kwok nodes p-nXXXX with their slices, 16 per rack and
@@ -184,78 +247,37 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	b.StartTimer()
 	start := time.Now()
 	err = forEachParallel(b.Context(), benchWorkers, w.gangs, func(ctx context.Context, g int) error {
-		return createPeerGang(ctx, admin, ns, fmt.Sprintf("g%03d", g), s.schedulerName, w)
+		return createPeerGang(ctx, admin, ns, peerGroupName(g), s.schedulerName, w)
 	})
 	benchMust(b, "create gangs", err)
-	counts := pw.waitUntil(b.Context(), start.Add(peerTimeout), func(c podCounts) bool { return c.bound == total })
+	created := time.Now()
+	deadline := start.Add(peerTimeout())
+	counts := pw.waitUntil(b.Context(), deadline, func(c podCounts) bool { return c.bound == total })
 	b.StopTimer()
 	after, err := cp.ProcessStats(s.process)
 	benchMust(b, "process stats", err)
 	end := counts.allBound
 	if counts.bound < total {
-		end = start.Add(peerTimeout)
+		end = deadline
 	}
+	within := gangsWithin(pw, w)
 	// Each run starts on an empty cluster: spread pods left behind would
 	// make the next run's gangs fit worse, whichever scheduler made them.
+	peerDropNamespace(b, admin, ns)
+	return peerResult{seconds: end.Sub(start).Seconds(), created: created.Sub(start).Seconds(), lastToBound: max(0, end.Sub(created).Seconds()),
+		bound: counts.bound, cpu: after.CPU - before.CPU, peakRSS: after.PeakRSS, within: within}
+}
+
+// peerDropNamespace deletes namespace ns and waits up to 5 minutes until
+// it is gone.
+func peerDropNamespace(b *testing.B, admin kubernetes.Interface, ns string) {
 	benchMust(b, "delete namespace", admin.CoreV1().Namespaces().Delete(b.Context(), ns, metav1.DeleteOptions{}))
-	benchPoll(b, "namespace "+ns+" gone", func(ctx context.Context) error {
-		if _, err := admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("namespace still there: %v", err)
-		}
-		return nil
+	var last error
+	err := wait.PollUntilContextTimeout(b.Context(), 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, last = admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(last), nil
 	})
-	return peerResult{seconds: end.Sub(start).Seconds(), bound: counts.bound, cpu: after.CPU - before.CPU, peakRSS: after.PeakRSS,
-		within: gangsWithin(pw, w)}
-}
-
-// gangsWithin counts the gangs whose pods are all bound to nodes of one
-// unit of w.span nodes (peerNodes numbers them p-nXXXX, 16 per NVLink
-// domain, 128 per leaf).
-func gangsWithin(pw *podWatch, w peerWorkload) int {
-	n := 0
-	for g := range w.gangs {
-		domains := map[int]bool{}
-		for j := range w.pods {
-			p := pw.pod(fmt.Sprintf("g%03d-%02d", g, j))
-			if p == nil || p.Spec.NodeName == "" {
-				domains[-1] = true
-				continue
-			}
-			i, err := strconv.Atoi(strings.TrimPrefix(p.Spec.NodeName, "p-n"))
-			if err != nil {
-				domains[-2] = true
-				continue
-			}
-			domains[i/w.span] = true
-		}
-		if len(domains) == 1 && !domains[-1] && !domains[-2] {
-			n++
-		}
+	if err != nil {
+		b.Fatalf("namespace %s not gone: %v (last: %v)", ns, err, last)
 	}
-	return n
-}
-
-// createPeerGang creates a PodGroup and, per member, its claim and pod.
-func createPeerGang(ctx context.Context, c kubernetes.Interface, ns, group, schedulerName string, w peerWorkload) error {
-	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: group},
-		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(w.pods)}}}}
-	if w.key != "" {
-		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: w.key}}}
-	}
-	if _, err := c.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create podgroup %s: %w", group, err)
-	}
-	for j := range w.pods {
-		claim := fmt.Sprintf("%s-%02d-gpu", group, j)
-		if _, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, gpuClaim(ns, claim, int64(w.gpu)), metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create claim %s: %w", claim, err)
-		}
-		p := memberPod(ns, fmt.Sprintf("%s-%02d", group, j), group, "gpu", claim)
-		p.Spec.SchedulerName = schedulerName
-		if _, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create pod %s: %w", p.Name, err)
-		}
-	}
-	return nil
 }
