@@ -371,4 +371,5 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 func (s *Scheduler) forget(key string) {
 	s.queue.forget(key)
 	s.pending.clear(key)
+	s.notReadyWrites.forget(key)
 }

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,13 +9,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -202,34 +199,4 @@ func (s *Scheduler) lostReason(p *v1.Pod) string {
 func sortedLost(lost []string) []string {
 	slices.Sort(lost)
 	return lost
-}
-
-// ReasonWaitingForMembers is the PodGroupInitiallyScheduled reason of a
-// gang that cannot be tried yet: fewer than minCount members exist (or are
-// ungated), or a claim it needs does not exist yet.
-const ReasonWaitingForMembers = "WaitingForMembers"
-
-// notReady says why a gang cannot be tried yet: the PodGroup condition (and
-// an event when it changes) and PodScheduled on the waiting pods.
-func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
-	a.result = resultNotReady
-	s.pending.set(a.key, reasonNotReady)
-	msg := strings.TrimPrefix(why.Error(), placement.ErrNotReady.Error()+": ")
-	var mc *placement.MissingClaim
-	if errors.As(why, &mc) && mc.Template != "" {
-		_, ns, _ := splitKey(a.key)
-		if _, err := s.templates.ResourceClaimTemplates(ns).Get(mc.Template); apierrors.IsNotFound(err) {
-			msg = fmt.Sprintf("%s: claim %s uses resource claim template %s, which does not exist in namespace %s: create it", mc.Owner, mc.Claim, mc.Template, ns)
-		}
-	}
-	if a.pg == nil {
-		return s.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
-	}
-	s.markUnschedulable(ctx, a, "waiting: "+msg)
-	old := meta.FindStatusCondition(a.pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
-	if old != nil && (old.Status == metav1.ConditionTrue || old.Reason == ReasonWaitingForMembers && old.Message == msg) {
-		return nil
-	}
-	s.event(a.pg, v1.EventTypeNormal, ReasonWaitingForMembers, "Scheduling", msg)
-	return s.setCondition(ctx, a.pg, metav1.ConditionFalse, ReasonWaitingForMembers, msg)
 }

@@ -60,6 +60,8 @@ type Scheduler struct {
 	// key went to it (the pipeline marks the key done).
 	pipe      *commitPipeline
 	handedOff bool
+	// notReadyWrites throttles the status writes of gangs not ready yet.
+	notReadyWrites writeTimes
 }
 
 // New validates cfg and creates a Scheduler.

@@ -1,0 +1,100 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+)
+
+// ReasonWaitingForMembers is the PodGroupInitiallyScheduled reason of a
+// gang that cannot be tried yet: fewer than minCount members exist (or are
+// ungated), or a claim it needs does not exist yet.
+const ReasonWaitingForMembers = "WaitingForMembers"
+
+// notReadyWriteInterval: a gang that is not ready writes its status (the
+// PodGroup condition, an event, its pods' PodScheduled) at most this often.
+// While a big gang's members are being created every new member makes an
+// attempt; writing each time would cost writes in proportion to the
+// members squared and take the API rate the gang's commit needs once it is
+// complete.
+const notReadyWriteInterval = time.Second
+
+// writeTimes remembers when each gang last wrote its not-ready status.
+// Safe for concurrent use.
+type writeTimes struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// due reports whether key may write now and, if so, records now; else it
+// returns how long until it may.
+func (w *writeTimes) due(key string, now time.Time) (bool, time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == nil {
+		w.last = map[string]time.Time{}
+	}
+	if t, ok := w.last[key]; ok && now.Sub(t) < notReadyWriteInterval {
+		return false, notReadyWriteInterval - now.Sub(t)
+	}
+	w.last[key] = now
+	return true, 0
+}
+
+func (w *writeTimes) forget(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.last, key)
+}
+
+// notReady says why a gang cannot be tried yet: the PodGroup condition (and
+// an event when it changes) and PodScheduled on the waiting pods. A
+// PodGroup's pods carry a message that does not change while the gang
+// waits (the condition says what is missing), so each is written once; and
+// the writes happen at most every notReadyWriteInterval per gang, the
+// skipped ones at the interval's end (the gang is tried again then).
+func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
+	a.result = resultNotReady
+	s.pending.set(a.key, reasonNotReady)
+	msg := strings.TrimPrefix(why.Error(), placement.ErrNotReady.Error()+": ")
+	var mc *placement.MissingClaim
+	if errors.As(why, &mc) && mc.Template != "" {
+		_, ns, _ := splitKey(a.key)
+		if _, err := s.templates.ResourceClaimTemplates(ns).Get(mc.Template); apierrors.IsNotFound(err) {
+			msg = fmt.Sprintf("%s: claim %s uses resource claim template %s, which does not exist in namespace %s: create it", mc.Owner, mc.Claim, mc.Template, ns)
+		}
+	}
+	if a.pg == nil {
+		return s.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
+	}
+	old := meta.FindStatusCondition(a.pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
+	if old != nil && (old.Status == metav1.ConditionTrue || old.Reason == ReasonWaitingForMembers && old.Message == msg) {
+		s.markUnschedulable(ctx, a, waitingPodMessage(a.pg))
+		return nil
+	}
+	if ok, after := s.notReadyWrites.due(a.key, time.Now()); !ok {
+		s.queue.retryAfter(a.key, after)
+		return nil
+	}
+	s.markUnschedulable(ctx, a, waitingPodMessage(a.pg))
+	s.event(a.pg, v1.EventTypeNormal, ReasonWaitingForMembers, "Scheduling", msg)
+	return s.setCondition(ctx, a.pg, metav1.ConditionFalse, ReasonWaitingForMembers, msg)
+}
+
+// waitingPodMessage is the PodScheduled message of a waiting member: the
+// same while the gang waits, so a member is written once.
+func waitingPodMessage(pg *schedulingv1beta1.PodGroup) string {
+	return fmt.Sprintf("waiting for the gang's members or claims: PodGroup %s/%s's condition %s says what is missing",
+		pg.Namespace, pg.Name, schedulingv1beta1.PodGroupInitiallyScheduled)
+}
