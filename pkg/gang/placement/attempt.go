@@ -105,6 +105,7 @@ func (p *placer) packOrder(ctx context.Context, d *topology.Domain) ([]*nodeStat
 // allocations' node selectors. Anchors whose node matches the selectors of
 // an anchor that already failed are skipped.
 func (p *placer) verify(ctx context.Context, d *topology.Domain, need int) (*attempt, error) {
+	p.budget = newSearchBudget(len(p.per), p.searchLeft)
 	nodes, err := p.packOrder(ctx, d)
 	if err != nil || len(p.sharedClaims) == 0 {
 		if err != nil {
@@ -217,13 +218,7 @@ func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*n
 		return nil, err
 	}
 	if att == nil {
-		// Greedy first choices can dead-end where later alternatives fit
-		// (firstalt.go); rail refills are not tried on such a placement.
-		att, err = p.fillAlternatives(ctx, d, nodes, shared, need)
-		if att != nil {
-			att.score.RailSets = len(p.railSets(att))
-		}
-		return att, err
+		return p.fillHarder(ctx, d, nodes, shared, need)
 	}
 	att.score.RailSets = len(p.railSets(att))
 	if !p.g.RailAlignmentRequired || att.score.RailSets <= 1 {
@@ -243,6 +238,25 @@ func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*n
 	}
 	p.refuse(CheckRailAlignment, d.ID)
 	return nil, nil
+}
+
+// fillHarder runs when the greedy fill failed: greedy first choices can
+// dead-end where later alternatives fit (firstalt.go; rail refills are not
+// tried on such a placement), and greedy member placement where another
+// assignment fits (search.go).
+func (p *placer) fillHarder(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
+	att, err := p.fillAlternatives(ctx, d, nodes, shared, need)
+	if err != nil {
+		return nil, err
+	}
+	if att != nil {
+		att.score.RailSets = len(p.railSets(att))
+		return att, nil
+	}
+	if !p.searchable {
+		return nil, nil
+	}
+	return p.searchAligned(ctx, d, nodes, shared, need)
 }
 
 // fill places the members in order. Each member goes to the first node (in

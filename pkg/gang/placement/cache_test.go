@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -57,6 +58,9 @@ func newCacheWorld(t *testing.T, seed uint64) *cacheWorld {
 	if built, err = placementtest.Build(sc); err != nil {
 		t.Fatal(err)
 	}
+	// A loaded machine must not turn an Allocate timeout into a different
+	// decision between the cached and the fresh snapshot.
+	built.Config.AllocateTimeout = time.Minute
 	w := &cacheWorld{t: t, r: r, cfg: built.Config, cache: placement.NewCache(built.Config), nodes: built.Input.Nodes, slices: built.Input.ResourceSlices}
 	feedCache(w.cache, built.Input)
 	return w

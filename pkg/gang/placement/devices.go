@@ -19,6 +19,7 @@ type nodeDevices struct {
 	ids   []structured.DeviceID // sorted by pool, then device
 	drv   map[structured.DeviceID]string
 	match map[string][]structured.DeviceID // class → matching devices
+	sig   map[structured.DeviceID]string   // content signatures (searchmemo.go)
 }
 
 func (s *Snapshot) devicesOf(ns *nodeState) *nodeDevices {

@@ -4,8 +4,11 @@
 // Files: snapshot.go (Snapshot, SnapshotInput, Config), devices.go (per-node
 // device index, class counts, Allocate wrapper), nodes.go (cheap per-node
 // checks), gang.go (Gang and its builders), levels.go (candidate levels and
-// the per-level domain index), place.go and attempt.go (the search),
-// result.go (Decision, Unschedulable), assume.go (Snapshot.Assume).
+// the per-level domain index), place.go and attempt.go (domains, the
+// greedy fill), firstalt.go (firstAvailable floors), search.go,
+// searchbound.go and searchmemo.go (the search over member → node
+// assignments where the greedy fill dead-ends), result.go (Decision,
+// Unschedulable), assume.go (Snapshot.Assume).
 //
 // Rules:
 //   - Place never calls the structured allocator with more than one node's
@@ -16,7 +19,8 @@
 //     every chosen node is then verified with the allocator, counting the
 //     gang's own in-flight allocations.
 //   - The same Snapshot and Gang always give the same result: every list is
-//     sorted and no decision depends on map order.
+//     sorted, no decision depends on map order, and the searches' budgets
+//     are counts, not clocks (Config.AllocateTimeout aside).
 //   - A Snapshot is not safe for concurrent use.
 //
 // See docs/design/placement.md.

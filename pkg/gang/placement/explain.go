@@ -286,12 +286,18 @@ func (p *placer) whyVerify(_ context.Context, _ *topology.Level, e *domEntry, r 
 	case p.refused[CheckRailAlignment][e.dom.ID]:
 		r.Why = "no placement keeps every member on one set of IB rails"
 		r.Action = fmt.Sprintf("set %s: %s, or wait for aligned GPUs", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
+	case p.refused[CheckSearchBudget][e.dom.ID]:
+		r.Why = "the search over the members' nodes ran out of its budget of allocator calls"
+		r.Action = "give the members fewer distinct shapes, or retry when the cluster changes"
 	case p.refusedIn(CheckPodAntiAffinity, e.dom):
 		r.Why = fmt.Sprintf("required pod anti-affinity leaves too few nodes (refused on %d nodes)", p.countRefusedIn(CheckPodAntiAffinity, e.dom))
 		r.Action = "relax the pods' anti-affinity, or wait for the conflicting pods to finish"
 	case p.refusedIn(CheckAllocator, e.dom):
 		r.Why = fmt.Sprintf("the allocator refused the claims on %d nodes (their selectors or constraints)", p.countRefusedIn(CheckAllocator, e.dom))
 		r.Action = "check the claims' selectors and matchAttribute constraints"
+	case p.refused[CheckSearch][e.dom.ID]:
+		r.Why = "no assignment of the members to its nodes fits every member's devices and resources"
+		r.Action = "wait for devices to free up, or use a wider topology key"
 	default:
 		return false, nil
 	}

@@ -123,6 +123,12 @@ type placer struct {
 	pin *topology.Domain
 	// warnings about the gang's spec, for the Decision or Unschedulable.
 	warnings []string
+	// searchable: the greedy fill may dead-end (needsSearch); budget is
+	// what the current domain's searches may still spend (search.go).
+	searchable bool
+	budget     searchBudget
+	searchLeft int // allocator calls all of this Place's searches may still make
+	memo       *searchMemo
 }
 
 // staticCache holds staticFail's answers for one shape, by node index.
@@ -147,6 +153,8 @@ func (s *Snapshot) newPlacer(ctx context.Context, g *Gang) (*placer, error) {
 		}
 	}
 	p.class, p.need = primaryClass(per)
+	p.searchable = needsSearch(distinct) && !s.greedyOnly
+	p.searchLeft = searchCallsPerPlace + 2*len(per)
 	p.perPod = p.need
 	for _, sh := range per {
 		p.perPod = min(p.perPod, sh.need[p.class])

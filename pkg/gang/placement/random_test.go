@@ -79,25 +79,11 @@ func randomCase(r *rand.Rand, maxNodes int, alternatives bool) (placementtest.Sc
 // bruteForce enumerates every way to put the gang's identical pods on the
 // nodes of each possible domain and reports whether one fits.
 func bruteForce(g placementtest.GangSpec, nodes []bfNode) bool {
-	group := func(n bfNode) string {
-		switch {
-		case g.FabricClaim || g.TopologyKey == topology.TopologyKeyNVLinkDomain:
-			return n.domain // a fabric-domain claim pins to one NVLink domain
-		case g.TopologyKey == "rack":
-			return n.rack
-		default:
-			return "cluster"
-		}
-	}
 	groups := map[string][]bfNode{}
 	for _, n := range nodes {
-		if n.tainted && g.Tolerations == nil {
-			continue
+		if group, ok := groupOf(g, n); ok {
+			groups[group] = append(groups[group], n)
 		}
-		if g.FabricClaim && n.channels == 0 {
-			continue
-		}
-		groups[group(n)] = append(groups[group(n)], n)
 	}
 	cpu := 1000 * int64(g.CPU[0]-'0')
 	sizes := []int{int(g.GPUsPerPod)}
@@ -110,6 +96,22 @@ func bruteForce(g placementtest.GangSpec, nodes []bfNode) bool {
 		}
 	}
 	return false
+}
+
+// groupOf returns the domain of the gang's level that holds the node, and
+// whether the gang may use the node at all (taints, fabric channels).
+func groupOf(g placementtest.GangSpec, n bfNode) (string, bool) {
+	if (n.tainted && g.Tolerations == nil) || (g.FabricClaim && n.channels == 0) {
+		return "", false
+	}
+	switch {
+	case g.FabricClaim || g.TopologyKey == topology.TopologyKeyNVLinkDomain:
+		return n.domain, true // a fabric-domain claim pins to one NVLink domain
+	case g.TopologyKey == "rack":
+		return n.rack, true
+	default:
+		return "cluster", true
+	}
 }
 
 // assignSizes tries every split of the pods on the first node among the

@@ -62,6 +62,13 @@ type Stats struct {
 	AllocateCalls   int
 	MaxAllocate     time.Duration
 	DomainsVerified int
+	// Searches counts the searches run where the greedy fill failed
+	// (search.go); SearchCalls their Allocate calls (included in
+	// AllocateCalls); SearchCutoffs the searches stopped by the budget,
+	// whose domain was refused without a full answer.
+	Searches      int
+	SearchCalls   int
+	SearchCutoffs int
 }
 
 func (st *Stats) record(d time.Duration) {

@@ -112,6 +112,9 @@ type Snapshot struct {
 	// re-reads them from the cache.
 	touched       map[string]bool
 	globalTouched bool
+	// greedyOnly turns the search (search.go) off, for tests that measure
+	// what it adds (GreedyOnly in export_test.go).
+	greedyOnly bool
 }
 
 type poolID struct{ driver, pool string }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -53,6 +54,8 @@ type GPU struct {
 	Rail int64
 	// Taint, when set, is a NoSchedule device taint with this key.
 	Taint string
+	// NUMA, when set, is published as resource.kubernetes.io/numaNode.
+	NUMA *int64
 }
 
 // GPUSlice returns the node-local slice of a node (pool = node name) with
@@ -68,6 +71,9 @@ func GPUSlice(node string, gpus []GPU) *resourceapi.ResourceSlice {
 		}
 		if g.Rail >= 0 {
 			attrs[topology.AttrIBRail] = resourceapi.DeviceAttribute{IntValue: ptrTo(g.Rail)}
+		}
+		if g.NUMA != nil {
+			attrs[deviceattribute.StandardDeviceAttributeNUMANode] = resourceapi.DeviceAttribute{IntValue: ptrTo(*g.NUMA)}
 		}
 		devs[i] = resourceapi.Device{
 			Name:       topology.GPUDeviceName(i),
@@ -158,6 +164,14 @@ func FirstAvailableClaim(name string, counts ...int64) *resourceapi.ResourceClai
 			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: n,
 		})
 	}
+	return c
+}
+
+// SameNUMAGPUClaim is GPUClaim with a matchAttribute constraint on the
+// standard numaNode attribute: all count GPUs on one NUMA node.
+func SameNUMAGPUClaim(name string, count int64) *resourceapi.ResourceClaim {
+	c := GPUClaim(name, count)
+	c.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{MatchAttribute: ptrTo(resourceapi.FullyQualifiedName(deviceattribute.StandardDeviceAttributeNUMANode))}}
 	return c
 }
 

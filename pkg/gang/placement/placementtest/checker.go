@@ -3,9 +3,12 @@ package placementtest
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -23,12 +26,20 @@ type Checker struct {
 	used     map[string]string // driver/pool/device → user
 	cpu, mem map[string]int64
 	pods     map[string]int64
+	// attrs: every published device's attributes, by driver/pool/device.
+	attrs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 }
 
 // NewChecker starts from the input's nodes, bound pods and allocations.
 func NewChecker(in placement.SnapshotInput) *Checker {
 	c := &Checker{nodes: map[string]*v1.Node{}, domain: map[string]string{}, used: map[string]string{},
-		cpu: map[string]int64{}, mem: map[string]int64{}, pods: map[string]int64{}}
+		cpu: map[string]int64{}, mem: map[string]int64{}, pods: map[string]int64{},
+		attrs: map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}}
+	for _, sl := range in.ResourceSlices {
+		for _, d := range sl.Spec.Devices {
+			c.attrs[sl.Spec.Driver+"/"+sl.Spec.Pool.Name+"/"+d.Name] = d.Attributes
+		}
+	}
 	for _, n := range in.Nodes {
 		c.nodes[n.Name] = n
 	}
@@ -62,7 +73,7 @@ func (c *Checker) addPod(p *v1.Pod, node string) {
 // the node's cpu, memory and pods, all in one domain of the decision's
 // level, every claim allocated with its count of devices that nobody else
 // uses, per-pod devices on the pod's own node, every node selector of the
-// pod's claims matched.
+// pod's claims matched, every matchAttribute constraint met.
 //
 // A decision may place fewer members than the gang has, never fewer than
 // MinCount, each member at most once; with BoundNodes, the members go to
@@ -164,6 +175,9 @@ func (c *Checker) checkClaim(g *placement.Gang, d *placement.Decision, ca placem
 	if got := int64(len(ca.Allocation.Devices.Results)); got != want {
 		return fmt.Errorf("claim %s: %d devices, want %d", ca.Name, got, want)
 	}
+	if err := c.checkConstraints(g, ca); err != nil {
+		return err
+	}
 	var sel *nodeaffinity.NodeSelector
 	if ns := ca.Allocation.NodeSelector; ns != nil {
 		var err error
@@ -205,4 +219,47 @@ func requestCount(cl *resourceapi.ResourceClaim, a *resourceapi.AllocationResult
 		}
 	}
 	return -1
+}
+
+// checkConstraints checks the matchAttribute constraints of a claim: the
+// devices of the requests they name (all when none) carry the attribute
+// with one value.
+func (c *Checker) checkConstraints(g *placement.Gang, ca placement.ClaimAllocation) error {
+	var claim *resourceapi.ResourceClaim
+	for _, m := range g.Members {
+		for _, cl := range m.Claims {
+			if cl.Name == ca.Name {
+				claim = cl
+			}
+		}
+	}
+	if claim == nil {
+		return nil
+	}
+	for _, con := range claim.Spec.Devices.Constraints {
+		if con.MatchAttribute == nil {
+			continue
+		}
+		var first *resourceapi.DeviceAttribute
+		for _, r := range ca.Allocation.Devices.Results {
+			req, _, _ := strings.Cut(r.Request, "/")
+			if len(con.Requests) > 0 && !slices.Contains(con.Requests, req) {
+				continue
+			}
+			attrs := c.attrs[r.Driver+"/"+r.Pool+"/"+r.Device]
+			v, ok := attrs[resourceapi.QualifiedName(*con.MatchAttribute)]
+			if short, own := strings.CutPrefix(string(*con.MatchAttribute), r.Driver+"/"); !ok && own {
+				v, ok = attrs[resourceapi.QualifiedName(short)]
+			}
+			switch {
+			case !ok:
+				return fmt.Errorf("claim %s: device %s has no attribute %s", ca.Name, r.Device, *con.MatchAttribute)
+			case first == nil:
+				first = &v
+			case !equality.Semantic.DeepEqual(*first, v):
+				return fmt.Errorf("claim %s: devices differ in %s", ca.Name, *con.MatchAttribute)
+			}
+		}
+	}
+	return nil
 }

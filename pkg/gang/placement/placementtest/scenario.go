@@ -43,6 +43,10 @@ type DomainSpec struct {
 	NodeLabels map[int]map[string]string `json:"nodeLabels,omitempty"`
 	// NodeRails overrides Rails for single nodes, by index.
 	NodeRails map[int][]int64 `json:"nodeRails,omitempty"`
+	// NUMA is the NUMA node of each GPU, by index (the standard
+	// resource.kubernetes.io/numaNode attribute); GPUs beyond its length
+	// publish none.
+	NUMA []int64 `json:"numa,omitempty"`
 	// DeviceTaint is the key of a NoSchedule device taint on the GPUs of
 	// the nodes in TaintedNodes (by index), as the plugin publishes for
 	// NVLink-degraded trays.
@@ -86,6 +90,58 @@ type GangSpec struct {
 	// FirstAvailable, when set, replaces GPUsPerPod: each member's GPU
 	// claim asks for these counts as prioritized alternatives.
 	FirstAvailable []int64 `json:"firstAvailable,omitempty"`
+	// PodGPUs, when set, makes a heterogeneous gang: pod i gets a claim
+	// for PodGPUs[i].GPUs GPUs (none when 0), all on one NUMA node when
+	// SameNUMA. The gang then has len(PodGPUs) pods; Pods, GPUsPerPod and
+	// FirstAvailable are ignored.
+	PodGPUs []PodGPUSpec `json:"podGPUs,omitempty"`
+}
+
+// PodGPUSpec is one pod's GPU claim in a heterogeneous gang.
+type PodGPUSpec struct {
+	GPUs     int64 `json:"gpus"`
+	SameNUMA bool  `json:"sameNUMA,omitempty"`
+}
+
+// pod is one member of the gang, using the named claims.
+func (gs GangSpec) pod(name string, claims []string) *v1.Pod {
+	p := Pod(name, orDefault(gs.CPU, "1"), orDefault(gs.Memory, "1Gi"), claims...)
+	p.Spec.Tolerations = gs.Tolerations
+	p.Spec.NodeSelector = gs.NodeSelector
+	p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptrTo(gs.Name)}
+	if gs.OnePerNode {
+		p.Labels = map[string]string{"gang": gs.Name}
+		p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gang": gs.Name}},
+			TopologyKey:   v1.LabelHostname,
+		}}}}
+	}
+	return p
+}
+
+// gpuClaim is pod i's GPU claim, or nil when it asks for none.
+func (gs GangSpec) gpuClaim(i int, name string) *resourceapi.ResourceClaim {
+	switch {
+	case len(gs.PodGPUs) > 0 && gs.PodGPUs[i].SameNUMA:
+		return SameNUMAGPUClaim(name, gs.PodGPUs[i].GPUs)
+	case len(gs.PodGPUs) > 0 && gs.PodGPUs[i].GPUs > 0:
+		return GPUClaim(name, gs.PodGPUs[i].GPUs)
+	case len(gs.PodGPUs) > 0:
+		return nil
+	case len(gs.FirstAvailable) > 0:
+		return FirstAvailableClaim(name, gs.FirstAvailable...)
+	case gs.GPUsPerPod > 0:
+		return GPUClaim(name, gs.GPUsPerPod)
+	}
+	return nil
+}
+
+// podCount is how many pods a gang spec has.
+func (gs GangSpec) podCount() int {
+	if len(gs.PodGPUs) > 0 {
+		return len(gs.PodGPUs)
+	}
+	return gs.Pods
 }
 
 // Built is a scenario as API objects.
@@ -165,6 +221,9 @@ func (b *Built) addDomain(d DomainSpec) {
 				rail = rails[g]
 			}
 			gpus[g] = GPU{NVLinkDomain: domain, Kind: kind, Rail: rail}
+			if g < len(d.NUMA) {
+				gpus[g].NUMA = ptrTo(d.NUMA[g])
+			}
 			if slices.Contains(d.TaintedNodes, i) {
 				gpus[g].Taint = d.DeviceTaint
 			}
@@ -192,7 +251,7 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 	pg := &schedulingv1beta1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: gs.Name, UID: uid("podgroup", gs.Name), Annotations: map[string]string{}},
 		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(cmp.Or(gs.MinCount, gs.Pods))},
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(cmp.Or(gs.MinCount, gs.podCount()))},
 		}},
 	}
 	if gs.TopologyKey != "" {
@@ -212,29 +271,14 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 		shared = append(shared, name)
 	}
 	var pods []*v1.Pod
-	for i := range gs.Pods {
+	for i := range gs.podCount() {
 		name := fmt.Sprintf("%s-%02d", gs.Name, i)
 		use := append([]string(nil), shared...)
-		switch {
-		case len(gs.FirstAvailable) > 0:
-			claims[name+"-gpu"] = FirstAvailableClaim(name+"-gpu", gs.FirstAvailable...)
-			use = append(use, name+"-gpu")
-		case gs.GPUsPerPod > 0:
-			claims[name+"-gpu"] = GPUClaim(name+"-gpu", gs.GPUsPerPod)
-			use = append(use, name+"-gpu")
+		if c := gs.gpuClaim(i, name+"-gpu"); c != nil {
+			claims[c.Name] = c
+			use = append(use, c.Name)
 		}
-		p := Pod(name, orDefault(gs.CPU, "1"), orDefault(gs.Memory, "1Gi"), use...)
-		p.Spec.Tolerations = gs.Tolerations
-		p.Spec.NodeSelector = gs.NodeSelector
-		p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptrTo(gs.Name)}
-		if gs.OnePerNode {
-			p.Labels = map[string]string{"gang": gs.Name}
-			p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gang": gs.Name}},
-				TopologyKey:   v1.LabelHostname,
-			}}}}
-		}
-		pods = append(pods, p)
+		pods = append(pods, gs.pod(name, use))
 	}
 	g, err := placement.NewGang(pg, pods, func(ns, name string) (*resourceapi.ResourceClaim, error) {
 		if c := claims[name]; c != nil {

@@ -1,0 +1,359 @@
+package placement
+
+import (
+	"context"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// Search over member → node assignments (issue 13, "no first-fit dead
+// ends"). The greedy fill never revisits a member, so it dead-ends on the
+// shapes of kubernetes#138765 where a placement exists: members asking
+// [3, 3, 5] GPUs on nodes with 5 and 6 free (3 and 3 go to different
+// nodes, then 5 fits nowhere), and a member whose first-fit devices on a
+// node block another member's matchAttribute constraint there. When the
+// greedy fill (and the firstAvailable search) fails in a domain and the
+// gang needs it (needsSearch), search runs a depth-first search:
+//
+//   - members in rank order, each tried on the nodes in pack order, so the
+//     first placement found is the closest to the greedy one; members of
+//     one shape are interchangeable, so each goes to the node of the
+//     previous member of its shape or a later one;
+//   - a node is checked with the cheap checks (counts, resources, required
+//     anti-affinity), then by allocating jointly, in one Allocate call, the
+//     claims of every member already assigned there plus the new member's
+//     (the allocator backtracks across all claims of one call), with the
+//     devices of the members on other nodes and the shared claims' results
+//     in flight (searchjoint.go); the call's results replace those of the
+//     node's members;
+//   - pruning: the main-class devices left must hold the members left
+//     (searchbound.go); shapes that fit alone on no node are known first;
+//     a refused set of shapes is not asked again on a node with the same
+//     free devices, nor a set holding a shape refused alone there
+//     (searchmemo.go, for the whole Place call); an empty node equivalent
+//     to one where the member's subtree already failed is skipped
+//     (equivalent: same free devices, same static checks for every shape,
+//     same allocatable, requests and pods, no cluster-level pool of the
+//     claims' classes reaching it, no anti-affinity in play, and no
+//     shape's cursor between the two);
+//   - with minCount below the gang's size, a member may be left out when
+//     it fits nowhere; once a member of a shape is left out, so are the
+//     later members of that shape (they are interchangeable);
+//   - a budget per domain (verify) of searchCalls allocator calls plus 2
+//     per member, and searchStepsPerCall node tries per call: counts, not
+//     a clock, so results stay deterministic (but for the allocator's own
+//     Config.AllocateTimeout), and searchCallsPerPlace calls over all the
+//     domains of one Place, so that a gang that fits nowhere does not cost
+//     a search in every domain of a big cluster. A search that runs out
+//     counts in Stats.SearchCutoffs and the domain is refused.
+
+// CheckSearch and CheckSearchBudget count domains where the search found
+// no placement: having searched every assignment, or having run out of
+// budget.
+const (
+	CheckSearch       = "no assignment of the members to nodes fits (domains)"
+	CheckSearchBudget = "search budget spent (domains)"
+)
+
+// searchCalls and searchStepsPerCall bound what one domain's searches may
+// cost: allocator calls (plus 2 per member, so that big gangs can be
+// placed at all), and nodes tried for a member per call.
+const (
+	searchCalls         = 2000
+	searchStepsPerCall  = 25
+	searchCallsPerPlace = 4 * searchCalls
+)
+
+// searchBudget is what the current domain's searches may still spend.
+type searchBudget struct{ calls, steps int }
+
+// newSearchBudget is one domain's budget: searchCalls plus 2 per member,
+// at most what the Place has left (left).
+func newSearchBudget(members, left int) searchBudget {
+	calls := min(searchCalls+2*members, max(left, 0))
+	return searchBudget{calls: calls, steps: searchStepsPerCall * calls}
+}
+
+// needsSearch reports whether the greedy fill can dead-end where a
+// placement exists, beyond firstAvailable choices (firstalt.go): the gang
+// is heterogeneous, or a member's claims have several requests or a
+// constraint. Homogeneous gangs of single-request claims skip the search,
+// since for them the greedy fill is exact.
+func needsSearch(distinct []*shape) bool {
+	return len(distinct) > 1 || (len(distinct) == 1 && constrained(distinct[0]))
+}
+
+// search is one depth-first search in one domain.
+type search struct {
+	p        *placer
+	nodes    []*nodeState
+	shared   []resourceapi.AllocationResult
+	claimsOf func(int) []*resourceapi.ResourceClaim
+	classes  []string // of every member's claims
+	// skips is how many more members may be left out; left marks the
+	// shapes a member of which was left out.
+	skips int
+	left  []bool
+	// Per node position: its members in member order, their claims'
+	// results in that order, and what they use.
+	on   [][]int
+	res  [][]resourceapi.AllocationResult
+	used []*usage
+	// where is each member's node position, -1 when not placed.
+	where []int
+	// counts bound the members left by main-class devices
+	// (searchbound.go).
+	counts searchCounts
+	anti   bool
+	// variant names claimsOf for the memo: "" for the members' own
+	// claims, else the rail set they are restricted to.
+	variant string
+	memo    *searchMemo
+	nm      nodeMemo
+	// sharedOnly: the shared claims' devices, as in-flight devices.
+	sharedOnly map[poolID][]structured.DeviceID
+	out        bool // the budget ran out
+}
+
+// search returns a placement of at least need members in the domain's
+// nodes, or nil.
+func (p *placer) search(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult,
+	variant string, claimsOf func(int) []*resourceapi.ResourceClaim, need int) (*attempt, error) {
+	s, err := p.newSearch(ctx, nodes, shared, claimsOf, need)
+	if err != nil {
+		return nil, err
+	}
+	s.variant = variant
+	p.stats.Searches++
+	ok := false
+	if err = s.lonely(ctx); err == nil {
+		ok, err = s.dfs(ctx, 0)
+	}
+	p.logger.V(5).Info("Searched member placements", "domain", d.ID, "need", need, "nodes", len(nodes), "found", ok, "callsLeft", p.budget.calls, "stepsLeft", p.budget.steps)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok && s.out:
+		p.stats.SearchCutoffs++
+		p.refuse(CheckSearchBudget, d.ID)
+		return nil, nil
+	case !ok:
+		p.refuse(CheckSearch, d.ID)
+		return nil, nil
+	}
+	return s.attempt(d), nil
+}
+
+func (p *placer) newSearch(ctx context.Context, nodes []*nodeState, shared []resourceapi.AllocationResult,
+	claimsOf func(int) []*resourceapi.ResourceClaim, need int) (*search, error) {
+	s := &search{p: p, nodes: nodes, shared: shared, claimsOf: claimsOf, skips: max(0, len(p.per)-need),
+		left: make([]bool, len(p.distinct)), on: make([][]int, len(nodes)), res: make([][]resourceapi.AllocationResult, len(nodes)),
+		used: make([]*usage, len(nodes)), where: make([]int, len(p.per)), anti: len(p.s.antiIndex) > 0, nm: newNodeMemo(len(nodes), shared)}
+	if p.memo == nil {
+		p.memo = newSearchMemo()
+	}
+	s.memo = p.memo
+	var all []*resourceapi.ResourceClaim
+	for mi, sh := range p.per {
+		s.where[mi] = -1
+		s.anti = s.anti || len(sh.anti) > 0
+		all = append(all, sh.claims...)
+	}
+	s.classes = claimClasses(all)
+	counts, err := p.newSearchCounts(ctx, nodes)
+	s.counts = counts
+	return s, err
+}
+
+// dfs places the members from mi on and reports whether it got all it
+// must; on success the state holds the placement.
+func (s *search) dfs(ctx context.Context, mi int) (bool, error) {
+	if mi == len(s.p.per) {
+		return true, nil
+	}
+	if s.out || !s.bound(mi) {
+		return false, nil
+	}
+	id := s.p.ids[mi]
+	if !s.left[id] {
+		cursors := s.cursors(mi)
+		tried := map[int]int{} // equivalence class of an empty node whose subtree failed → its position
+		for pos := cursors[id]; pos < len(s.nodes) && !s.out; pos++ {
+			ok, err := s.try(ctx, mi, pos, cursors, tried)
+			if ok || err != nil {
+				return ok, err
+			}
+		}
+	}
+	return s.leaveOut(ctx, mi)
+}
+
+// leaveOut continues without member mi when a member may still be left
+// out.
+func (s *search) leaveOut(ctx context.Context, mi int) (bool, error) {
+	if s.skips == 0 || s.out {
+		return false, nil
+	}
+	id := s.p.ids[mi]
+	was := s.left[id]
+	s.skips--
+	s.left[id] = true
+	ok, err := s.dfs(ctx, mi+1)
+	if !ok {
+		s.skips++
+		s.left[id] = was
+	}
+	return ok, err
+}
+
+// cursors returns, per distinct shape, the node position of the last
+// member before mi placed of that shape (0 when none): the first position
+// the shape's next member may take.
+func (s *search) cursors(mi int) []int {
+	out := make([]int, len(s.p.distinct))
+	for q := range mi {
+		if pos := s.where[q]; pos >= 0 {
+			out[s.p.ids[q]] = pos
+		}
+	}
+	return out
+}
+
+// between reports whether a shape's cursor lies in (x, y]: then the nodes
+// at x and y differ for that shape's later members.
+func between(cursors []int, x, y int) bool {
+	for _, c := range cursors {
+		if x < c && c <= y {
+			return true
+		}
+	}
+	return false
+}
+
+// try puts member mi on the node at pos and searches on; it undoes the
+// assignment when that fails.
+func (s *search) try(ctx context.Context, mi, pos int, cursors []int, tried map[int]int) (bool, error) {
+	if s.p.budget.steps <= 0 {
+		s.out = true
+		return false, nil
+	}
+	s.p.budget.steps--
+	ns := s.nodes[pos]
+	if c, _, err := s.p.fitOn(ctx, ns, s.p.ids[mi], s.used[pos]); err != nil || c == 0 {
+		return false, err
+	}
+	if s.anti && s.antiFail(mi, pos) {
+		return false, nil
+	}
+	eq := -1
+	if len(s.on[pos]) == 0 && !s.anti {
+		var err error
+		if eq, err = s.eqClass(ctx, pos); err != nil {
+			return false, err
+		}
+		if x, ok := tried[eq]; ok && eq >= 0 && !between(cursors, x, pos) {
+			return false, nil
+		}
+	}
+	prev, ok, err := s.assign(ctx, mi, pos)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		found, err := s.dfs(ctx, mi+1)
+		if found || err != nil {
+			return found, err
+		}
+		s.unassign(mi, pos, prev)
+	}
+	if eq >= 0 && !s.out {
+		tried[eq] = pos
+	}
+	return false, nil
+}
+
+// antiFail reports whether member mi on the node at pos conflicts with a
+// bound pod or a placed member by required anti-affinity.
+func (s *search) antiFail(mi, pos int) bool {
+	ns := s.nodes[pos]
+	if s.p.antiFailExisting(mi, ns) {
+		return true
+	}
+	sh := s.p.per[mi]
+	for q, qp := range s.where {
+		o := s.p.per[q]
+		if qp >= 0 && (len(sh.anti) > 0 || len(o.anti) > 0) && antiConflict(sh.pod, sh.anti, ns.node, o.pod, o.anti, s.nodes[qp].node) {
+			return true
+		}
+	}
+	return false
+}
+
+// assign puts member mi on the node at pos when the allocator finds the
+// claims of all its members there; it returns the node's previous results.
+func (s *search) assign(ctx context.Context, mi, pos int) ([]resourceapi.AllocationResult, bool, error) {
+	members := append(s.on[pos][:len(s.on[pos]):len(s.on[pos])], mi)
+	res, ok, err := s.resultsFor(ctx, pos, members)
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	prev := s.res[pos]
+	s.on[pos], s.res[pos], s.where[mi] = members, res, pos
+	s.addUse(mi, pos, 1)
+	return prev, true, nil
+}
+
+func (s *search) unassign(mi, pos int, prev []resourceapi.AllocationResult) {
+	s.on[pos] = s.on[pos][:len(s.on[pos])-1]
+	s.res[pos], s.where[mi] = prev, -1
+	s.addUse(mi, pos, -1)
+}
+
+func (s *search) addUse(mi, pos, sign int) {
+	sh := s.p.per[mi]
+	u := s.used[pos]
+	if u == nil {
+		u = &usage{res: resList{}, dev: map[string]int{}}
+		s.used[pos] = u
+	}
+	u.res.add(sh.req, int64(sign))
+	u.pods += int64(sign)
+	for c, n := range sh.need {
+		u.dev[c] += sign * n
+	}
+	s.counts.take(pos, sign*s.counts.demand[mi])
+}
+
+// searchAligned runs the search and scores rail alignment. When alignment
+// is required and the placement found is not aligned, it searches again
+// with every member's main-class requests restricted to one rail set at a
+// time (the most used sets of the first placement, at most four), within
+// the same budget; a domain where none works is rejected.
+func (p *placer) searchAligned(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
+	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
+	att, err := p.search(ctx, d, nodes, shared, "", own, need)
+	if att == nil || err != nil {
+		return nil, err
+	}
+	att.score.RailSets = len(p.railSets(att))
+	if !p.g.RailAlignmentRequired || att.score.RailSets <= 1 {
+		return att, nil
+	}
+	for _, rails := range railCandidates(p.railSets(att), 4) {
+		restricted := p.restrictRails(rails)
+		alt, err := p.search(ctx, d, nodes, shared, "rails "+rails, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] }, need)
+		if err != nil {
+			return nil, err
+		}
+		if alt != nil {
+			if alt.score.RailSets = len(p.railSets(alt)); alt.score.RailSets <= 1 {
+				return alt, nil
+			}
+		}
+	}
+	p.refuse(CheckRailAlignment, d.ID)
+	return nil, nil
+}

@@ -1,0 +1,155 @@
+package placement
+
+import (
+	"context"
+	"slices"
+	"sort"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// Checking a node for the search (search.go): the joint Allocate call of
+// the members assigned there, and the attempt the search's state makes.
+
+// resultsFor allocates the members' claims jointly on the node at pos
+// (claims in member order), through the memo; false when refused or the
+// budget is spent.
+func (s *search) resultsFor(ctx context.Context, pos int, members []int) ([]resourceapi.AllocationResult, bool, error) {
+	dev, err := s.devClass(ctx, pos)
+	if err != nil {
+		return nil, false, err
+	}
+	seq, set := keys(s.variant, s.nodes[pos].idx, dev, s.p.ids, members)
+	if res, ok := s.memo.results[seq]; ok && dev >= 0 {
+		return res, true, nil
+	}
+	if dev >= 0 && (s.memo.refused[set] || s.refusedAlone(dev, members)) {
+		return nil, false, nil
+	}
+	res, why, err := s.allocate(ctx, pos, dev, members)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case res == nil && why == "":
+		return nil, true, nil // no claims
+	case res == nil:
+		// Only a refusal is remembered: a timed-out call or a spent budget
+		// says nothing about other nodes of the class.
+		if dev >= 0 && why == CheckAllocator {
+			s.memo.refused[set] = true
+		}
+		return nil, false, nil
+	}
+	if dev >= 0 {
+		s.memo.results[seq] = res
+	}
+	return res, true, nil
+}
+
+// allocate runs one Allocate call for the members' claims on the node at
+// pos and returns the results in member order; nil and "" when they have
+// no claims, nil and the failed check when refused or out of budget. The
+// call lists the claims of members with constraints first, then those
+// asking more main-class devices (stable): the allocator backtracks less
+// when the hard claims choose first.
+func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]resourceapi.AllocationResult, string, error) {
+	order := slices.Clone(members)
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := s.p.per[order[i]], s.p.per[order[j]]
+		if ca, cb := constrained(a), constrained(b); ca != cb {
+			return ca
+		}
+		return s.counts.demand[order[i]] > s.counts.demand[order[j]]
+	})
+	var claims []*resourceapi.ResourceClaim
+	for _, m := range order {
+		claims = append(claims, s.claimsOf(m)...)
+	}
+	if len(claims) == 0 {
+		return nil, "", nil
+	}
+	if s.p.budget.calls <= 0 {
+		s.out = true
+		return nil, CheckSearchBudget, nil
+	}
+	s.p.budget.calls--
+	s.p.searchLeft--
+	s.p.stats.SearchCalls++
+	res, why, err := s.p.s.allocate(ctx, s.nodes[pos], claims, s.classes, s.inflight(pos, dev), &s.p.stats)
+	if res == nil || err != nil {
+		return nil, why, err
+	}
+	byMember := map[int][]resourceapi.AllocationResult{}
+	for _, m := range order {
+		n := len(s.claimsOf(m))
+		byMember[m], res = res[:n], res[n:]
+	}
+	out := make([]resourceapi.AllocationResult, 0, len(claims))
+	for _, m := range members {
+		out = append(out, byMember[m]...)
+	}
+	return out, "", nil
+}
+
+// constrained reports whether a member's claims have a constraint or
+// several requests.
+func constrained(sh *shape) bool {
+	requests := 0
+	for _, c := range sh.claims {
+		if len(c.Spec.Devices.Constraints) > 0 {
+			return true
+		}
+		requests += len(c.Spec.Devices.Requests)
+	}
+	return requests > 1
+}
+
+// inflight is the shared claims' devices and those of the members on the
+// other nodes. A node with a device class (searchmemo.go) sees no pool
+// those members use, so the shared claims' devices do there.
+func (s *search) inflight(pos, dev int) map[poolID][]structured.DeviceID {
+	if dev >= 0 && s.sharedOnly != nil {
+		return s.sharedOnly
+	}
+	tmp := &attempt{inflight: map[poolID][]structured.DeviceID{}}
+	tmp.addDevices(s.shared)
+	if dev >= 0 {
+		s.sharedOnly = tmp.inflight
+		return s.sharedOnly
+	}
+	for q, r := range s.res {
+		if q != pos {
+			tmp.addDevices(r)
+		}
+	}
+	return tmp.inflight
+}
+
+// attempt turns the search's state into an attempt, members in member
+// order, splitting each node's joint results back per member.
+func (s *search) attempt(d *topology.Domain) *attempt {
+	att := &attempt{dom: d, inflight: map[poolID][]structured.DeviceID{}, used: map[*nodeState]*usage{}, shared: s.shared}
+	att.addDevices(s.shared)
+	for mi, pos := range s.where {
+		if pos < 0 {
+			continue
+		}
+		off := 0
+		for _, q := range s.on[pos] {
+			if q == mi {
+				break
+			}
+			off += len(s.claimsOf(q))
+		}
+		claims := s.claimsOf(mi)
+		var res []resourceapi.AllocationResult
+		if len(claims) > 0 {
+			res = s.res[pos][off : off+len(claims)]
+		}
+		att.place(mi, s.nodes[pos], s.p.per[mi], claims, res)
+	}
+	return att
+}
