@@ -220,13 +220,24 @@ func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*n
 	if att == nil {
 		return p.fillHarder(ctx, d, nodes, shared, need)
 	}
+	return p.alignRails(d, att, func(_ string, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
+		return p.fill(ctx, d, nodes, shared, claimsOf, nil, need)
+	})
+}
+
+// alignRails scores att's rail alignment. When alignment is required and
+// att is not aligned, it calls refill with every member's main-class
+// requests restricted to one rail set at a time (the most used sets of
+// att, at most four; rails names the set) and returns the first aligned
+// result; a domain where none is aligned is rejected.
+func (p *placer) alignRails(d *topology.Domain, att *attempt, refill func(rails string, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error)) (*attempt, error) {
 	att.score.RailSets = len(p.railSets(att))
 	if !p.g.RailAlignmentRequired || att.score.RailSets <= 1 {
 		return att, nil
 	}
 	for _, rails := range railCandidates(p.railSets(att), 4) {
 		restricted := p.restrictRails(rails)
-		alt, err := p.fill(ctx, d, nodes, shared, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] }, nil, need)
+		alt, err := refill(rails, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] })
 		if err != nil {
 			return nil, err
 		}

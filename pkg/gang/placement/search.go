@@ -338,22 +338,7 @@ func (p *placer) searchAligned(ctx context.Context, d *topology.Domain, nodes []
 	if att == nil || err != nil {
 		return nil, err
 	}
-	att.score.RailSets = len(p.railSets(att))
-	if !p.g.RailAlignmentRequired || att.score.RailSets <= 1 {
-		return att, nil
-	}
-	for _, rails := range railCandidates(p.railSets(att), 4) {
-		restricted := p.restrictRails(rails)
-		alt, err := p.search(ctx, d, nodes, shared, "rails "+rails, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] }, need)
-		if err != nil {
-			return nil, err
-		}
-		if alt != nil {
-			if alt.score.RailSets = len(p.railSets(alt)); alt.score.RailSets <= 1 {
-				return alt, nil
-			}
-		}
-	}
-	p.refuse(CheckRailAlignment, d.ID)
-	return nil, nil
+	return p.alignRails(d, att, func(rails string, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
+		return p.search(ctx, d, nodes, shared, "rails "+rails, claimsOf, need) // the memo tells variants apart
+	})
 }
