@@ -74,6 +74,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--max-unschedulable-wait=0s"}, wantErr: "--max-unschedulable-wait must be at least 1s"},
 		{args: []string{"--commits-in-flight=0"}, wantErr: "--commits-in-flight must be 1..256, got 0"},
 		{args: []string{"--commits-in-flight=1"}},
+		{args: []string{"--kube-api-content-type=application/json"}},
+		{args: []string{"--kube-api-content-type=yaml"}, wantErr: `--kube-api-content-type must be application/vnd.kubernetes.protobuf or application/json, got "yaml"`},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		o := bindFlags(fs)
