@@ -31,13 +31,14 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_STARVATION_BOUND":            "10m",
 		"GPUFABRIC_DISABLE_PREEMPTION":          "true",
 		"GPUFABRIC_NOMINATION_TIMEOUT":          "90s",
+		"GPUFABRIC_PACK_ORDER":                  "fullest-nodes",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
 	if o.domainChannels != 3 || o.leaderElect || o.kubeconfig != "/tmp/kc" || o.commitWorkers != 32 || o.commitsInFlight != 3 || o.apiQPS != 50.5 || o.apiBurst != 2000 ||
-		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" {
+		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" {
 		t.Errorf("options %+v", o)
 	}
 	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute}
@@ -75,6 +76,9 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--commits-in-flight=0"}, wantErr: "--commits-in-flight must be 1..256, got 0"},
 		{args: []string{"--commits-in-flight=1"}},
 		{args: []string{"--kube-api-content-type=application/json"}},
+		{args: []string{"--pack-order=fullest-nodes"}},
+		{args: []string{"--pack-order=least-spread"}},
+		{args: []string{"--pack-order=spread"}, wantErr: `--pack-order: pack order "spread" is not one of "least-spread", "fullest-nodes"`},
 		{args: []string{"--kube-api-content-type=yaml"}, wantErr: `--kube-api-content-type must be application/vnd.kubernetes.protobuf or application/json, got "yaml"`},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -41,6 +42,7 @@ type options struct {
 	apiQPS          float64
 	apiBurst        int
 	apiContentType  string
+	packOrder       string
 	preemption      preemptionOptions
 }
 
@@ -75,6 +77,7 @@ var envTwins = map[string]string{
 	"kube-api-qps":                "GPUFABRIC_KUBE_API_QPS",
 	"kube-api-burst":              "GPUFABRIC_KUBE_API_BURST",
 	"kube-api-content-type":       "GPUFABRIC_KUBE_API_CONTENT_TYPE",
+	"pack-order":                  "GPUFABRIC_PACK_ORDER",
 	"disable-preemption":          "GPUFABRIC_DISABLE_PREEMPTION",
 	"nomination-timeout":          "GPUFABRIC_NOMINATION_TIMEOUT",
 	"preemption-budget":           "GPUFABRIC_PREEMPTION_BUDGET",
@@ -102,6 +105,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.Float64Var(&o.apiQPS, "kube-api-qps", 200, "client-side rate limit of API requests per second")
 	fs.StringVar(&o.apiContentType, "kube-api-content-type", runtime.ContentTypeProtobuf, "encoding of requests to the apiserver: "+runtime.ContentTypeProtobuf+" (as kube-scheduler; less CPU to decode watch events) or "+runtime.ContentTypeJSON)
 	fs.IntVar(&o.apiBurst, "kube-api-burst", 2000, "client-side burst of API requests (a 512-pod gang's commit is ~1,540 writes)")
+	fs.StringVar(&o.packOrder, "pack-order", string(placement.PackLeastSpread), "how a gang takes a domain's nodes: "+string(placement.PackLeastSpread)+
+		" (the fewest racks and NVLink domains below it) or "+string(placement.PackFullestNodes)+" (the fullest nodes first: fewer holes, more domains per gang)")
 	p := &o.preemption
 	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
@@ -140,6 +145,9 @@ func (o *options) validate() error {
 	}
 	if o.commitsInFlight < 1 || o.commitsInFlight > 256 {
 		return fmt.Errorf("--commits-in-flight must be 1..256, got %d", o.commitsInFlight)
+	}
+	if _, err := placement.ParsePackOrder(o.packOrder); err != nil {
+		return fmt.Errorf("--pack-order: %w", err)
 	}
 	return nil
 }
@@ -210,6 +218,7 @@ func (o *options) run(ctx context.Context) error {
 		Metrics:           metrics,
 		CommitParallelism: o.commitWorkers,
 		CommitsInFlight:   o.commitsInFlight,
+		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder)},
 
 		DisablePreemption:    o.preemption.disabled,
 		NominationTimeout:    o.preemption.nominationTimeout,

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
 
 // Cluster is one policy's view of the cluster: free GPUs per node (index
@@ -105,7 +107,7 @@ type Syncer interface {
 
 // PolicyNames are the policies NewPolicy knows, in report order.
 func PolicyNames() []string {
-	return []string{PolicyGPUFabric, PolicyGPUFabricNVLink, PolicyGPUFabricReserve, PolicyFirstFit, PolicyTAS, PolicyBestFit}
+	return []string{PolicyGPUFabric, PolicyGPUFabricNVLink, PolicyGPUFabricReserve, PolicyGPUFabricFullest, PolicyFirstFit, PolicyTAS, PolicyBestFit}
 }
 
 // Policy names.
@@ -115,6 +117,9 @@ const (
 	// PolicyGPUFabricReserve is gpufabric with a starvation bound
 	// (PolicyOptions.StarvationBound, default DefaultStarvationBound).
 	PolicyGPUFabricReserve = "gpufabric-reserve"
+	// PolicyGPUFabricFullest is gpufabric with the scheduler's
+	// --pack-order=fullest-nodes (placement.PackFullestNodes).
+	PolicyGPUFabricFullest = "gpufabric-fullest-nodes"
 	PolicyFirstFit         = "pod-first-fit"
 	PolicyTAS              = "kube-tas-mostallocated"
 	PolicyBestFit          = "kueue-tas-bestfit"
@@ -143,6 +148,10 @@ func NewPolicy(name string, f *Fabric, opt PolicyOptions) (Policy, error) {
 	case PolicyGPUFabricNVLink:
 		e := NewEnginePolicy(f)
 		e.RequireNVLink = true
+		return e, nil
+	case PolicyGPUFabricFullest:
+		e := NewEnginePolicy(f)
+		e.cfg.PackOrder = placement.PackFullestNodes
 		return e, nil
 	case PolicyGPUFabricReserve:
 		e := NewEnginePolicy(f)

@@ -62,6 +62,8 @@ func (e *EnginePolicy) Name() string {
 		return PolicyGPUFabricNVLink
 	case e.Starvation > 0:
 		return PolicyGPUFabricReserve
+	case e.cfg.PackOrder == placement.PackFullestNodes:
+		return PolicyGPUFabricFullest
 	}
 	return PolicyGPUFabric
 }

@@ -35,6 +35,12 @@ type Result struct {
 	// RankPairs counts pods r and r+1 of placed gangs (rank = pod index);
 	// RankSameNode and RankSameRack those on one node, in one rack.
 	RankPairs, RankSameNode, RankSameRack int
+	// RacksUsed sums the racks of every placed gang. Big counts the placed
+	// gangs larger than the largest NVLink domain, BigDomains the NVLink
+	// domains they span, BigMinDomains the fewest each could span
+	// (⌈GPUs / largest domain⌉).
+	RacksUsed                      int
+	Big, BigDomains, BigMinDomains int
 	// BusyPct is the time average of GPUs in running gangs, in % of the
 	// cluster, over [0, Horizon].
 	BusyPct float64
@@ -119,6 +125,23 @@ func (r *Result) ranks(nodes []int, rackOf func(int) int) {
 	}
 }
 
+// spread counts the racks a placed gang spans and, for a gang larger than
+// an NVLink domain of maxDomain GPUs, the domains it spans against the
+// fewest possible.
+func (r *Result) spread(g TraceGang, nodes []int, rackOf, domainOf func(int) int, maxDomain int) {
+	racks, domains := map[int]bool{}, map[int]bool{}
+	for _, n := range nodes {
+		racks[rackOf(n)] = true
+		domains[domainOf(n)] = true
+	}
+	r.RacksUsed += len(racks)
+	if g.GPUs() > maxDomain && maxDomain > 0 {
+		r.Big++
+		r.BigDomains += len(domains)
+		r.BigMinDomains += (g.GPUs() + maxDomain - 1) / maxDomain
+	}
+}
+
 func (r *Result) sample(t int64, busy, held int) {
 	if n := len(r.Series); n > 0 && r.Series[n-1].Busy == busy && r.Series[n-1].Held == held {
 		return
@@ -137,6 +160,10 @@ type Summary struct {
 	InDomainPct, FitInDomainPct, RoomInDomainPct float64
 	// RankSameNodePct, RankSameRackPct: of adjacent-rank pairs.
 	RankSameNodePct, RankSameRackPct float64
+	// RacksPerGang is the mean racks of a placed gang; BigDomains and
+	// BigMinDomains the mean NVLink domains of the placed gangs larger
+	// than one, and the fewest they could span (0 without such gangs).
+	RacksPerGang, BigDomains, BigMinDomains float64
 	// AllocAtRefusalPct is the allocation at the first refusal; 100 with
 	// NoRefusal when nothing fitting was ever refused.
 	AllocAtRefusalPct float64
@@ -159,6 +186,7 @@ func (r *Result) Summary() Summary {
 		InDomainPct: pct(r.InDomain, r.Placed), FitInDomainPct: pct(r.FitDomainInDomain, r.FitDomain),
 		RoomInDomainPct: pct(r.RoomInDomain, r.Room), BusyPct: round(r.BusyPct, 1),
 		RankSameNodePct: pct(r.RankSameNode, r.RankPairs), RankSameRackPct: pct(r.RankSameRack, r.RankPairs),
+		RacksPerGang: mean(r.RacksUsed, r.Placed), BigDomains: mean(r.BigDomains, r.Big), BigMinDomains: mean(r.BigMinDomains, r.Big),
 		AllocAtRefusalPct: 100, NoRefusal: r.FirstRefusal == nil,
 		Decisions: len(r.Latencies), SyncSeconds: round(r.SyncTime.Seconds(), 2),
 	}
@@ -186,6 +214,14 @@ func percentile[T int64 | time.Duration](v []T, p float64) T {
 	slices.Sort(s)
 	i := int(math.Ceil(p*float64(len(s)))) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// mean is a / b with two decimals, 0 when b is 0.
+func mean(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return round(float64(a)/float64(b), 2)
 }
 
 func pct(a, b int) float64 {

@@ -100,8 +100,8 @@ func (rep *Report) Markdown(w io.Writer) error {
 	fmt.Fprintf(&b, "Fabric: %s (%d GPUs). Trace: seed %d, %d gangs, load %.2f, mean duration %.0f s, horizon %.1f h. Baseline key: %s (TAS baselines also run at their best key); partial-gang timeout %d s.\n\n",
 		rep.Fabric, rep.TotalGPUs, rep.Trace.Seed, rep.Gangs, rep.Trace.Load, rep.Trace.MeanDuration,
 		float64(rep.Options.Horizon)/3600, rep.Key, rep.Options.Timeout)
-	b.WriteString("| policy | gangs placed | in one NVLink domain: all / fit one / had room | adjacent ranks: same node / rack | GPU alloc at 1st refusal | refusals | busy GPUs | wait mean / p99 (min) | decision p50 / p99 (ms) | decisions |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| policy | gangs placed | in one NVLink domain: all / fit one / had room | adjacent ranks: same node / rack | racks per gang | NVLink domains per gang > 1 domain (fewest) | GPU alloc at 1st refusal | refusals | busy GPUs | wait mean / p99 (min) | decision p50 / p99 (ms) | decisions |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range rep.Summaries() {
 		refusal := fmt.Sprintf("%.1f%%", s.AllocAtRefusalPct)
 		if s.NoRefusal {
@@ -110,8 +110,9 @@ func (rep *Report) Markdown(w io.Writer) error {
 		if s.Teardowns > 0 {
 			refusal += fmt.Sprintf(" (%d teardowns)", s.Teardowns)
 		}
-		fmt.Fprintf(&b, "| %s | %d / %d | %.1f%% / %.1f%% / %.1f%% | %.1f%% / %.1f%% | %s | %d | %.1f%% | %.1f / %.1f | %.3f / %.3f | %d |\n",
-			s.Policy, s.Placed, s.Gangs, s.InDomainPct, s.FitInDomainPct, s.RoomInDomainPct, s.RankSameNodePct, s.RankSameRackPct, refusal, s.Refusals,
+		fmt.Fprintf(&b, "| %s | %d / %d | %.1f%% / %.1f%% / %.1f%% | %.1f%% / %.1f%% | %.2f | %.2f (%.2f) | %s | %d | %.1f%% | %.1f / %.1f | %.3f / %.3f | %d |\n",
+			s.Policy, s.Placed, s.Gangs, s.InDomainPct, s.FitInDomainPct, s.RoomInDomainPct, s.RankSameNodePct, s.RankSameRackPct,
+			s.RacksPerGang, s.BigDomains, s.BigMinDomains, refusal, s.Refusals,
 			s.BusyPct, s.WaitMeanMin, s.WaitP99Min, s.LatP50ms, s.LatP99ms, s.Decisions)
 	}
 	for _, r := range rep.Results {

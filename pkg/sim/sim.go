@@ -288,6 +288,7 @@ func (r *runner) start(gr *gangRun, room bool) {
 	}
 	r.res.placed(gr.g, r.now-gr.g.Arrival, oneDomain, room, gr.g.GPUs() <= r.c.Fabric.MaxNVLinkGPUs)
 	r.res.ranks(gr.nodes, r.c.Fabric.rackOf)
+	r.res.spread(gr.g, gr.nodes, r.c.Fabric.rackOf, func(n int) int { return r.c.Fabric.DomainOf[0][n] }, r.c.Fabric.MaxNVLinkGPUs)
 }
 
 func (r *runner) finish() {

@@ -72,32 +72,44 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-// TestDefaultTraceTargets checks the issue's targets on the default trace
+// TestDefaultTraceTargets checks the issues' targets on the default trace
 // (seed 1, 32 NVL72 domains): gpufabric places in one NVLink domain every
-// gang for which one had room, and allocates at least 97% of the GPUs
-// before refusing a gang that fits in the free GPUs; with the NVLink
-// domain required for gangs that fit one, 100% of those land in one.
+// gang for which one had room; with the NVLink domain required for gangs
+// that fit one, 100% of those land in one. Pack orders (issue 13): with
+// --pack-order=fullest-nodes the engine allocates at least 97% of the GPUs
+// before refusing a gang that fits in the free GPUs; the default least
+// spread puts the gangs larger than one NVLink domain over fewer domains
+// and adjacent ranks in one rack more often, for at most 5 points of that
+// allocation (the trade-off measured in docs/benchmarks.md).
 func TestDefaultTraceTargets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the default trace")
 	}
 	f, tr := generate(t, FabricSpec{Kind: KindNVL72, Size: 32}, 1, 0)
-	rep, err := RunAll(context.Background(), f, tr, []string{PolicyGPUFabric, PolicyGPUFabricNVLink}, PolicyOptions{Key: LabelLeaf}, Options{})
+	rep, err := RunAll(context.Background(), f, tr, []string{PolicyGPUFabric, PolicyGPUFabricNVLink, PolicyGPUFabricFullest}, PolicyOptions{Key: LabelLeaf}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, nvl := rep.Results[0], rep.Results[1]
-	if eng.FirstRefusal == nil {
+	eng, nvl, full := rep.Results[0], rep.Results[1], rep.Results[2]
+	if eng.FirstRefusal == nil || full.FirstRefusal == nil {
 		t.Fatalf("default trace never reaches a refusal")
 	}
 	if eng.RoomInDomain != eng.Room {
 		t.Errorf("gpufabric: %d of %d gangs with room in an NVLink domain placed in one", eng.RoomInDomain, eng.Room)
 	}
-	if a := eng.FirstRefusal.AllocatedPct; a < 97 {
-		t.Errorf("gpufabric: first refusal at %.1f%% allocation, want ≥ 97%%: %+v", a, *eng.FirstRefusal)
-	}
 	if nvl.FitDomainInDomain != nvl.FitDomain {
 		t.Errorf("nvlink required: %d of %d gangs that fit a domain placed in one", nvl.FitDomainInDomain, nvl.FitDomain)
+	}
+	if a := full.FirstRefusal.AllocatedPct; a < 97 {
+		t.Errorf("fullest nodes: first refusal at %.1f%% allocation, want ≥ 97%%: %+v", a, *full.FirstRefusal)
+	}
+	es, fs := eng.Summary(), full.Summary()
+	if es.BigDomains >= fs.BigDomains || es.RankSameRackPct <= fs.RankSameRackPct {
+		t.Errorf("least spread: %.2f NVLink domains per gang larger than one, %.1f%% adjacent ranks in one rack; fullest nodes %.2f, %.1f%%: want fewer domains and more ranks together",
+			es.BigDomains, es.RankSameRackPct, fs.BigDomains, fs.RankSameRackPct)
+	}
+	if a, b := eng.FirstRefusal.AllocatedPct, full.FirstRefusal.AllocatedPct; a < b-5 {
+		t.Errorf("least spread: first refusal at %.1f%% allocation, fullest nodes %.1f%%: want at most 5 points less", a, b)
 	}
 }
 
@@ -223,5 +235,26 @@ func TestRankPairs(t *testing.T) {
 	want := [3]int{5, 2, 2}
 	if got := [3]int{r.RankPairs, r.RankSameNode, r.RankSameRack}; got != want {
 		t.Errorf("pairs, same node, same rack = %v, want %v", got, want)
+	}
+}
+
+// TestSpreadCounts: racks per placed gang, and NVLink domains of gangs
+// larger than one domain against the fewest possible.
+func TestSpreadCounts(t *testing.T) {
+	rack := func(n int) int { return []int{0, 0, 1, 2}[n] }
+	domain := func(n int) int { return []int{0, 0, 1, 2}[n] }
+	var r Result
+	r.Placed = 2
+	// 8 GPUs (4 pods × 2) with 4-GPU domains: spans 3 domains, fewest 2.
+	r.spread(TraceGang{Pods: 4, GPUsPerPod: 2}, []int{0, 1, 2, 3}, rack, domain, 4)
+	// 2 GPUs: not larger than a domain; one rack.
+	r.spread(TraceGang{Pods: 1, GPUsPerPod: 2}, []int{2}, rack, domain, 4)
+	want := [4]int{4, 1, 3, 2}
+	if got := [4]int{r.RacksUsed, r.Big, r.BigDomains, r.BigMinDomains}; got != want {
+		t.Errorf("racks, big gangs, their domains, fewest = %v, want %v", got, want)
+	}
+	s := r.Summary()
+	if s.RacksPerGang != 2 || s.BigDomains != 3 || s.BigMinDomains != 2 {
+		t.Errorf("summary racks/gang %v, big domains %v (fewest %v), want 2, 3 (2)", s.RacksPerGang, s.BigDomains, s.BigMinDomains)
 	}
 }

@@ -20,7 +20,33 @@ const (
 
 	RailAlignmentPreferred = "preferred"
 	RailAlignmentRequired  = "required"
+
+	// AnnotationTopologySpread is TopologySpreadPacked (the default) or
+	// TopologySpreadBalanced: how a gang that spans several domains of the
+	// level below its own is split over them. Both use the fewest such
+	// domains; packed fills each in turn, balanced gives each about the
+	// same number of members.
+	AnnotationTopologySpread = DriverName + "/topology-spread"
+
+	TopologySpreadPacked   = "packed"
+	TopologySpreadBalanced = "balanced"
 )
+
+// ParseTopologySpread validates the value of AnnotationTopologySpread (call
+// it only when the annotation is set). The match is exact and
+// case-sensitive: TopologySpreadPacked gives false, TopologySpreadBalanced
+// true, anything else an error naming the annotation and the allowed
+// values.
+func ParseTopologySpread(v string) (balanced bool, err error) {
+	switch v {
+	case TopologySpreadPacked:
+		return false, nil
+	case TopologySpreadBalanced:
+		return true, nil
+	}
+	return false, fmt.Errorf("annotation %s: value %q is not one of %q, %q",
+		AnnotationTopologySpread, v, TopologySpreadPacked, TopologySpreadBalanced)
+}
 
 // ParseRailAlignment validates the value of AnnotationRailAlignment (call it
 // only when the annotation is set). The match is exact and case-sensitive:

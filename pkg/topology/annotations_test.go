@@ -40,6 +40,36 @@ func TestParseRailAlignment(t *testing.T) {
 	}
 }
 
+func TestParseTopologySpread(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		want    bool
+		wantErr bool
+	}{
+		"packed":         {in: "packed", want: false},
+		"balanced":       {in: "balanced", want: true},
+		"empty":          {in: "", wantErr: true},
+		"capitalized":    {in: "Balanced", wantErr: true},
+		"trailing space": {in: "balanced ", wantErr: true},
+		"other word":     {in: "spread", wantErr: true},
+		"rail value":     {in: "required", wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseTopologySpread(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("ParseTopologySpread(%q) error = %v, want error %t", tc.in, err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("ParseTopologySpread(%q) = %t, want %t", tc.in, got, tc.want)
+			}
+			if err != nil {
+				checkAnnotationError(t, err, AnnotationTopologySpread, tc.in, `"packed"`, `"balanced"`)
+			}
+		})
+	}
+}
+
 func TestParsePreferredTopologyKey(t *testing.T) {
 	tests := map[string]struct {
 		in      string
@@ -110,14 +140,16 @@ func isQualifiedName(s string) bool {
 	return len(name) <= 63 && qualifiedNamePart.MatchString(name)
 }
 
-// FuzzAnnotations checks both PodGroup annotation parsers on any value:
-// no panic; rail alignment accepts exactly the two documented words;
+// FuzzAnnotations checks the PodGroup annotation parsers on any value:
+// no panic; rail alignment and topology spread accept exactly their two
+// documented words;
 // a preferred topology key is accepted exactly when it is a qualified name
 // (checked independently) and is returned unchanged; every error names the
 // annotation and quotes the value.
 func FuzzAnnotations(f *testing.F) {
 	for _, seed := range []string{
 		RailAlignmentPreferred, RailAlignmentRequired, "Required", "",
+		TopologySpreadPacked, TopologySpreadBalanced, "Balanced",
 		TopologyKeyNVLinkDomain, TopologyKeyCluster, "topology.gpufabric.dev/rack",
 		"topology.kubernetes.io/zone", "rack", "a/b/c", "/x", "x/", strings.Repeat("a", 64),
 	} {
@@ -134,6 +166,17 @@ func FuzzAnnotations(f *testing.F) {
 			t.Fatalf("ParseRailAlignment(%q) = %t, %v; want an error", v, required, err)
 		default:
 			checkAnnotationError(t, err, AnnotationRailAlignment, v, `"preferred"`, `"required"`)
+		}
+		balanced, err := ParseTopologySpread(v)
+		switch {
+		case v == TopologySpreadPacked || v == TopologySpreadBalanced:
+			if err != nil || balanced != (v == TopologySpreadBalanced) {
+				t.Fatalf("ParseTopologySpread(%q) = %t, %v", v, balanced, err)
+			}
+		case err == nil || balanced:
+			t.Fatalf("ParseTopologySpread(%q) = %t, %v; want an error", v, balanced, err)
+		default:
+			checkAnnotationError(t, err, AnnotationTopologySpread, v, `"packed"`, `"balanced"`)
 		}
 		key, err := ParsePreferredTopologyKey(v)
 		if want := isQualifiedName(v); (err == nil) != want {

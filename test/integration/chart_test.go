@@ -79,6 +79,7 @@ scheduler:
   metrics: {enabled: false, port: 9000}
   preemption: {enabled: false, nominationTimeout: 90s, starvationBound: 0s}
   commitsInFlight: 2
+  packOrder: fullest-nodes
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ scheduler:
 			name: "default", privileged: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
 			gpuNodeLabel: "gpufabric.dev/gpu-node", lease: schedName,
 			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--leader-elect-identity=$(POD_NAME)",
-				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--commits-in-flight=8", "--metrics-address=:8080",
+				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--commits-in-flight=8", "--pack-order=least-spread", "--metrics-address=:8080",
 				"--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m"},
 		},
 		{
@@ -99,7 +100,7 @@ scheduler:
 			name: "custom", values: []string{custom}, privileged: true, replicas: 1,
 			gpuNodeLabel: "nvidia.com/gpu.present", lease: "x",
 			schedulerArgsWant: []string{"--leader-elect=false", "--commit-record-namespace=$(POD_NAMESPACE)", "--metrics-address=",
-				"--disable-preemption=true", "--nomination-timeout=90s", "--starvation-bound=0s", "--commits-in-flight=2"},
+				"--disable-preemption=true", "--nomination-timeout=90s", "--starvation-bound=0s", "--commits-in-flight=2", "--pack-order=fullest-nodes"},
 		},
 	}
 	for _, p := range profiles {
@@ -382,6 +383,7 @@ func TestChartSchemaRejects(t *testing.T) {
 		{name: "mock without fabric", values: []string{mockValuesFile}, sets: []string{"kubeletPlugin.mock.fabric="}, want: "/kubeletPlugin/mock/fabric"},
 		{name: "bad starvation bound", sets: []string{"scheduler.preemption.starvationBound=30 minutes"}, want: "/scheduler/preemption/starvationBound"},
 		{name: "no commits in flight", sets: []string{"scheduler.commitsInFlight=0"}, want: "/scheduler/commitsInFlight"},
+		{name: "unknown pack order", sets: []string{"scheduler.packOrder=spread"}, want: "/scheduler/packOrder"},
 		{name: "preemption not a switch", sets: []string{"scheduler.preemption.enabled=sometimes"}, want: "/scheduler/preemption/enabled"},
 		{name: "bad resource quantity", sets: []string{"scheduler.resources.limits.memory=lots"}, want: "/scheduler/resources/limits/memory"},
 	}

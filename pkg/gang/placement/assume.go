@@ -13,7 +13,7 @@ import (
 
 // decision turns a winning attempt into a Decision.
 func (p *placer) decision(l *topology.Level, att *attempt) *Decision {
-	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Score: att.score, Stats: p.stats, Warnings: p.warnings}
+	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Spread: p.spreadOf(att), Score: att.score, Stats: p.stats, Warnings: p.warnings}
 	for i, c := range p.sharedClaims {
 		d.Claims = append(d.Claims, ClaimAllocation{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Shared: true, Allocation: att.shared[i]})
 	}

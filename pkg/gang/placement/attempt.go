@@ -59,46 +59,6 @@ func (p *placer) refuse(check string, node string) {
 	p.refused[check][node] = true
 }
 
-// packOrder returns the domain's nodes where some member fits by the cheap
-// checks, fullest first: ascending free devices of the main class, then
-// name.
-func (p *placer) packOrder(ctx context.Context, d *topology.Domain) ([]*nodeState, error) {
-	type cand struct {
-		ns   *nodeState
-		free int
-	}
-	var cands []cand
-	for _, n := range d.Nodes {
-		ns := p.s.byName[n]
-		fits := false
-		for id := range p.distinct {
-			c, _, err := p.fitOn(ctx, ns, id, nil)
-			if err != nil {
-				return nil, err
-			}
-			fits = fits || c > 0
-		}
-		if !fits {
-			continue
-		}
-		free := 0
-		if p.class != "" {
-			f, err := p.s.freeDevices(ctx, ns, p.class)
-			if err != nil {
-				return nil, err
-			}
-			free = f
-		}
-		cands = append(cands, cand{ns, free})
-	}
-	sort.SliceStable(cands, func(i, j int) bool { return cands[i].free < cands[j].free })
-	out := make([]*nodeState, len(cands))
-	for i, c := range cands {
-		out[i] = c.ns
-	}
-	return out, nil
-}
-
 // verify places at least need members (all of them when need is the gang's
 // size) in the domain, or returns nil. Shared claims are allocated first on
 // an anchor node; the members then go only to nodes matching the
@@ -106,12 +66,12 @@ func (p *placer) packOrder(ctx context.Context, d *topology.Domain) ([]*nodeStat
 // an anchor that already failed are skipped.
 func (p *placer) verify(ctx context.Context, d *topology.Domain, need int) (*attempt, error) {
 	p.budget = newSearchBudget(len(p.per), p.searchLeft)
-	nodes, err := p.packOrder(ctx, d)
+	nodes, err := p.packOrder(ctx, d, need)
 	if err != nil || len(p.sharedClaims) == 0 {
 		if err != nil {
 			return nil, err
 		}
-		return p.fillAligned(ctx, d, nodes, nil, need)
+		return p.fillSpread(ctx, d, nodes, nil, need)
 	}
 	var failed [][]*nodeaffinity.NodeSelector
 	refusedViews := map[string]bool{}
@@ -146,7 +106,7 @@ func (p *placer) verify(ctx context.Context, d *topology.Domain, need int) (*att
 				sub = append(sub, n)
 			}
 		}
-		att, err := p.fillAligned(ctx, d, sub, res, need)
+		att, err := p.fillSpread(ctx, d, sub, res, need)
 		if att != nil || err != nil {
 			return att, err
 		}
@@ -256,6 +216,9 @@ func (p *placer) alignRails(d *topology.Domain, att *attempt, refill func(rails 
 // tried on such a placement), and greedy member placement where another
 // assignment fits (search.go).
 func (p *placer) fillHarder(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
+	if p.quota != nil {
+		return nil, nil // a balanced fill that fails falls back to packed (fillSpread)
+	}
 	att, err := p.fillAlternatives(ctx, d, nodes, shared, need)
 	if err != nil {
 		return nil, err
@@ -282,6 +245,7 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 	claimsOf func(int) []*resourceapi.ResourceClaim, variant []int, need int) (*attempt, error) {
 	att := &attempt{dom: d, inflight: map[poolID][]structured.DeviceID{}, used: map[*nodeState]*usage{}, shared: shared}
 	att.addDevices(shared)
+	quota := p.quota.start()
 	cursors := map[[2]int]int{}
 	for mi, sh := range p.per {
 		id := p.ids[mi]
@@ -293,6 +257,9 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 		placed := false
 		for ; cursor < len(nodes) && !placed; cursor++ {
 			ns := nodes[cursor]
+			if !quota.allows(ns) {
+				continue
+			}
 			c, _, err := p.fitOn(ctx, ns, id, att.used[ns])
 			if err != nil {
 				return nil, err
@@ -318,6 +285,7 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 				}
 			}
 			att.place(mi, ns, sh, claims, res)
+			quota.take(ns)
 			placed = true
 			cursor-- // stay on this node for the next member of the shape
 		}

@@ -70,6 +70,11 @@ type Gang struct {
 	// RailAlignmentRequired rejects placements whose members' GPUs are on
 	// different sets of IB rails.
 	RailAlignmentRequired bool
+	// Balanced splits a gang that spans several domains of the level below
+	// its own evenly over the fewest of them (annotation
+	// gpufabric.dev/topology-spread: balanced); otherwise they are filled
+	// in turn.
+	Balanced bool
 	// Members in rank order (compareMembers: workload index labels, then
 	// names with numeric suffixes compared as numbers).
 	Members []Member
@@ -121,6 +126,13 @@ func NewGang(pg *schedulingv1beta1.PodGroup, pods []*v1.Pod, getClaim ClaimGette
 			return nil, fmt.Errorf("podgroup %s/%s: %w: %w", pg.Namespace, pg.Name, err, ErrInvalid)
 		}
 		g.RailAlignmentRequired = required
+	}
+	if v, ok := pg.Annotations[topology.AnnotationTopologySpread]; ok {
+		balanced, err := topology.ParseTopologySpread(v)
+		if err != nil {
+			return nil, fmt.Errorf("podgroup %s/%s: %w: %w", pg.Namespace, pg.Name, err, ErrInvalid)
+		}
+		g.Balanced = balanced
 	}
 	if len(pods) < g.MinCount {
 		return nil, fmt.Errorf("%w: %d of minCount %d members exist", ErrNotReady, len(pods), g.MinCount)

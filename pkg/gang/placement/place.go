@@ -129,6 +129,10 @@ type placer struct {
 	budget     searchBudget
 	searchLeft int // allocator calls all of this Place's searches may still make
 	memo       *searchMemo
+	// balance is a balanced gang's quota in the domain being verified
+	// (packOrder); quota is set while a fill keeps to it (fillSpread).
+	balance *spreadQuota
+	quota   *spreadQuota
 }
 
 // staticCache holds staticFail's answers for one shape, by node index.

@@ -16,6 +16,9 @@ type Decision struct {
 	// TopologyKey and Domain say where the gang landed.
 	TopologyKey string
 	Domain      string
+	// Spread is how the members are split over the domains of every level
+	// below Domain, outermost first (down to the NVLink domain).
+	Spread []LevelSpread
 	// Pods in member order.
 	Pods []PodPlacement
 	// Claims: the shared claims first (gang order), then each member's.

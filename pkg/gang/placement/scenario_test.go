@@ -25,6 +25,7 @@ type outcome struct {
 	Domain        string   `json:"domain,omitempty"`
 	Leftover      *int     `json:"leftoverDevices,omitempty"`
 	RailSets      *int     `json:"railSets,omitempty"`
+	Spread        []string `json:"spread,omitempty"`
 	Pods          []string `json:"pods,omitempty"`
 	Shared        []string `json:"shared,omitempty"`
 	Unschedulable string   `json:"unschedulable,omitempty"`
@@ -35,6 +36,16 @@ func render(d *placement.Decision, u *placement.Unschedulable, gang string) outc
 		return outcome{Gang: gang, Unschedulable: u.Message}
 	}
 	o := outcome{Gang: gang, TopologyKey: d.TopologyKey, Domain: d.Domain, Leftover: &d.Score.LeftoverDevices, RailSets: &d.Score.RailSets}
+	for _, ls := range d.Spread {
+		if len(ls.Domains) < 2 {
+			continue // only the levels the gang spans
+		}
+		parts := make([]string, len(ls.Domains))
+		for i, dp := range ls.Domains {
+			parts[i] = fmt.Sprintf("%s %d", dp.ID, dp.Pods)
+		}
+		o.Spread = append(o.Spread, ls.TopologyKey+": "+strings.Join(parts, ", "))
+	}
 	devices := map[string][]string{}
 	for _, c := range d.Claims {
 		var names []string
@@ -139,5 +150,49 @@ func TestDeterministic(t *testing.T) {
 		if diff := cmp.Diff(first, runScenario(t, sc)); diff != "" {
 			t.Fatalf("second run differs (-first +again):\n%s", diff)
 		}
+	}
+}
+
+// TestPackOrderFullestNodes: with PackFullestNodes the 48-GPU gang of
+// spread.yaml takes the fullest nodes in name order, over three NVLink
+// domains instead of the two that least spread picks; an unknown pack
+// order is refused.
+func TestPackOrderFullestNodes(t *testing.T) {
+	raw, err := os.ReadFile("testdata/scenarios/spread.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc placementtest.Scenario
+	if err := yaml.UnmarshalStrict(raw, &sc); err != nil {
+		t.Fatal(err)
+	}
+	b, err := placementtest.Build(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	spreadOf := func(order placement.PackOrder) []string {
+		cfg := b.Config
+		cfg.PackOrder = order
+		snap, err := placement.NewSnapshot(ctx, cfg, b.Input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, u, err := snap.Place(ctx, b.Gangs[0])
+		if err != nil || d == nil {
+			t.Fatalf("%s: place: %v %+v", order, err, u)
+		}
+		return render(d, nil, "big").Spread
+	}
+	if diff := cmp.Diff([]string{"gpufabric.dev/nvlinkDomain: b 5, c 5, a 2"}, spreadOf(placement.PackFullestNodes)); diff != "" {
+		t.Errorf("fullest nodes: spread (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"gpufabric.dev/nvlinkDomain: c 7, b 5"}, spreadOf(placement.PackLeastSpread)); diff != "" {
+		t.Errorf("least spread: spread (-want +got):\n%s", diff)
+	}
+	cfg := b.Config
+	cfg.PackOrder = "spread"
+	if _, err := placement.NewSnapshot(ctx, cfg, b.Input); err == nil || !strings.Contains(err.Error(), `pack order "spread"`) {
+		t.Errorf("unknown pack order: error %v, want one naming it", err)
 	}
 }

@@ -35,6 +35,9 @@ type Config struct {
 	// MaxSharedAnchors bounds how many nodes of one domain are tried as the
 	// anchor for the gang's shared claims. Default 16.
 	MaxSharedAnchors int
+	// PackOrder is how a domain's nodes are taken (packorder.go). Default
+	// PackLeastSpread.
+	PackOrder PackOrder
 }
 
 // DefaultFeatures are the allocator features of Kubernetes 1.37 with default
@@ -63,6 +66,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSharedAnchors <= 0 {
 		c.MaxSharedAnchors = 16
+	}
+	if c.PackOrder == "" {
+		c.PackOrder = PackLeastSpread
 	}
 	return c
 }
@@ -131,6 +137,9 @@ type clusterSlice struct {
 // modify them while the snapshot is in use.
 func NewSnapshot(ctx context.Context, cfg Config, in SnapshotInput) (*Snapshot, error) {
 	cfg = cfg.withDefaults()
+	if _, err := ParsePackOrder(string(cfg.PackOrder)); err != nil {
+		return nil, err
+	}
 	if cfg.MatchCache != nil {
 		cfg.MatchCache.rotate()
 	}

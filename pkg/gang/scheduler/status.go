@@ -164,14 +164,20 @@ func where(key, domain string) string {
 }
 
 // placedMessage says where a commit placed a gang: "placed 8 pods in <key>
-// <domain>", or with minCount below the gang's size "placed 6 of 8 pods
+// <domain>" (with the split over lower levels when it spans several
+// domains there: "…, over 2 gpufabric.dev/nvlinkDomain domains (a: 5
+// pods, b: 3)"), or with minCount below the gang's size "placed 6 of 8 pods
 // (minCount 5) in …; the others join when there is room".
 func placedMessage(g *placement.Gang, d *placement.Decision) string {
+	at := where(d.TopologyKey, d.Domain)
+	if s := d.SpreadSummary(); s != "" {
+		at += ", " + s
+	}
 	if len(d.Pods) == len(g.Members) {
-		return fmt.Sprintf("placed %d pods in %s", len(d.Pods), where(d.TopologyKey, d.Domain))
+		return fmt.Sprintf("placed %d pods in %s", len(d.Pods), at)
 	}
 	return fmt.Sprintf("placed %d of %d pods (minCount %d) in %s; the others join when there is room there",
-		len(d.Pods), len(g.Members), g.MinCount, where(d.TopologyKey, d.Domain))
+		len(d.Pods), len(g.Members), g.MinCount, at)
 }
 
 // markWaiting sets PodScheduled=False on the members a partial placement

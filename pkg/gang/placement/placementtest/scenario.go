@@ -65,17 +65,19 @@ type LoadSpec struct {
 // GangSpec is a PodGroup of identical pods, each with a claim for
 // GPUsPerPod GPUs, and optionally a shared fabric-domain claim.
 type GangSpec struct {
-	Name                 string            `json:"name"`
-	Pods                 int               `json:"pods"`
-	GPUsPerPod           int64             `json:"gpusPerPod"`
-	CPU                  string            `json:"cpu,omitempty"`
-	Memory               string            `json:"memory,omitempty"`
-	TopologyKey          string            `json:"topologyKey,omitempty"`
-	PreferredTopologyKey string            `json:"preferredTopologyKey,omitempty"`
-	RailAlignment        string            `json:"railAlignment,omitempty"`
-	FabricClaim          bool              `json:"fabricClaim,omitempty"`
-	Tolerations          []v1.Toleration   `json:"tolerations,omitempty"`
-	NodeSelector         map[string]string `json:"nodeSelector,omitempty"`
+	Name                 string `json:"name"`
+	Pods                 int    `json:"pods"`
+	GPUsPerPod           int64  `json:"gpusPerPod"`
+	CPU                  string `json:"cpu,omitempty"`
+	Memory               string `json:"memory,omitempty"`
+	TopologyKey          string `json:"topologyKey,omitempty"`
+	PreferredTopologyKey string `json:"preferredTopologyKey,omitempty"`
+	RailAlignment        string `json:"railAlignment,omitempty"`
+	// TopologySpread is the gpufabric.dev/topology-spread annotation.
+	TopologySpread string            `json:"topologySpread,omitempty"`
+	FabricClaim    bool              `json:"fabricClaim,omitempty"`
+	Tolerations    []v1.Toleration   `json:"tolerations,omitempty"`
+	NodeSelector   map[string]string `json:"nodeSelector,omitempty"`
 	// MinCount is the gang's minCount (default: Pods).
 	MinCount int `json:"minCount,omitempty"`
 	// BoundNodes are nodes where members of the gang already run: the pods
@@ -262,6 +264,9 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 	}
 	if gs.RailAlignment != "" {
 		pg.Annotations[topology.AnnotationRailAlignment] = gs.RailAlignment
+	}
+	if gs.TopologySpread != "" {
+		pg.Annotations[topology.AnnotationTopologySpread] = gs.TopologySpread
 	}
 	var shared []string
 	if gs.FabricClaim {
