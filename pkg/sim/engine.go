@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -51,7 +52,10 @@ type boundGang struct {
 
 // NewEnginePolicy returns the engine on fabric f.
 func NewEnginePolicy(f *Fabric) *EnginePolicy {
-	cfg := placement.Config{MatchCache: placement.NewMatchCache()}
+	// A wall-clock bound on Allocate would make decisions depend on the
+	// machine's load (a call cut off counts as "does not fit"): the
+	// simulator's results must not, so the bound is far above any call.
+	cfg := placement.Config{MatchCache: placement.NewMatchCache(), AllocateTimeout: time.Minute}
 	cfg.Tree.LabelLevels = f.Levels[1:]
 	return &EnginePolicy{fabric: f, cfg: cfg, gangs: map[int]*placement.Gang{}, running: map[int]*boundGang{}}
 }
