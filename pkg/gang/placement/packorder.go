@@ -30,7 +30,8 @@ import (
 //
 // With Gang.Balanced, the groups chosen at the first sublevel get quotas of
 // members as even as their capacity allows; the greedy fill keeps to them
-// and falls back to the packed fill when it cannot (fillSpread).
+// and falls back to the packed fill when it cannot (fillSpread). A partial
+// placement (minCount below the members) is packed: it takes what fits.
 
 // PackOrder says how the engine takes a domain's nodes for a gang.
 type PackOrder string
@@ -94,7 +95,7 @@ func (p *placer) packOrder(ctx context.Context, d *topology.Domain, need int) ([
 	}
 	groups := groupNodes(cands, levels[0])
 	order, chosen := leastSpread(groups, demand)
-	if p.g.Balanced && chosen > 1 {
+	if p.g.Balanced && chosen > 1 && need >= len(p.per) { // a partial placement takes what fits, packed
 		p.balance = balancedQuota(groups, order[:chosen], need)
 	}
 	left := demand
