@@ -36,9 +36,11 @@ func (p *placer) fillAlternatives(ctx context.Context, d *topology.Domain, nodes
 	if most < 2 {
 		return nil, nil
 	}
-	variants := map[[2]int][]*resourceapi.ResourceClaim{} // (distinct shape, floor) -> claims
+	// Members of one shape have claims of their own (own names and UIDs),
+	// so the copies are made per member.
+	variants := map[[2]int][]*resourceapi.ResourceClaim{} // (member, floor) -> claims
 	claimsFor := func(mi, floor int) []*resourceapi.ResourceClaim {
-		k := [2]int{p.ids[mi], floor}
+		k := [2]int{mi, floor}
 		if v, ok := variants[k]; ok {
 			return v
 		}

@@ -111,10 +111,51 @@ func (c *Checker) Check(g *placement.Gang, d *placement.Decision) error {
 	for _, pp := range d.Pods {
 		podNode[pp.Name] = c.nodes[pp.Node]
 	}
+	errs = append(errs, checkOwners(g, d))
 	for _, ca := range d.Claims {
 		errs = append(errs, c.checkClaim(g, d, ca, podNode))
 	}
 	return errors.Join(errs...)
+}
+
+// checkOwners: every unallocated claim of a placed member, and every
+// unallocated shared claim, is allocated exactly once, for its own pod
+// (shared claims for the gang); the decision allocates no other claim.
+func checkOwners(g *placement.Gang, d *placement.Decision) error {
+	want := map[string]string{} // claim → owner ("" for shared claims)
+	placed := map[string]bool{}
+	for _, pp := range d.Pods {
+		placed[pp.Name] = true
+	}
+	for _, m := range g.Members {
+		for _, cl := range m.Claims {
+			if placed[m.Pod.Name] && cl.Status.Allocation == nil {
+				want[cl.Name] = m.Pod.Name
+			}
+		}
+	}
+	for _, cl := range g.SharedClaims {
+		if cl.Status.Allocation == nil {
+			want[cl.Name] = ""
+		}
+	}
+	seen := map[string]bool{}
+	for _, ca := range d.Claims {
+		owner, ok := want[ca.Name]
+		switch {
+		case !ok:
+			return fmt.Errorf("claim %s: not a claim of a placed member or of the gang", ca.Name)
+		case seen[ca.Name]:
+			return fmt.Errorf("claim %s: allocated twice", ca.Name)
+		case ca.Shared != (owner == "") || (!ca.Shared && ca.Pod != owner):
+			return fmt.Errorf("claim %s: allocated for pod %q (shared %v), belongs to %q", ca.Name, ca.Pod, ca.Shared, owner)
+		}
+		seen[ca.Name] = true
+	}
+	if len(seen) != len(want) {
+		return fmt.Errorf("%d claims allocated, want %d", len(seen), len(want))
+	}
+	return nil
 }
 
 func (c *Checker) checkNode(p *v1.Pod, n *v1.Node) error {
