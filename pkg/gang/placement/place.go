@@ -129,6 +129,7 @@ type placer struct {
 	budget     searchBudget
 	searchLeft int // allocator calls all of this Place's searches may still make
 	memo       *searchMemo
+	rails      *railState // rails.go, railfollow.go
 }
 
 // staticCache holds staticFail's answers for one shape, by node index.
