@@ -211,7 +211,7 @@ func (p *placer) fillHarder(ctx context.Context, d *topology.Domain, nodes []*no
 	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
 	att, err := p.fillAlternatives(ctx, d, nodes, shared, need, own)
 	if att != nil || err != nil {
-		return att, func(_ string, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
+		return att, func(_ string, nodes []*nodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
 			return p.fillAlternatives(ctx, d, nodes, shared, need, claimsOf)
 		}, err
 	}

@@ -59,9 +59,10 @@ const (
 	maxRailCandidates = 4096
 )
 
-// railRefill places the gang again with every member's claims given by
-// claimsOf (variant names them for the search's memo).
-type railRefill func(variant string, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error)
+// railRefill places the gang again on the nodes (in pack order) with
+// every member's claims given by claimsOf (variant names them for the
+// search's memo).
+type railRefill func(variant string, nodes []*nodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error)
 
 // fillAligned fills the members (fillHarder when the greedy fill fails)
 // and scores rail alignment; with alignment required and a placement that
@@ -74,7 +75,7 @@ func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*n
 	if err != nil {
 		return nil, err
 	}
-	refill := railRefill(func(variant string, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
+	refill := railRefill(func(variant string, nodes []*nodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
 		alt, err := p.fill(ctx, d, nodes, shared, claimsOf, nil, need)
 		if alt != nil || err != nil || p.s.oldRails {
 			return alt, err
@@ -112,7 +113,7 @@ func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*no
 			return att, nil
 		}
 		if p.s.oldRails {
-			return p.alignRailsOld(ctx, d, sets, refill)
+			return p.alignRailsOld(ctx, d, nodes, sets, refill)
 		}
 	}
 	cands, why, err := p.railCandidates(ctx, nodes, need)
@@ -124,7 +125,7 @@ func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*no
 			p.stats.RailCutoffs++
 			break
 		}
-		alt, err := p.refillRails(ctx, c.rails, refill)
+		alt, err := p.refillRails(ctx, nodes, c.rails, refill)
 		if alt != nil || err != nil {
 			return alt, err
 		}
@@ -144,10 +145,28 @@ func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*no
 	return nil, nil
 }
 
-// refillRails places the gang with every member limited to the rails and
-// returns the placement when every member uses exactly them.
-func (p *placer) refillRails(ctx context.Context, rails []int64, refill railRefill) (*attempt, error) {
+// refillRails places the gang with every member limited to the rails, on
+// the nodes where a member fits by counts (memberFit), and returns the
+// placement when every member uses exactly them.
+func (p *placer) refillRails(ctx context.Context, nodes []*nodeState, rails []int64, refill railRefill) (*attempt, error) {
 	p.stats.RailRefills++
+	var fit []*nodeState
+	for _, ns := range nodes {
+		nr, err := p.freeRailsOf(ctx, ns)
+		if err != nil {
+			return nil, err
+		}
+		for id, sh := range p.distinct {
+			cheap, _, err := p.fitOn(ctx, ns, id, nil)
+			if err != nil {
+				return nil, err
+			}
+			if p.memberFit(nr, sh, rails, cheap) > 0 {
+				fit = append(fit, ns)
+				break
+			}
+		}
+	}
 	claims := make([][]*resourceapi.ResourceClaim, len(p.per))
 	for mi := range p.per {
 		claims[mi] = p.per[mi].claims
@@ -156,7 +175,7 @@ func (p *placer) refillRails(ctx context.Context, rails []int64, refill railRefi
 		}
 	}
 	key := railKey(slices.Clone(rails))
-	alt, err := refill("rails "+key, func(mi int) []*resourceapi.ResourceClaim { return claims[mi] })
+	alt, err := refill("rails "+key, fit, func(mi int) []*resourceapi.ResourceClaim { return claims[mi] })
 	if alt == nil || err != nil {
 		return nil, err
 	}
@@ -360,7 +379,7 @@ func (nr nodeRails) signature(cheap []int) string {
 // kept for comparisons (OldRails in export_test.go): refills with the
 // main-class requests limited to one of the four most used sets of att,
 // without a device on every rail of the set.
-func (p *placer) alignRailsOld(ctx context.Context, d *topology.Domain, sets map[string]int, refill railRefill) (*attempt, error) {
+func (p *placer) alignRailsOld(ctx context.Context, d *topology.Domain, nodes []*nodeState, sets map[string]int, refill railRefill) (*attempt, error) {
 	keys := make([]string, 0, len(sets))
 	for k := range sets {
 		keys = append(keys, k)
@@ -373,7 +392,7 @@ func (p *placer) alignRailsOld(ctx context.Context, d *topology.Domain, sets map
 	})
 	for _, rails := range keys[:min(4, len(keys))] {
 		restricted := p.restrictRailsOld(rails)
-		alt, err := refill("rails "+rails, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] })
+		alt, err := refill("rails "+rails, nodes, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] })
 		if err != nil {
 			return nil, err
 		}

@@ -76,15 +76,15 @@ func TestRailsAgainstOldRule(t *testing.T) {
 	}{
 		{
 			file: "testdata/scenarios/rail-search.yaml",
-			old:  map[string]string{"fifth-set": "refused", "cover": "refused", "second-set": "placed"},
-			now:  map[string]string{"fifth-set": "placed", "cover": "placed", "second-set": "placed"},
+			old:  map[string]string{"fifth-set": "refused", "cover": "refused", "second-set": "placed", "alternatives": "refused"},
+			now:  map[string]string{"fifth-set": "placed", "cover": "placed", "second-set": "placed", "alternatives": "placed"},
 		},
 		{
 			file: "testdata/scenarios/rail-nics.yaml",
 			old: map[string]string{"one-claim": "invalid", "two-claims": "invalid", "fewer-nics": "invalid", "fallback": "placed",
-				"search": "invalid", "required": "invalid"},
+				"search": "invalid", "required": "invalid", "taints": "invalid"},
 			now: map[string]string{"one-claim": "placed", "two-claims": "placed", "fewer-nics": "placed", "fallback": "placed",
-				"search": "placed", "required": "refused"},
+				"search": "placed", "required": "refused", "taints": "placed"},
 		},
 		{
 			file: "testdata/scenarios/rail-refusal.yaml",

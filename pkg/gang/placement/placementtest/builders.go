@@ -64,6 +64,8 @@ type GPU struct {
 type NIC struct {
 	// Rail < 0 means no ibRail attribute.
 	Rail int64
+	// Taint, when set, is a NoSchedule device taint with this key.
+	Taint string
 }
 
 // NICName is the device name of NIC i of a node (ibDevice mlx5_<i>).
@@ -110,7 +112,11 @@ func NodeSlice(node string, gpus []GPU, nics []NIC) *resourceapi.ResourceSlice {
 		if n.Rail >= 0 {
 			attrs[topology.AttrIBRail] = resourceapi.DeviceAttribute{IntValue: ptrTo(n.Rail)}
 		}
-		devs = append(devs, resourceapi.Device{Name: NICName(i), Attributes: attrs})
+		dev := resourceapi.Device{Name: NICName(i), Attributes: attrs}
+		if n.Taint != "" {
+			dev.Taints = []resourceapi.DeviceTaint{{Key: n.Taint, Value: "true", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		}
+		devs = append(devs, dev)
 	}
 	return &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpufabric.dev", UID: uid("slice", node)},

@@ -57,6 +57,10 @@ type DomainSpec struct {
 	NICsPerNode  int             `json:"nicsPerNode,omitempty"`
 	NICRails     []int64         `json:"nicRails,omitempty"`
 	NodeNICRails map[int][]int64 `json:"nodeNICRails,omitempty"`
+	// NICTaint is the key of a NoSchedule device taint on the NICs
+	// TaintedNICs (by index) of every node.
+	NICTaint    string `json:"nicTaint,omitempty"`
+	TaintedNICs []int  `json:"taintedNICs,omitempty"`
 }
 
 // LoadSpec is an existing pod on a node using some GPUs and NICs (by
@@ -281,6 +285,9 @@ func (d DomainSpec) nics(i int) []NIC {
 		out[n].Rail = int64(n)
 		if n < len(rails) {
 			out[n].Rail = rails[n]
+		}
+		if slices.Contains(d.TaintedNICs, n) {
+			out[n].Taint = d.NICTaint
 		}
 	}
 	return out
