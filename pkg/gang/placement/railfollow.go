@@ -314,7 +314,8 @@ func (p *placer) followCandidates(nr nodeRails, sh *shape, first []int64) [][]in
 	}
 	var cands []cand
 	firstKey := railKey(slices.Clone(first))
-	enumRailSets(railsWithFree(nr.lead), sh.need[p.class], maxRailCandidates, func(rails []int64) {
+	g := sh.need[p.class]
+	enumRailSets(railsWithFree(nr.lead), leastRails(g-nr.lead.none, nr.lead.most()), g, maxRailCandidates, func(rails []int64) {
 		if p.memberFit(nr, sh, rails, 1) == 0 {
 			return
 		}
@@ -358,11 +359,11 @@ func railsWithFree(rc railCounts) []int64 {
 	return out
 }
 
-// enumRailSets calls f with every subset of rails (sorted) of 1 to most
-// rails, smaller sets first, each size in lexicographic order, at most
+// enumRailSets calls f with every subset of rails (sorted) of least to
+// most rails, larger sets first, each size in lexicographic order, at most
 // limit of them; it reports whether it stopped at the limit. f must not
 // keep its argument.
-func enumRailSets(rails []int64, most, limit int, f func([]int64)) bool {
+func enumRailSets(rails []int64, least, most, limit int, f func([]int64)) bool {
 	count := 0
 	buf := make([]int64, 0, len(rails))
 	var rec func(from, k int) bool
@@ -384,10 +385,28 @@ func enumRailSets(rails []int64, most, limit int, f func([]int64)) bool {
 		}
 		return false
 	}
-	for k := 1; k <= min(most, len(rails)); k++ {
+	for k := min(most, len(rails)); k >= max(least, 1); k-- {
 		if rec(0, k) {
 			return true
 		}
 	}
 	return false
+}
+
+// leastRails is the fewest rails a member asking g lead devices can use
+// when no rail has more than perRail of them free.
+func leastRails(g, perRail int) int {
+	if perRail <= 0 {
+		return g
+	}
+	return (g + perRail - 1) / perRail
+}
+
+// most is the most free devices on one rail.
+func (rc railCounts) most() int {
+	m := 0
+	for _, n := range rc.by {
+		m = max(m, n)
+	}
+	return m
 }

@@ -219,17 +219,21 @@ func (p *placer) railCandidates(ctx context.Context, nodes []*nodeState, need in
 	if err != nil {
 		return nil, "", err
 	}
+	perRail := 0
+	for _, g := range groups {
+		perRail = max(perRail, g.rails.lead.most()+g.rails.lead.none)
+	}
 	want := make([]int, len(p.distinct))
-	most := unbounded
+	most, least := unbounded, 1
 	for mi, id := range p.ids {
 		want[id]++
 		if g := p.per[mi].need[p.class]; g > 0 {
-			most = min(most, g)
+			most, least = min(most, g), max(least, leastRails(g, perRail))
 		}
 	}
 	var cands []railCand
 	bestKey, bestFit := "", 0
-	cut := enumRailSets(universe, most, maxRailCandidates, func(rails []int64) {
+	cut := enumRailSets(universe, least, most, maxRailCandidates, func(rails []int64) {
 		fit, room := p.railRoom(groups, want, rails)
 		key := railKey(slices.Clone(rails))
 		switch {
