@@ -2,7 +2,6 @@ package placement_test
 
 import (
 	"context"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -44,8 +43,9 @@ func fragmentRails(sc *placementtest.Scenario) {
 // on the bench cluster's random load ("random": the first fill is not
 // aligned, 0-8 busy GPUs per node) and on fragmented rails
 // (fragmentRails), where the old rule refuses every leaf. Reports p50/p99
-// of Place (wall and this thread's CPU), allocator calls, rail sets
-// verified, and whether the gang was placed.
+// of Place (wall; this machine's thread CPU clock ticks in 4 ms, too
+// coarse here), allocator calls, rail sets verified, and whether the gang
+// was placed (the last decision checked by placementtest.Checker).
 func BenchmarkRailRequired(b *testing.B) {
 	for _, load := range []string{"random", "fragmented"} {
 		for _, rule := range []string{"search", "old"} {
@@ -56,8 +56,6 @@ func BenchmarkRailRequired(b *testing.B) {
 
 func benchRails(b *testing.B, fragmented, old bool) {
 	ctx := context.Background()
-	runtime.LockOSThread() // threadCPU measures this thread
-	defer runtime.UnlockOSThread()
 	sc := benchScenario(5000, 1)
 	if fragmented {
 		fragmentRails(&sc)
@@ -78,31 +76,33 @@ func benchRails(b *testing.B, fragmented, old bool) {
 	if _, _, err := snap.Place(ctx, g); err != nil { // warm-up: class matching
 		b.Fatal(err)
 	}
-	var lat, cpu []time.Duration
+	var lat []time.Duration
 	var stats placement.Stats
-	placed := 0.0
+	var last *placement.Decision
 	for b.Loop() {
-		t0, c0 := time.Now(), threadCPU()
+		t0 := time.Now()
 		d, u, err := snap.Place(ctx, g)
-		lat, cpu = append(lat, time.Since(t0)), append(cpu, threadCPU()-c0)
+		lat = append(lat, time.Since(t0))
 		switch {
 		case err != nil:
 			b.Fatal(err)
 		case d != nil:
-			if err := placementtest.NewChecker(built.Input).Check(g, d); err != nil {
-				b.Fatalf("invalid decision: %v", err)
-			}
-			stats, placed = d.Stats, 1
+			stats, last = d.Stats, d
 		default:
-			stats, placed = u.Stats, 0
+			stats, last = u.Stats, nil
 		}
 	}
+	b.StopTimer()
+	placed := 0.0
+	if last != nil {
+		if err := placementtest.NewChecker(built.Input).Check(g, last); err != nil {
+			b.Fatalf("invalid decision: %v", err)
+		}
+		placed = 1
+	}
 	slices.Sort(lat)
-	slices.Sort(cpu)
 	b.ReportMetric(percentile(lat, 0.5), "p50-ms")
 	b.ReportMetric(percentile(lat, 0.99), "p99-ms")
-	b.ReportMetric(percentile(cpu, 0.5), "p50-cpu-ms")
-	b.ReportMetric(percentile(cpu, 0.99), "p99-cpu-ms")
 	b.ReportMetric(float64(stats.AllocateCalls), "allocate-calls")
 	b.ReportMetric(float64(stats.RailRefills), "rail-refills")
 	b.ReportMetric(placed, "placed")
