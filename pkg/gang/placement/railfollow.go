@@ -35,8 +35,12 @@ import (
 // devices fixed) and in the firstAvailable fills.
 
 // CheckRailFollow counts nodes refused because no allocation there puts a
-// member's NICs on its GPUs' rails and the gang requires rail alignment.
-const CheckRailFollow = "NICs not on the GPUs' IB rails"
+// member's NICs on its GPUs' rails and the gang requires rail alignment;
+// CheckRailFollowBudget those where the tries stopped at maxFollowCalls.
+const (
+	CheckRailFollow       = "NICs not on the GPUs' IB rails"
+	CheckRailFollowBudget = "NICs not on the GPUs' IB rails within the tries"
+)
 
 // maxFollowCalls bounds the Allocate calls that one member may make on one
 // node to put its NICs on its GPUs' rails.
@@ -250,12 +254,14 @@ func (p *placer) follow(ctx context.Context, ns *nodeState, mi int, claims []*re
 	if err != nil || len(lead) == 0 || len(all) == len(lead) {
 		return res, "", err
 	}
-	alt, err := p.refollow(ctx, ns, mi, claims, lead, inflight())
+	alt, cut, err := p.refollow(ctx, ns, mi, claims, lead, inflight())
 	switch {
 	case err != nil:
 		return nil, "", err
 	case alt != nil:
 		return alt, "", nil
+	case p.g.RailAlignmentRequired && cut:
+		return nil, CheckRailFollowBudget, nil
 	case p.g.RailAlignmentRequired:
 		return nil, CheckRailFollow, nil
 	}
@@ -265,42 +271,42 @@ func (p *placer) follow(ctx context.Context, ns *nodeState, mi int, claims []*re
 // refollow tries the node's candidate rail sets for member mi with its
 // claims base (first: the rails of its first result's lead devices) and
 // returns the first allocation whose following devices lie on its lead
-// devices' rails.
+// devices' rails, or nil and whether the tries stopped at maxFollowCalls.
 func (p *placer) refollow(ctx context.Context, ns *nodeState, mi int, base []*resourceapi.ResourceClaim, first []int64,
-	inflight map[poolID][]structured.DeviceID) ([]resourceapi.AllocationResult, error) {
+	inflight map[poolID][]structured.DeviceID) ([]resourceapi.AllocationResult, bool, error) {
 	taken := sets.New[structured.DeviceID]()
 	for _, sl := range ns.slices {
 		taken.Insert(inflight[poolID{sl.Spec.Driver, sl.Spec.Pool.Name}]...)
 	}
 	nr, err := p.nodeRailsOf(ctx, ns, taken)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	cands := p.followCandidates(nr, p.per[mi], first)
 	for i, rails := range cands {
 		if i == maxFollowCalls {
 			p.stats.RailCutoffs++
-			break
+			return nil, true, nil
 		}
 		claims := p.railClaims(base, rails, true)
 		p.stats.RailFollowCalls++
 		res, _, err := p.s.allocate(ctx, ns, claims, p.per[mi].allClasses, inflight, &p.stats)
-		if err != nil {
-			return nil, err
-		}
-		if res == nil {
+		if err != nil || res == nil {
+			if err != nil {
+				return nil, false, err
+			}
 			continue
 		}
 		res = p.unsplit(claims, res)
 		lead, all, err := p.memberRails(ctx, ns, res)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if len(all) == len(lead) {
-			return res, nil
+			return res, false, nil
 		}
 	}
-	return nil, nil
+	return nil, false, nil
 }
 
 // followCandidates lists the rail sets where one member of the shape fits

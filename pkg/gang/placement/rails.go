@@ -120,29 +120,34 @@ func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*no
 	if err != nil {
 		return nil, err
 	}
-	for i, c := range cands {
-		if i == maxRailRefills {
-			p.stats.RailCutoffs++
-			break
-		}
-		alt, err := p.refillRails(ctx, nodes, c.rails, refill)
-		if alt != nil || err != nil {
-			return alt, err
-		}
-	}
-	if att == nil {
-		return nil, nil
+	alt, verified, err := p.verifyRailSets(ctx, nodes, cands, refill)
+	p.logger.V(5).Info("Searched rail sets", "domain", d.ID, "firstPlacement", att != nil, "candidates", len(cands), "verified", verified, "found", alt != nil)
+	if alt != nil || err != nil || att == nil {
+		return alt, err
 	}
 	if n := len(cands); n > 0 {
-		why = fmt.Sprintf("%d rail sets have room by counts (most: rails %s, room for %s), but placing the members again on %s kept none of them on one set",
-			n, cands[0].key, plural(cands[0].room, "pod"), plural(min(n, maxRailRefills), "set"))
-		if n > maxRailRefills {
-			why += fmt.Sprintf(" (the budget: %d sets verified per domain)", maxRailRefills)
-		}
+		why = fmt.Sprintf("rail sets with room by counts: %d (most: rails %s, room for %s); placed again on %d of them (the budget: %d), the members never all used the set",
+			n, cands[0].key, plural(cands[0].room, "pod"), verified, maxRailRefills)
 	}
 	p.railState().why[d.ID] = why
 	p.refuse(CheckRailAlignment, d.ID)
 	return nil, nil
+}
+
+// verifyRailSets refills the candidates in order, at most maxRailRefills
+// of them, and returns the first aligned placement and how many it tried.
+func (p *placer) verifyRailSets(ctx context.Context, nodes []*nodeState, cands []railCand, refill railRefill) (*attempt, int, error) {
+	for i, c := range cands {
+		if i == maxRailRefills {
+			p.stats.RailCutoffs++
+			return nil, i, nil
+		}
+		alt, err := p.refillRails(ctx, nodes, c.rails, refill)
+		if alt != nil || err != nil {
+			return alt, i + 1, err
+		}
+	}
+	return nil, len(cands), nil
 }
 
 // refillRails places the gang with every member limited to the rails, on

@@ -82,9 +82,9 @@ func TestRailsAgainstOldRule(t *testing.T) {
 		{
 			file: "testdata/scenarios/rail-nics.yaml",
 			old: map[string]string{"one-claim": "invalid", "two-claims": "invalid", "fewer-nics": "invalid", "fallback": "placed",
-				"search": "invalid", "required": "invalid", "taints": "invalid"},
+				"search": "invalid", "required": "invalid", "taints": "invalid", "taints-refused": "invalid"},
 			now: map[string]string{"one-claim": "placed", "two-claims": "placed", "fewer-nics": "placed", "fallback": "placed",
-				"search": "placed", "required": "refused", "taints": "placed"},
+				"search": "placed", "required": "refused", "taints": "placed", "taints-refused": "refused"},
 		},
 		{
 			file: "testdata/scenarios/rail-refusal.yaml",

@@ -38,7 +38,7 @@ func (s *search) resultsFor(ctx context.Context, pos int, members []int) ([]reso
 	case res == nil:
 		// Only a refusal is remembered: a timed-out call or a spent budget
 		// says nothing about other nodes of the class.
-		if dev >= 0 && (why == CheckAllocator || why == CheckRailFollow) {
+		if dev >= 0 && (why == CheckAllocator || why == CheckRailFollow || why == CheckRailFollowBudget) {
 			s.memo.refused[set] = true
 		}
 		return nil, false, nil
