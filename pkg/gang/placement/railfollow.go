@@ -15,24 +15,27 @@ import (
 // NICs follow their GPUs (issue 13, "rails done fully").
 //
 // Rules: a member's lead devices are those of the gang's main class (the
-// GPUs); its other devices with an ibRail attribute (the NICs, of any
-// other class) follow: they must be on rails of its lead devices on that
-// node. A member whose claims ask for no other class pays nothing. After
-// the allocator placed a member's claims on a node, the engine checks the
-// result (no call); when a following device is off the lead devices'
-// rails, it tries rail sets S of that node, with S limited to the rails
-// where a lead device is free, at most as many rails as the member asks
-// lead devices, and enough free lead and following devices on S (devices
-// without a rail count for every S): first the rails of the first
-// result's lead devices, then the widest sets, then those with the most
-// following devices to spare, then by rail numbers. Each try allocates
-// the member's claims limited to S with a device on every rail of S
-// (railclaims.go), so its NICs lie on its GPUs' rails; at most
+// class it asks most devices of, ties by name: the GPUs, unless the gang
+// asks for more NICs than GPUs); its other devices with an ibRail
+// attribute (the NICs, of any other class) follow: they must be on rails
+// of its lead devices on that node. A member whose claims ask for no other
+// class pays nothing. After the allocator placed a member's claims on a
+// node, the engine checks the result (no call); when a following device
+// is off the lead devices' rails, it tries rail sets S of that node: S
+// holds only rails where a lead device is free, at most as many rails as
+// the member asks lead devices and at least as many as those need at the
+// most free lead devices on one rail, and enough free lead and following
+// devices (devices without a rail count for every S); first the rails of
+// the first result's lead devices, then the widest sets, then those with
+// the most following devices to spare, then by rail numbers. Each try
+// allocates the member's claims limited to S with a device on every rail
+// of S (railclaims.go), so its NICs lie on its GPUs' rails; at most
 // maxFollowCalls tries per member and node. When none works, the node is
-// refused for the member with CheckRailFollow if the gang requires rail
-// alignment, and the first result is kept otherwise. The same holds in the
-// search's joint calls (each member of the node in turn, the others'
-// devices fixed) and in the firstAvailable fills.
+// refused for the member if the gang requires rail alignment (with
+// CheckRailFollow, or CheckRailFollowBudget when the tries stopped), and
+// the first result is kept otherwise. The same holds in the search's
+// joint calls (each member of the node in turn, the others' devices
+// fixed) and in the firstAvailable fills.
 
 // CheckRailFollow counts nodes refused because no allocation there puts a
 // member's NICs on its GPUs' rails and the gang requires rail alignment;

@@ -20,31 +20,36 @@ import (
 // (members without a lead device on a rail do not count). Its NICs follow
 // its GPUs (railfollow.go), so the set is its GPUs' rails; a NIC off them
 // makes the set differ. Score.RailSets is the number of distinct sets; 1
-// is aligned. With rail-alignment required and a placement that is not
-// aligned, the engine searches rail sets R (alignRails):
+// is aligned: every member uses the same set. With rail-alignment
+// required and a placement that is not aligned, or none, the engine
+// searches rail sets R (alignRails):
 //
-//   - candidates: every set R of the rails where some node of the domain
-//     has a free lead device, of 1 to as many rails as the smallest lead
-//     demand of a member (every member uses every rail of R), at most
-//     maxRailCandidates sets (smaller sets first); with at most 8 rails
-//     all 255 are counted;
+//   - candidates: the sets R of the rails where some node of the domain
+//     has a free lead device, of at most as many rails as the smallest
+//     lead demand g of a member (every member uses every rail of R) and at
+//     least as many as the largest demand needs at the most free lead
+//     devices on one rail of a node, larger sets first, at most
+//     maxRailCandidates of them; with at most 8 rails all are counted;
 //   - count filter: R is kept when the members that fit on the domain's
 //     nodes using exactly R (memberFit: the cheap checks, a free lead
 //     device on every rail of R, enough free lead devices on R and enough
 //     following devices on R) add up, per shape, to the members needed;
 //   - order: most room first (members that fit, over all shapes), then
 //     wider sets, then by rail numbers;
-//   - verification: the gang is placed again (the same fill or search
-//     that found the first placement) with every member's claims limited
-//     to R, each member's lead request split so that it takes a device on
-//     every rail of R (railclaims.go); a greedy refill that fails goes to
-//     the search (search.go) within the domain's search budget. The first
-//     placement whose members all use exactly R wins;
+//   - verification: the gang is placed again on the nodes where a member
+//     fits on R, every member's claims limited to R and its lead request
+//     split so that it takes a device on every rail of R (railclaims.go):
+//     the greedy fill, then the search (search.go, within the domain's
+//     search budget) when that fails, or the firstAvailable fills for a
+//     placement found by demoting alternatives. The first placement whose
+//     members all use exactly R wins;
 //   - budget: maxRailRefills sets verified per domain (a count, not a
-//     clock). A search that stops there counts in Stats.RailCutoffs, and
-//     the domain is refused, saying so.
+//     clock); a cut counts in Stats.RailCutoffs. A domain whose first
+//     placement no set replaces is refused with CheckRailAlignment and a
+//     reason with numbers; without a first placement the refills refuse
+//     nothing themselves.
 //
-// On nodes with one lead device per rail (HGX) and on nodes with several,
+// On nodes with one lead device per rail (HGX) and on nodes with up to two,
 // for homogeneous gangs of exactCount claims the count filter is exact, so
 // the first candidate verifies whenever an aligned placement exists.
 
