@@ -70,11 +70,12 @@ type Stats struct {
 	Searches      int
 	SearchCalls   int
 	SearchCutoffs int
-	// RailFollowCalls counts the Allocate calls made to put members' NICs
-	// on their GPUs' rails (railfollow.go), RailRefills the rail sets
-	// verified by placing the gang again (rails.go), both included in
-	// AllocateCalls; RailCutoffs the rail searches stopped by their budget
-	// (rail sets counted, verified, or tried for one member on one node).
+	// RailFollowCalls counts the Allocate calls (included in
+	// AllocateCalls) made to put members' NICs on their GPUs' rails
+	// (railfollow.go); RailRefills the rail sets verified by placing the
+	// gang again (rails.go); RailCutoffs the rail searches stopped by their
+	// budget (rail sets counted, verified, or tried for one member on one
+	// node).
 	RailFollowCalls int
 	RailRefills     int
 	RailCutoffs     int
