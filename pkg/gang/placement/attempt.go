@@ -3,8 +3,6 @@ package placement
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strconv"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -13,10 +11,6 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
-
-// CheckRailAlignment counts domains rejected because rail alignment was
-// required and no aligned placement was found.
-const CheckRailAlignment = "rail alignment impossible (domains)"
 
 // usage is what the gang's earlier members take on one node.
 type usage struct {
@@ -167,70 +161,28 @@ func matchesAny(sets [][]*nodeaffinity.NodeSelector, ns *nodeState) bool {
 	return false
 }
 
-// fillAligned fills the members and scores rail alignment. When alignment
-// is required and the first fill is not aligned, it refills with every
-// member's main-class requests restricted to one rail set at a time (the
-// most used sets of the first fill, at most four).
-func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
-	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
-	att, err := p.fill(ctx, d, nodes, shared, own, nil, need)
-	if err != nil {
-		return nil, err
-	}
-	if att == nil {
-		return p.fillHarder(ctx, d, nodes, shared, need)
-	}
-	return p.alignRails(d, att, func(_ string, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
-		return p.fill(ctx, d, nodes, shared, claimsOf, nil, need)
-	})
-}
-
-// alignRails scores att's rail alignment. When alignment is required and
-// att is not aligned, it calls refill with every member's main-class
-// requests restricted to one rail set at a time (the most used sets of
-// att, at most four; rails names the set) and returns the first aligned
-// result; a domain where none is aligned is rejected.
-func (p *placer) alignRails(d *topology.Domain, att *attempt, refill func(rails string, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error)) (*attempt, error) {
-	att.score.RailSets = len(p.railSets(att))
-	if !p.g.RailAlignmentRequired || att.score.RailSets <= 1 {
-		return att, nil
-	}
-	for _, rails := range railCandidates(p.railSets(att), 4) {
-		restricted := p.restrictRails(rails)
-		alt, err := refill(rails, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] })
-		if err != nil {
-			return nil, err
-		}
-		if alt != nil {
-			if alt.score.RailSets = len(p.railSets(alt)); alt.score.RailSets <= 1 {
-				return alt, nil
-			}
-		}
-	}
-	p.refuse(CheckRailAlignment, d.ID)
-	return nil, nil
-}
-
 // fillHarder runs when the greedy fill failed: greedy first choices can
-// dead-end where later alternatives fit (firstalt.go; rail refills are not
-// tried on such a placement), and greedy member placement where another
-// assignment fits (search.go).
-func (p *placer) fillHarder(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
+// dead-end where later alternatives fit (firstalt.go), and greedy member
+// placement where another assignment fits (search.go). It returns the
+// placement found and, for one found by demoting alternatives, how to
+// place the gang again on one rail set (rails.go; nil: the greedy refill).
+// A balanced fill that fails falls back to packed (fillSpread) instead.
+func (p *placer) fillHarder(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, railRefill, error) {
 	if p.quota != nil {
-		return nil, nil // a balanced fill that fails falls back to packed (fillSpread)
+		return nil, nil, nil
 	}
-	att, err := p.fillAlternatives(ctx, d, nodes, shared, need)
-	if err != nil {
-		return nil, err
-	}
-	if att != nil {
-		att.score.RailSets = len(p.railSets(att))
-		return att, nil
+	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
+	att, err := p.fillAlternatives(ctx, d, nodes, shared, need, own)
+	if att != nil || err != nil {
+		return att, func(_ string, nodes []*nodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
+			return p.fillAlternatives(ctx, d, nodes, shared, need, claimsOf)
+		}, err
 	}
 	if !p.searchable {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return p.searchAligned(ctx, d, nodes, shared, need)
+	att, err = p.search(ctx, d, nodes, shared, "", own, need)
+	return att, nil, err
 }
 
 // fill places the members in order. Each member goes to the first node (in
@@ -275,7 +227,7 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 			var res []resourceapi.AllocationResult
 			if len(claims) > 0 {
 				var why string
-				res, why, err = p.s.allocate(ctx, ns, claims, sh.allClasses, att.inflight, &p.stats)
+				res, why, err = p.allocMember(ctx, ns, mi, claims, att.inflight)
 				if err != nil {
 					return nil, err
 				}
@@ -316,77 +268,4 @@ func (att *attempt) place(mi int, ns *nodeState, sh *shape, claims []*resourceap
 	att.memberNode = append(att.memberNode, ns)
 	att.memberRes = append(att.memberRes, res)
 	att.memberClm = append(att.memberClm, claims)
-}
-
-// railSets returns, per distinct set of IB rails used by a member's
-// node-local devices, how many members use it. Members without rails do
-// not count.
-func (p *placer) railSets(att *attempt) map[string]int {
-	out := map[string]int{}
-	for i, ns := range att.memberNode {
-		devs := p.s.devicesOf(ns)
-		var rails []int64
-		for _, r := range att.memberRes[i] {
-			for _, d := range r.Devices.Results {
-				dev := devs.byID[structured.MakeDeviceID(d.Driver, d.Pool, d.Device)]
-				if dev == nil {
-					continue
-				}
-				if rail, ok := topology.DeviceIBRail(dev); ok {
-					rails = append(rails, rail)
-				}
-			}
-		}
-		if len(rails) > 0 {
-			out[railKey(rails)]++
-		}
-	}
-	return out
-}
-
-func railKey(rails []int64) string {
-	sort.Slice(rails, func(i, j int) bool { return rails[i] < rails[j] })
-	parts := make([]string, 0, len(rails))
-	for i, r := range rails {
-		if i > 0 && rails[i-1] == r {
-			continue
-		}
-		parts = append(parts, strconv.FormatInt(r, 10))
-	}
-	return strings.Join(parts, ",")
-}
-
-// railCandidates returns the most used rail sets first (ties by key).
-func railCandidates(sets map[string]int, limit int) []string {
-	keys := make([]string, 0, len(sets))
-	for k := range sets {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if sets[keys[i]] != sets[keys[j]] {
-			return sets[keys[i]] > sets[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
-	return keys[:min(limit, len(keys))]
-}
-
-// restrictRails returns each member's claims with a selector added to every
-// request of the main class: devices on one of the rails (or without one).
-func (p *placer) restrictRails(rails string) [][]*resourceapi.ResourceClaim {
-	expr := fmt.Sprintf(`!(%q in device.attributes[%q]) || device.attributes[%q].%s in [%s]`,
-		topology.AttrIBRail, topology.DriverName, topology.DriverName, topology.AttrIBRail, rails)
-	out := make([][]*resourceapi.ResourceClaim, len(p.per))
-	for mi, sh := range p.per {
-		for _, c := range sh.claims {
-			c = c.DeepCopy()
-			for i := range c.Spec.Devices.Requests {
-				if e := c.Spec.Devices.Requests[i].Exactly; e != nil && e.DeviceClassName == p.class {
-					e.Selectors = append(e.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: expr}})
-				}
-			}
-			out[mi] = append(out[mi], c)
-		}
-	}
-	return out
 }

@@ -285,7 +285,17 @@ func (p *placer) whyVerify(_ context.Context, _ *topology.Level, e *domEntry, r 
 	switch {
 	case p.refused[CheckRailAlignment][e.dom.ID]:
 		r.Why = "no placement keeps every member on one set of IB rails"
+		if p.rails != nil && p.rails.why[e.dom.ID] != "" {
+			r.Why += ": " + p.rails.why[e.dom.ID]
+		}
 		r.Action = fmt.Sprintf("set %s: %s, or wait for aligned GPUs", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
+	case p.refusedIn(CheckRailFollow, e.dom):
+		r.Why = fmt.Sprintf("on %s no free NICs lie on the IB rails of the GPUs a member can get there", plural(p.countRefusedIn(CheckRailFollow, e.dom), "node"))
+		r.Action = fmt.Sprintf("set %s: %s to accept NICs on other rails, or wait for NICs on those rails", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
+	case p.refusedIn(CheckRailFollowBudget, e.dom):
+		r.Why = fmt.Sprintf("on %s the engine stopped after %d tries to put a member's NICs on its GPUs' IB rails (the NICs the counts allow were refused: device taints, selectors)",
+			plural(p.countRefusedIn(CheckRailFollowBudget, e.dom), "node"), maxFollowCalls)
+		r.Action = fmt.Sprintf("set %s: %s to accept NICs on other rails, or check the NICs' device taints", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
 	case p.refused[CheckSearchBudget][e.dom.ID]:
 		r.Why = "the search over the members' nodes ran out of its budget of allocator calls"
 		r.Action = "give the members fewer distinct shapes, or retry when the cluster changes"

@@ -54,6 +54,12 @@ func StateDigest(ctx context.Context, s *Snapshot, keys []string) (string, error
 // the engine was before it: tests count the gangs only the search places.
 func GreedyOnly(s *Snapshot) { s.greedyOnly = true }
 
+// OldRails turns rail alignment back to what it was before the search over
+// rail sets: required alignment refills only with the four most used rail
+// sets of the first fill (no device on every rail), and NICs do not follow
+// their GPUs. Benchmarks and tests compare the two.
+func OldRails(s *Snapshot) { s.oldRails = true }
+
 // LevelKeys lists the level indexes a snapshot has built.
 func LevelKeys(s *Snapshot) []string { return slices.Sorted(maps.Keys(s.levels)) }
 

@@ -25,8 +25,10 @@ import (
 const maxAlternativeFills = 128
 
 // fillAlternatives returns a placement with some members' alternatives
-// demoted, or nil when none is found within the budget.
-func (p *placer) fillAlternatives(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
+// demoted, or nil when none is found within the budget. base gives the
+// claims to demote (the members' own, or their rail-limited copies).
+func (p *placer) fillAlternatives(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int,
+	base func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
 	alts := make([]int, len(p.per))
 	most := 0
 	for mi, sh := range p.per {
@@ -36,13 +38,15 @@ func (p *placer) fillAlternatives(ctx context.Context, d *topology.Domain, nodes
 	if most < 2 {
 		return nil, nil
 	}
-	variants := map[[2]int][]*resourceapi.ResourceClaim{} // (distinct shape, floor) -> claims
+	// Members of one shape have claims of their own (own names and UIDs),
+	// so the copies are made per member.
+	variants := map[[2]int][]*resourceapi.ResourceClaim{} // (member, floor) -> claims
 	claimsFor := func(mi, floor int) []*resourceapi.ResourceClaim {
-		k := [2]int{p.ids[mi], floor}
+		k := [2]int{mi, floor}
 		if v, ok := variants[k]; ok {
 			return v
 		}
-		v := demote(p.per[mi].claims, floor)
+		v := demote(base(mi), floor)
 		variants[k] = v
 		return v
 	}

@@ -129,6 +129,7 @@ type placer struct {
 	budget     searchBudget
 	searchLeft int // allocator calls all of this Place's searches may still make
 	memo       *searchMemo
+	rails      *railState // rails.go, railfollow.go
 	// balance is a balanced gang's quota in the domain being verified
 	// (packOrder); quota is set while a fill keeps to it (fillSpread).
 	balance *spreadQuota

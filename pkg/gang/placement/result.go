@@ -55,8 +55,9 @@ type Score struct {
 	// LeftoverDevices of the gang's main device class in the domain after
 	// placement (best fit keeps large domains whole).
 	LeftoverDevices int
-	// RailSets is how many distinct sets of IB rails the members' GPUs use;
-	// 1 is aligned, 0 means no GPU has a rail.
+	// RailSets is how many distinct sets of IB rails the members use (a
+	// member's set: the rails of its GPUs and NICs, counted when one of its
+	// GPUs has a rail); 1 is aligned, 0 means no GPU has a rail.
 	RailSets int
 }
 
@@ -72,6 +73,15 @@ type Stats struct {
 	Searches      int
 	SearchCalls   int
 	SearchCutoffs int
+	// RailFollowCalls counts the Allocate calls (included in
+	// AllocateCalls) made to put members' NICs on their GPUs' rails
+	// (railfollow.go); RailRefills the rail sets verified by placing the
+	// gang again (rails.go); RailCutoffs the rail searches stopped by their
+	// budget (rail sets counted, verified, or tried for one member on one
+	// node).
+	RailFollowCalls int
+	RailRefills     int
+	RailCutoffs     int
 }
 
 func (st *Stats) record(d time.Duration) {

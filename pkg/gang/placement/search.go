@@ -326,19 +326,3 @@ func (s *search) addUse(mi, pos, sign int) {
 	}
 	s.counts.take(pos, sign*s.counts.demand[mi])
 }
-
-// searchAligned runs the search and scores rail alignment. When alignment
-// is required and the placement found is not aligned, it searches again
-// with every member's main-class requests restricted to one rail set at a
-// time (the most used sets of the first placement, at most four), within
-// the same budget; a domain where none works is rejected.
-func (p *placer) searchAligned(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
-	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
-	att, err := p.search(ctx, d, nodes, shared, "", own, need)
-	if att == nil || err != nil {
-		return nil, err
-	}
-	return p.alignRails(d, att, func(rails string, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
-		return p.search(ctx, d, nodes, shared, "rails "+rails, claimsOf, need) // the memo tells variants apart
-	})
-}

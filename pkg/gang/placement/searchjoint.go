@@ -38,7 +38,7 @@ func (s *search) resultsFor(ctx context.Context, pos int, members []int) ([]reso
 	case res == nil:
 		// Only a refusal is remembered: a timed-out call or a spent budget
 		// says nothing about other nodes of the class.
-		if dev >= 0 && why == CheckAllocator {
+		if dev >= 0 && (why == CheckAllocator || why == CheckRailFollow || why == CheckRailFollowBudget) {
 			s.memo.refused[set] = true
 		}
 		return nil, false, nil
@@ -78,20 +78,52 @@ func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]r
 	s.p.budget.calls--
 	s.p.searchLeft--
 	s.p.stats.SearchCalls++
-	res, why, err := s.p.s.allocate(ctx, s.nodes[pos], claims, s.classes, s.inflight(pos, dev), &s.p.stats)
+	inflight := s.inflight(pos, dev)
+	res, why, err := s.p.s.allocate(ctx, s.nodes[pos], claims, s.classes, inflight, &s.p.stats)
 	if res == nil || err != nil {
 		return nil, why, err
 	}
+	res = s.p.unsplit(claims, res)
 	byMember := map[int][]resourceapi.AllocationResult{}
 	for _, m := range order {
 		n := len(s.claimsOf(m))
 		byMember[m], res = res[:n], res[n:]
+	}
+	if why, err := s.follow(ctx, pos, order, byMember, inflight); why != "" || err != nil {
+		return nil, why, err
 	}
 	out := make([]resourceapi.AllocationResult, 0, len(claims))
 	for _, m := range members {
 		out = append(out, byMember[m]...)
 	}
 	return out, "", nil
+}
+
+// follow puts each member's NICs on its GPUs' rails (railfollow.go), in
+// call order, the devices of the node's other members fixed; it replaces
+// the members' results in byMember, or returns the failed check.
+func (s *search) follow(ctx context.Context, pos int, order []int, byMember map[int][]resourceapi.AllocationResult, inflight map[poolID][]structured.DeviceID) (string, error) {
+	ns := s.nodes[pos]
+	for _, m := range order {
+		others := func() map[poolID][]structured.DeviceID {
+			tmp := &attempt{inflight: map[poolID][]structured.DeviceID{}}
+			for pid, ids := range inflight {
+				tmp.inflight[pid] = slices.Clone(ids)
+			}
+			for _, q := range order {
+				if q != m {
+					tmp.addDevices(byMember[q])
+				}
+			}
+			return tmp.inflight
+		}
+		res, why, err := s.p.follow(ctx, ns, m, s.claimsOf(m), byMember[m], others)
+		if why != "" || err != nil {
+			return why, err
+		}
+		byMember[m] = res
+	}
+	return "", nil
 }
 
 // constrained reports whether a member's claims have a constraint or

@@ -121,6 +121,10 @@ type Snapshot struct {
 	// greedyOnly turns the search (search.go) off, for tests that measure
 	// what it adds (GreedyOnly in export_test.go).
 	greedyOnly bool
+	// oldRails: rail alignment as before the search over rail sets (the
+	// four most used sets of the first fill, no NICs following their
+	// GPUs), for comparisons (OldRails in export_test.go).
+	oldRails bool
 }
 
 type poolID struct{ driver, pool string }

@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
@@ -28,12 +27,7 @@ func TestClassesStayApart(t *testing.T) {
 		}}
 		slice.Spec.Devices = append([]resourceapi.Device{nic}, slice.Spec.Devices...)
 	}
-	classes := append(pt.DeviceClasses(), &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: topology.NICDeviceClass, UID: "class-nic"},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.driver == "gpufabric.dev" && device.attributes["gpufabric.dev"].type == "nic"`,
-		}}}},
-	})
+	classes := pt.DeviceClasses() // gpu, nic and fabric-domain
 	mixed := pt.GPUClaim("mixed", 2)
 	mixed.Spec.Devices.Requests = append(mixed.Spec.Devices.Requests, resourceapi.DeviceRequest{
 		Name: "nics", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: topology.NICDeviceClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2},

@@ -20,9 +20,11 @@ import (
 // Namespace of every namespaced object the builders make.
 const Namespace = "default"
 
-// GPUSelector and FabricDomainSelector are the DeviceClasses' CEL selectors.
+// GPUSelector, NICSelector and FabricDomainSelector are the DeviceClasses'
+// CEL selectors.
 const (
 	GPUSelector          = `device.driver == "gpufabric.dev" && device.attributes["gpufabric.dev"].type == "gpu"`
+	NICSelector          = `device.driver == "gpufabric.dev" && device.attributes["gpufabric.dev"].type == "nic"`
 	FabricDomainSelector = `device.driver == "gpufabric.dev" && device.attributes["gpufabric.dev"].type == "fabric-domain"`
 )
 
@@ -58,10 +60,28 @@ type GPU struct {
 	NUMA *int64
 }
 
+// NIC describes one NIC (HCA) of a node.
+type NIC struct {
+	// Rail < 0 means no ibRail attribute.
+	Rail int64
+	// Taint, when set, is a NoSchedule device taint with this key.
+	Taint string
+}
+
+// NICName is the device name of NIC i of a node (ibDevice mlx5_<i>).
+func NICName(i int) string { return topology.NICDeviceName(fmt.Sprintf("mlx5_%d", i)) }
+
 // GPUSlice returns the node-local slice of a node (pool = node name) with
 // devices gpu-0..gpu-N-1.
 func GPUSlice(node string, gpus []GPU) *resourceapi.ResourceSlice {
-	devs := make([]resourceapi.Device, len(gpus))
+	return NodeSlice(node, gpus, nil)
+}
+
+// NodeSlice is GPUSlice with NICs too: devices gpu-0..gpu-N-1, then
+// NICName(0)..NICName(M-1), as the kubelet plugin publishes them (type
+// nic, ibRail, ibDevice).
+func NodeSlice(node string, gpus []GPU, nics []NIC) *resourceapi.ResourceSlice {
+	devs := make([]resourceapi.Device, len(gpus), len(gpus)+len(nics))
 	for i, g := range gpus {
 		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			topology.AttrType:             {StringValue: ptrTo(topology.DeviceTypeGPU)},
@@ -83,6 +103,20 @@ func GPUSlice(node string, gpus []GPU) *resourceapi.ResourceSlice {
 		if g.Taint != "" {
 			devs[i].Taints = []resourceapi.DeviceTaint{{Key: g.Taint, Value: "true", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 		}
+	}
+	for i, n := range nics {
+		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			topology.AttrType:     {StringValue: ptrTo(topology.DeviceTypeNIC)},
+			topology.AttrIBDevice: {StringValue: ptrTo(fmt.Sprintf("mlx5_%d", i))},
+		}
+		if n.Rail >= 0 {
+			attrs[topology.AttrIBRail] = resourceapi.DeviceAttribute{IntValue: ptrTo(n.Rail)}
+		}
+		dev := resourceapi.Device{Name: NICName(i), Attributes: attrs}
+		if n.Taint != "" {
+			dev.Taints = []resourceapi.DeviceTaint{{Key: n.Taint, Value: "true", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		}
+		devs = append(devs, dev)
 	}
 	return &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpufabric.dev", UID: uid("slice", node)},
@@ -123,7 +157,7 @@ func FabricDomainSlice(domainID string, nodes []string, channels int) *resourcea
 	}
 }
 
-// DeviceClasses returns the GPU and fabric-domain classes.
+// DeviceClasses returns the GPU, NIC and fabric-domain classes.
 func DeviceClasses() []*resourceapi.DeviceClass {
 	class := func(name, expr string) *resourceapi.DeviceClass {
 		return &resourceapi.DeviceClass{
@@ -133,6 +167,7 @@ func DeviceClasses() []*resourceapi.DeviceClass {
 	}
 	return []*resourceapi.DeviceClass{
 		class(topology.GPUDeviceClass, GPUSelector),
+		class(topology.NICDeviceClass, NICSelector),
 		class(topology.FabricDomainDeviceClass, FabricDomainSelector),
 	}
 }
@@ -173,6 +208,26 @@ func SameNUMAGPUClaim(name string, count int64) *resourceapi.ResourceClaim {
 	c := GPUClaim(name, count)
 	c.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{MatchAttribute: ptrTo(resourceapi.FullyQualifiedName(deviceattribute.StandardDeviceAttributeNUMANode))}}
 	return c
+}
+
+// NICClaim is Claim for count NICs.
+func NICClaim(name string, count int64) *resourceapi.ResourceClaim {
+	return Claim(name, topology.NICDeviceClass, count)
+}
+
+// GPUNICClaim is one claim for gpus GPUs (request "req") and nics NICs
+// (request "nics").
+func GPUNICClaim(name string, gpus, nics int64) *resourceapi.ResourceClaim {
+	c := GPUClaim(name, gpus)
+	c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, NICRequest("nics", nics))
+	return c
+}
+
+// NICRequest is a request for count NICs.
+func NICRequest(name string, count int64) resourceapi.DeviceRequest {
+	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: topology.NICDeviceClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count,
+	}}
 }
 
 // GPUClaim is Claim for count GPUs.

@@ -28,16 +28,27 @@ type Checker struct {
 	pods     map[string]int64
 	// attrs: every published device's attributes, by driver/pool/device.
 	attrs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	// devices: every published device, by driver/pool/device;
+	// nodeDevices: those of node-local slices, by node (railcheck.go).
+	devices     map[string]railDevice
+	nodeDevices map[string][]railDevice
 }
 
 // NewChecker starts from the input's nodes, bound pods and allocations.
 func NewChecker(in placement.SnapshotInput) *Checker {
 	c := &Checker{nodes: map[string]*v1.Node{}, domain: map[string]string{}, used: map[string]string{},
 		cpu: map[string]int64{}, mem: map[string]int64{}, pods: map[string]int64{},
-		attrs: map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}}
+		attrs:   map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{},
+		devices: map[string]railDevice{}, nodeDevices: map[string][]railDevice{}}
 	for _, sl := range in.ResourceSlices {
 		for _, d := range sl.Spec.Devices {
-			c.attrs[sl.Spec.Driver+"/"+sl.Spec.Pool.Name+"/"+d.Name] = d.Attributes
+			key := sl.Spec.Driver + "/" + sl.Spec.Pool.Name + "/" + d.Name
+			c.attrs[key] = d.Attributes
+			rd := newRailDevice(key, d)
+			c.devices[key] = rd
+			if sl.Spec.NodeName != nil {
+				c.nodeDevices[*sl.Spec.NodeName] = append(c.nodeDevices[*sl.Spec.NodeName], rd)
+			}
 		}
 	}
 	for _, n := range in.Nodes {
@@ -111,10 +122,52 @@ func (c *Checker) Check(g *placement.Gang, d *placement.Decision) error {
 	for _, pp := range d.Pods {
 		podNode[pp.Name] = c.nodes[pp.Node]
 	}
+	errs = append(errs, checkOwners(g, d))
 	for _, ca := range d.Claims {
 		errs = append(errs, c.checkClaim(g, d, ca, podNode))
 	}
+	errs = append(errs, c.checkRails(g, d))
 	return errors.Join(errs...)
+}
+
+// checkOwners: every unallocated claim of a placed member, and every
+// unallocated shared claim, is allocated exactly once, for its own pod
+// (shared claims for the gang); the decision allocates no other claim.
+func checkOwners(g *placement.Gang, d *placement.Decision) error {
+	want := map[string]string{} // claim → owner ("" for shared claims)
+	placed := map[string]bool{}
+	for _, pp := range d.Pods {
+		placed[pp.Name] = true
+	}
+	for _, m := range g.Members {
+		for _, cl := range m.Claims {
+			if placed[m.Pod.Name] && cl.Status.Allocation == nil {
+				want[cl.Name] = m.Pod.Name
+			}
+		}
+	}
+	for _, cl := range g.SharedClaims {
+		if cl.Status.Allocation == nil {
+			want[cl.Name] = ""
+		}
+	}
+	seen := map[string]bool{}
+	for _, ca := range d.Claims {
+		owner, ok := want[ca.Name]
+		switch {
+		case !ok:
+			return fmt.Errorf("claim %s: not a claim of a placed member or of the gang", ca.Name)
+		case seen[ca.Name]:
+			return fmt.Errorf("claim %s: allocated twice", ca.Name)
+		case ca.Shared != (owner == "") || (!ca.Shared && ca.Pod != owner):
+			return fmt.Errorf("claim %s: allocated for pod %q (shared %v), belongs to %q", ca.Name, ca.Pod, ca.Shared, owner)
+		}
+		seen[ca.Name] = true
+	}
+	if len(seen) != len(want) {
+		return fmt.Errorf("%d claims allocated, want %d", len(seen), len(want))
+	}
+	return nil
 }
 
 func (c *Checker) checkNode(p *v1.Pod, n *v1.Node) error {
@@ -203,22 +256,35 @@ func (c *Checker) checkClaim(g *placement.Gang, d *placement.Decision, ca placem
 	return nil
 }
 
-// requestCount is the count of the claim's one request, or of the
-// firstAvailable subrequest the allocation chose.
+// requestCount is the sum of the counts of the claim's requests: of an
+// exact request, or of the firstAvailable subrequest the allocation chose
+// (-1 when none). Every result must name one of the claim's requests.
 func requestCount(cl *resourceapi.ResourceClaim, a *resourceapi.AllocationResult) int64 {
-	r := cl.Spec.Devices.Requests[0]
-	if r.Exactly != nil {
-		return r.Exactly.Count
+	names := map[string]bool{}
+	total := int64(0)
+	for _, r := range cl.Spec.Devices.Requests {
+		if r.Exactly != nil {
+			total += r.Exactly.Count
+			names[r.Name] = true
+			continue
+		}
+		chosen := int64(-1)
+		for _, sub := range r.FirstAvailable {
+			name := r.Name + "/" + sub.Name
+			names[name] = true
+			if a != nil && slices.ContainsFunc(a.Devices.Results, func(d resourceapi.DeviceRequestAllocationResult) bool { return d.Request == name }) {
+				chosen = sub.Count
+			}
+		}
+		if chosen < 0 {
+			return -1
+		}
+		total += chosen
 	}
-	if a == nil || len(a.Devices.Results) == 0 {
+	if a != nil && slices.ContainsFunc(a.Devices.Results, func(d resourceapi.DeviceRequestAllocationResult) bool { return !names[d.Request] }) {
 		return -1
 	}
-	for _, sub := range r.FirstAvailable {
-		if a.Devices.Results[0].Request == r.Name+"/"+sub.Name {
-			return sub.Count
-		}
-	}
-	return -1
+	return total
 }
 
 // checkConstraints checks the matchAttribute constraints of a claim: the

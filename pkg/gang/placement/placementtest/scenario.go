@@ -52,12 +52,23 @@ type DomainSpec struct {
 	// NVLink-degraded trays.
 	DeviceTaint  string `json:"deviceTaint,omitempty"`
 	TaintedNodes []int  `json:"taintedNodes,omitempty"`
+	// NICsPerNode NICs (nic-mlx5-0..) per node, on the rails NICRails (per
+	// NIC index; default = index), or NodeNICRails for single nodes.
+	NICsPerNode  int             `json:"nicsPerNode,omitempty"`
+	NICRails     []int64         `json:"nicRails,omitempty"`
+	NodeNICRails map[int][]int64 `json:"nodeNICRails,omitempty"`
+	// NICTaint is the key of a NoSchedule device taint on the NICs
+	// TaintedNICs (by index) of every node.
+	NICTaint    string `json:"nicTaint,omitempty"`
+	TaintedNICs []int  `json:"taintedNICs,omitempty"`
 }
 
-// LoadSpec is an existing pod on a node using some GPUs.
+// LoadSpec is an existing pod on a node using some GPUs and NICs (by
+// index).
 type LoadSpec struct {
 	Node   string `json:"node"`
 	GPUs   []int  `json:"gpus,omitempty"`
+	NICs   []int  `json:"nics,omitempty"`
 	CPU    string `json:"cpu,omitempty"`
 	Memory string `json:"memory,omitempty"`
 }
@@ -97,6 +108,11 @@ type GangSpec struct {
 	// SameNUMA. The gang then has len(PodGPUs) pods; Pods, GPUsPerPod and
 	// FirstAvailable are ignored.
 	PodGPUs []PodGPUSpec `json:"podGPUs,omitempty"`
+	// NICsPerPod NICs per pod: a second request ("nics") of the pod's GPU
+	// claim, or, with SeparateNICClaim (or when the GPU claim has a
+	// constraint or there is none), a claim of its own (<pod>-nic).
+	NICsPerPod       int64 `json:"nicsPerPod,omitempty"`
+	SeparateNICClaim bool  `json:"separateNICClaim,omitempty"`
 }
 
 // PodGPUSpec is one pod's GPU claim in a heterogeneous gang.
@@ -138,6 +154,26 @@ func (gs GangSpec) gpuClaim(i int, name string) *resourceapi.ResourceClaim {
 	return nil
 }
 
+// podClaims are pod i's claims: GPUs (gpuClaim) and NICs (NICsPerPod).
+func (gs GangSpec) podClaims(i int, pod string) []*resourceapi.ResourceClaim {
+	gpu := gs.gpuClaim(i, pod+"-gpu")
+	if gs.NICsPerPod <= 0 {
+		if gpu == nil {
+			return nil
+		}
+		return []*resourceapi.ResourceClaim{gpu}
+	}
+	if gpu == nil || gs.SeparateNICClaim || len(gpu.Spec.Devices.Constraints) > 0 {
+		out := []*resourceapi.ResourceClaim{NICClaim(pod+"-nic", gs.NICsPerPod)}
+		if gpu != nil {
+			out = append([]*resourceapi.ResourceClaim{gpu}, out...)
+		}
+		return out
+	}
+	gpu.Spec.Devices.Requests = append(gpu.Spec.Devices.Requests, NICRequest("nics", gs.NICsPerPod))
+	return []*resourceapi.ResourceClaim{gpu}
+}
+
 // podCount is how many pods a gang spec has.
 func (gs GangSpec) podCount() int {
 	if len(gs.PodGPUs) > 0 {
@@ -171,11 +207,14 @@ func Build(s Scenario) (*Built, error) {
 		name := fmt.Sprintf("load-%02d", i)
 		pod := BoundPod(name, l.Node, orDefault(l.CPU, "1"), orDefault(l.Memory, "1Gi"))
 		b.Input.Pods = append(b.Input.Pods, pod)
-		if len(l.GPUs) > 0 {
-			devs := make([]string, len(l.GPUs))
-			for j, g := range l.GPUs {
-				devs[j] = topology.GPUDeviceName(g)
-			}
+		var devs []string
+		for _, g := range l.GPUs {
+			devs = append(devs, topology.GPUDeviceName(g))
+		}
+		for _, n := range l.NICs {
+			devs = append(devs, NICName(n))
+		}
+		if len(devs) > 0 {
 			b.Input.ResourceClaims = append(b.Input.ResourceClaims, AllocatedClaim(name, l.Node, devs...))
 		}
 	}
@@ -230,11 +269,30 @@ func (b *Built) addDomain(d DomainSpec) {
 				gpus[g].Taint = d.DeviceTaint
 			}
 		}
-		b.Input.ResourceSlices = append(b.Input.ResourceSlices, GPUSlice(name, gpus))
+		b.Input.ResourceSlices = append(b.Input.ResourceSlices, NodeSlice(name, gpus, d.nics(i)))
 	}
 	if d.Channels > 0 && d.Kind != string(topology.DomainKindNVSwitch) {
 		b.Input.ResourceSlices = append(b.Input.ResourceSlices, FabricDomainSlice(d.ID, names, d.Channels))
 	}
+}
+
+// nics are the NICs of node i.
+func (d DomainSpec) nics(i int) []NIC {
+	rails := d.NICRails
+	if r, ok := d.NodeNICRails[i]; ok {
+		rails = r
+	}
+	out := make([]NIC, d.NICsPerNode)
+	for n := range out {
+		out[n].Rail = int64(n)
+		if n < len(rails) {
+			out[n].Rail = rails[n]
+		}
+		if slices.Contains(d.TaintedNICs, n) {
+			out[n].Taint = d.NICTaint
+		}
+	}
+	return out
 }
 
 // BuildGang builds one gang of a spec on its own, with the claims it
@@ -279,7 +337,7 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 	for i := range gs.podCount() {
 		name := fmt.Sprintf("%s-%02d", gs.Name, i)
 		use := append([]string(nil), shared...)
-		if c := gs.gpuClaim(i, name+"-gpu"); c != nil {
+		for _, c := range gs.podClaims(i, name) {
 			claims[c.Name] = c
 			use = append(use, c.Name)
 		}
