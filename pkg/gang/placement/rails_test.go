@@ -2,13 +2,11 @@ package placement_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
@@ -22,15 +20,7 @@ import (
 func railOutcomes(t *testing.T, file string, old bool) map[string]string {
 	t.Helper()
 	ctx := context.Background()
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sc placementtest.Scenario
-	if err := yaml.UnmarshalStrict(raw, &sc); err != nil {
-		t.Fatal(err)
-	}
-	b, err := placementtest.Build(sc)
+	b, err := placementtest.Build(readScenario(t, file))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,20 @@ func runScenario(t *testing.T, sc placementtest.Scenario) []outcome {
 	return out
 }
 
+// readScenario reads a scenario file, strictly.
+func readScenario(t *testing.T, file string) placementtest.Scenario {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc placementtest.Scenario
+	if err := yaml.UnmarshalStrict(raw, &sc); err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/scenarios/*.yaml")
 	if err != nil || len(files) == 0 {
@@ -105,15 +119,7 @@ func TestScenarios(t *testing.T) {
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
 		t.Run(name, func(t *testing.T) {
-			raw, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var sc placementtest.Scenario
-			if err := yaml.UnmarshalStrict(raw, &sc); err != nil {
-				t.Fatal(err)
-			}
-			got, err := yaml.Marshal(runScenario(t, sc))
+			got, err := yaml.Marshal(runScenario(t, readScenario(t, file)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,14 +143,7 @@ func TestScenarios(t *testing.T) {
 
 // TestDeterministic places the same scenario twice on fresh snapshots.
 func TestDeterministic(t *testing.T) {
-	raw, err := os.ReadFile("testdata/scenarios/nvl72-gang.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sc placementtest.Scenario
-	if err := yaml.UnmarshalStrict(raw, &sc); err != nil {
-		t.Fatal(err)
-	}
+	sc := readScenario(t, "testdata/scenarios/nvl72-gang.yaml")
 	first := runScenario(t, sc)
 	for range 3 {
 		if diff := cmp.Diff(first, runScenario(t, sc)); diff != "" {
@@ -158,15 +157,7 @@ func TestDeterministic(t *testing.T) {
 // domains instead of the two that least spread picks; an unknown pack
 // order is refused.
 func TestPackOrderFullestNodes(t *testing.T) {
-	raw, err := os.ReadFile("testdata/scenarios/spread.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sc placementtest.Scenario
-	if err := yaml.UnmarshalStrict(raw, &sc); err != nil {
-		t.Fatal(err)
-	}
-	b, err := placementtest.Build(sc)
+	b, err := placementtest.Build(readScenario(t, "testdata/scenarios/spread.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
