@@ -69,7 +69,7 @@ type peerResult struct {
 // bound) / floor per scheduler.
 func BenchmarkPeer(b *testing.B) {
 	runs := envCount("GPUFABRIC_PEER_RUNS", 3)
-	cp, admin, nodes := peerCluster(b)
+	cp, admin, nodes, prof := peerCluster(b)
 	workloads := selectPeerWorkloads(b, nodes)
 	floorClient := peerSchedulerClient(b, cp)
 	results, floors := map[string][]peerResult{}, map[string][]float64{}
@@ -87,7 +87,7 @@ func BenchmarkPeer(b *testing.B) {
 				order = []peerScheduler{peerSchedulers[1], peerSchedulers[0]}
 			}
 			for _, s := range order {
-				r := peerRun(b, cp, admin, s, w, fmt.Sprintf("peer-%d-%d-%s", i, wi, s.short()))
+				r := peerRun(b, cp, admin, prof, s, w, fmt.Sprintf("peer-%d-%d-%s", i, wi, s.short()))
 				within := ""
 				if w.span > 0 {
 					within = fmt.Sprintf(", %d/%d gangs in one %s", r.within, w.gangs, w.within)
@@ -167,8 +167,10 @@ func envCount(name string, def int) int {
 // kube-scheduler's topology-aware scheduling gets its best chance. Both
 // schedulers' clients at framework.KubeSchedulerQPS / KubeSchedulerBurst
 // (200 / 2,000); kube-controller-manager at 200 QPS, so that thousands of
-// nodes clear their not-ready taints in minutes.
-func peerCluster(b *testing.B) (*framework.ControlPlane, kubernetes.Interface, int) {
+// nodes clear their not-ready taints in minutes. With
+// GPUFABRIC_PEER_PROFILE_DIR set, gpufabric-scheduler runs with
+// --profiling (peerProfiler).
+func peerCluster(b *testing.B) (*framework.ControlPlane, kubernetes.Interface, int, *peerProfiler) {
 	nodes := envCount("GPUFABRIC_PEER_NODES", 1000)
 	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true, ControllerManagerQPS: 200})
 	admin := cp.AdminClient(b)
@@ -180,11 +182,13 @@ func peerCluster(b *testing.B) (*framework.ControlPlane, kubernetes.Interface, i
 	b.Logf("%d nodes ready in %.0fs", nodes, time.Since(start).Seconds())
 	kc, err := cp.WriteUserKubeconfig(topology.SchedulerName)
 	benchMust(b, "kubeconfig", err)
-	benchMust(b, "start gpufabric-scheduler", cp.StartProcess("gpufabric-scheduler", framework.SchedulerBinary(b), "--kubeconfig="+kc,
-		"--leader-elect=false", "--commit-record-namespace="+recordNamespace, "--metrics-address=", "--domain-channels=0",
-		"--topology-levels="+benchRackLabel+","+benchLeafLabel,
-		fmt.Sprintf("--kube-api-qps=%d", framework.KubeSchedulerQPS), fmt.Sprintf("--kube-api-burst=%d", framework.KubeSchedulerBurst)))
-	return cp, admin, nodes
+	prof := newPeerProfiler(b, cp)
+	args := append([]string{"--kubeconfig=" + kc, "--leader-elect=false", "--commit-record-namespace=" + recordNamespace, "--domain-channels=0",
+		"--topology-levels=" + benchRackLabel + "," + benchLeafLabel,
+		fmt.Sprintf("--kube-api-qps=%d", framework.KubeSchedulerQPS), fmt.Sprintf("--kube-api-burst=%d", framework.KubeSchedulerBurst)},
+		prof.schedulerArgs()...)
+	benchMust(b, "start gpufabric-scheduler", cp.StartProcess("gpufabric-scheduler", framework.SchedulerBinary(b), args...))
+	return cp, admin, nodes, prof
 }
 
 // peerSchedulerClient is a client as gpufabric-scheduler's identity, at
@@ -236,14 +240,15 @@ func waitNodesReady(b *testing.B, c kubernetes.Interface, n int) {
 }
 
 // peerRun creates one workload for one scheduler in namespace ns and
-// measures it (see BenchmarkPeer).
-func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interface, s peerScheduler, w peerWorkload, ns string) peerResult {
+// measures it (see BenchmarkPeer); prof, when not nil, profiles it.
+func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interface, prof *peerProfiler, s peerScheduler, w peerWorkload, ns string) peerResult {
 	b.StopTimer()
 	benchNamespace(b, admin, ns)
 	total := w.gangs * w.pods
 	pw := watchPods(b, admin, ns, total)
 	before, err := cp.ProcessStats(s.process)
 	benchMust(b, "process stats", err)
+	probe := prof.begin(b, cp, s, w, ns)
 	b.StartTimer()
 	start := time.Now()
 	err = forEachParallel(b.Context(), benchWorkers, w.gangs, func(ctx context.Context, g int) error {
@@ -251,6 +256,7 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	})
 	benchMust(b, "create gangs", err)
 	created := time.Now()
+	probe.onCreated(b)
 	deadline := start.Add(peerTimeout())
 	counts := pw.waitUntil(b.Context(), deadline, func(c podCounts) bool { return c.bound == total })
 	b.StopTimer()
@@ -260,6 +266,7 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	if counts.bound < total {
 		end = deadline
 	}
+	probe.onBound(b, counts, end)
 	within := gangsWithin(pw, w)
 	// Each run starts on an empty cluster: spread pods left behind would
 	// make the next run's gangs fit worse, whichever scheduler made them.

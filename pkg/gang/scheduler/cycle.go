@@ -23,8 +23,10 @@ import (
 // attempt is one scheduling attempt of a gang.
 type attempt struct {
 	key string
-	// cycle is the queue's move counter when the attempt started.
+	// cycle is the queue's move counter when the attempt started, begin
+	// the time.
 	cycle uint64
+	begin time.Time
 	// result of the attempt, for attempt_duration_seconds.
 	result string
 	pg     *schedulingv1beta1.PodGroup // nil for a gang of one
@@ -64,7 +66,7 @@ func (a *attempt) about() runtime.Object {
 // scheduleKey runs one attempt for a gang key. Only an error wrapping
 // ErrAborted stops the worker.
 func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
-	cycle := s.queue.cycle()
+	cycle, begin := s.queue.cycle(), time.Now()
 	if s.assumed.waiting(key, s.visible) {
 		// Committed; the informers do not show it all yet. Look again soon
 		// in case members were added meanwhile.
@@ -88,7 +90,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		if err == nil {
 			err = s.pinVolumes(g)
 		}
-		a := &attempt{key: key, cycle: cycle, pod: pod, priority: podPriority(pod), members: []*v1.Pod{pod}}
+		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, priority: podPriority(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
@@ -160,7 +162,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	} else if errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0 {
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
 	}
-	a := &attempt{key: key, cycle: cycle, pg: pg, priority: podGroupPriority(pg, ms.pending), members: ms.pending}
+	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, priority: podGroupPriority(pg, ms.pending), members: ms.pending}
 	return s.place(ctx, a, g, err)
 }
 
@@ -277,7 +279,10 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		}
 		return s.refuse(ctx, a, ReasonUnschedulable, schedulingv1beta1.PodGroupReasonUnschedulable, msg)
 	}
-	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims), "duration", time.Since(start))
+	// attempt: since the attempt began (members read, gang built,
+	// snapshot, Place); duration: snapshot and Place.
+	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims),
+		"duration", time.Since(start), "attempt", time.Since(a.begin))
 	s.assumed.addInFlight(a.key, g, d)
 	s.cfg.Metrics.setAssumed(s.assumed.len())
 	if s.cfg.SerialCommits {

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
@@ -87,9 +88,12 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 		s.queue.retryAfter(a.key, after)
 		return nil
 	}
+	start := time.Now()
 	s.markUnschedulable(ctx, a, waitingPodMessage(a.pg))
 	s.event(a.pg, v1.EventTypeNormal, ReasonWaitingForMembers, "Scheduling", msg)
-	return s.setCondition(ctx, a.pg, metav1.ConditionFalse, ReasonWaitingForMembers, msg)
+	err := s.setCondition(ctx, a.pg, metav1.ConditionFalse, ReasonWaitingForMembers, msg)
+	klog.FromContext(ctx).V(3).Info("Wrote waiting status", "members", len(a.members), "duration", time.Since(start))
+	return err
 }
 
 // waitingPodMessage is the PodScheduled message of a waiting member: the
