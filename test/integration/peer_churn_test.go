@@ -36,7 +36,8 @@ func BenchmarkPeerChurn(b *testing.B) {
 		warmup:  time.Duration(envCount("GPUFABRIC_PEER_CHURN_WARMUP_S", 30)) * time.Second,
 		window:  time.Duration(envCount("GPUFABRIC_PEER_CHURN_S", 90)) * time.Second,
 	}
-	_, admin, nodes, _ := peerCluster(b)
+	env := peerCluster(b)
+	admin, nodes := env.admin, env.nodes
 	sums := map[string]*churnResult{}
 	b.ResetTimer()
 	for i := range runs * b.N {

@@ -22,14 +22,17 @@ import (
 // --profiling, its metrics on a loopback port and -v=3 (a line per
 // attempt), and for each of its runs the benchmark writes into that
 // folder a CPU profile of the run's window (peerCPU) and logs the gang's
-// timeline (peerTimeline) and the CPU every control-plane process used
+// timeline (gangTimeline) and the CPU every control-plane process used
 // between the last create and all bound. Off, BenchmarkPeer runs the
 // scheduler as before (no metrics port, -v=0).
 type peerProfiler struct {
-	dir, addr string
-	// log is the scheduler's log file (copied into dir at the end).
-	log    string
+	dir    string
 	client *http.Client
+	// addrs and logs: each gpufabric scheduler process's metrics address
+	// and log file (copied into dir at the end); procs: the processes
+	// whose CPU a run reports.
+	addrs, logs map[string]string
+	procs       []string
 }
 
 // newPeerProfiler returns nil when GPUFABRIC_PEER_PROFILE_DIR is unset.
@@ -41,30 +44,37 @@ func newPeerProfiler(b *testing.B, cp *framework.ControlPlane) *peerProfiler {
 	abs, err := filepath.Abs(dir)
 	benchMust(b, "profile dir", err)
 	benchMust(b, "create profile dir", os.MkdirAll(abs, 0o755))
+	p := &peerProfiler{dir: abs, client: &http.Client{}, addrs: map[string]string{}, logs: map[string]string{},
+		procs: []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler"}}
+	b.Cleanup(func() {
+		for process, log := range p.logs {
+			data, err := os.ReadFile(log)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(p.dir, process+".log"), data, 0o644)
+			}
+			if err != nil {
+				b.Logf("keeping the log of %s: %v", process, err)
+			}
+		}
+	})
+	b.Logf("profiling gpufabric-scheduler into %s", abs)
+	return p
+}
+
+// schedulerArgs are the metrics and log flags of the gpufabric scheduler
+// process to be started as process: profiled, on a free loopback port.
+func (p *peerProfiler) schedulerArgs(b *testing.B, cp *framework.ControlPlane, process string) []string {
+	if p == nil {
+		return []string{"--metrics-address="}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	benchMust(b, "free port", err)
 	addr := l.Addr().String()
 	benchMust(b, "free port", l.Close())
-	p := &peerProfiler{dir: abs, addr: addr, log: cp.ProcessLog("gpufabric-scheduler"), client: &http.Client{}}
-	b.Cleanup(func() {
-		data, err := os.ReadFile(p.log)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(p.dir, "gpufabric-scheduler.log"), data, 0o644)
-		}
-		if err != nil {
-			b.Logf("keeping the scheduler's log: %v", err)
-		}
-	})
-	b.Logf("profiling gpufabric-scheduler into %s (pprof on http://%s/debug/pprof/)", abs, addr)
-	return p
-}
-
-// schedulerArgs are gpufabric-scheduler's metrics and log flags.
-func (p *peerProfiler) schedulerArgs() []string {
-	if p == nil {
-		return []string{"--metrics-address="}
-	}
-	return []string{"--metrics-address=" + p.addr, "--profiling", "-v=3"}
+	p.addrs[process], p.logs[process] = addr, cp.ProcessLog(process)
+	p.procs = append(p.procs, process)
+	b.Logf("%s: pprof on http://%s/debug/pprof/", process, addr)
+	return []string{"--metrics-address=" + addr, "--profiling", "-v=3"}
 }
 
 // peerCPU captures CPU profiles of the scheduler back to back, one second
@@ -78,7 +88,7 @@ type peerCPU struct {
 	err    error
 }
 
-func (p *peerProfiler) startCPU(ctx context.Context) *peerCPU {
+func (p *peerProfiler) startCPU(ctx context.Context, process string) *peerCPU {
 	c := &peerCPU{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -88,7 +98,7 @@ func (p *peerProfiler) startCPU(ctx context.Context) *peerCPU {
 				return
 			default:
 			}
-			data, err := p.get(ctx, "/debug/pprof/profile?seconds=1")
+			data, err := p.get(ctx, p.addrs[process], "/debug/pprof/profile?seconds=1")
 			if err != nil {
 				c.err = err
 				return
@@ -127,8 +137,8 @@ func (c *peerCPU) finish(b *testing.B, base string) {
 	}
 }
 
-func (p *peerProfiler) get(ctx context.Context, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+path, nil)
+func (p *peerProfiler) get(ctx context.Context, addr, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
@@ -147,13 +157,10 @@ func (p *peerProfiler) get(ctx context.Context, path string) ([]byte, error) {
 	return data, nil
 }
 
-// peerProcesses are the processes whose CPU a profiled run reports.
-var peerProcesses = []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler", "gpufabric-scheduler"}
-
-// cpuNow reads every peerProcesses' CPU time so far.
-func cpuNow(b *testing.B, cp *framework.ControlPlane) map[string]time.Duration {
+// cpuNow reads the CPU time so far of every process the profiler reports.
+func (p *peerProfiler) cpuNow(b *testing.B, cp *framework.ControlPlane) map[string]time.Duration {
 	out := map[string]time.Duration{}
-	for _, name := range peerProcesses {
+	for _, name := range p.procs {
 		st, err := cp.ProcessStats(name)
 		benchMust(b, "process stats", err)
 		out[name] = st.CPU
@@ -196,14 +203,14 @@ type peerProbe struct {
 }
 
 // begin starts a profiled run of w for s in namespace ns: a CPU profile
-// when s is gpufabric-scheduler. Call it right before the first create.
+// when s is a gpufabric scheduler. Call it right before the first create.
 func (p *peerProfiler) begin(b *testing.B, cp *framework.ControlPlane, s peerScheduler, w peerWorkload, ns string) *peerProbe {
 	if p == nil {
 		return nil
 	}
 	r := &peerProbe{p: p, cp: cp, s: s, w: w, ns: ns, start: time.Now()}
-	if s.process == "gpufabric-scheduler" {
-		r.cpu = p.startCPU(b.Context())
+	if _, ok := p.addrs[s.process]; ok {
+		r.cpu = p.startCPU(b.Context(), s.process)
 	}
 	return r
 }
@@ -213,18 +220,18 @@ func (r *peerProbe) onCreated(b *testing.B) {
 	if r == nil {
 		return
 	}
-	r.created, r.cpuCreated = time.Now(), cpuNow(b, r.cp)
+	r.created, r.cpuCreated = time.Now(), r.p.cpuNow(b, r.cp)
 }
 
 // onBound ends the run (all bound at end, or the timeout) and logs what
 // it found: the processes' CPU from the last create to end and, for
-// gpufabric-scheduler, the gang's timeline; its CPU profile goes to
+// a gpufabric scheduler, the gang's timeline; its CPU profile goes to
 // <dir>/<workload>-<ns>-cpu.pb.gz.
 func (r *peerProbe) onBound(b *testing.B, counts podCounts, end time.Time) {
 	if r == nil {
 		return
 	}
-	cpu := cpuSince(r.cpuCreated, cpuNow(b, r.cp), end.Sub(r.created).Seconds())
+	cpu := cpuSince(r.cpuCreated, r.p.cpuNow(b, r.cp), end.Sub(r.created).Seconds())
 	load, err := os.ReadFile("/proc/loadavg")
 	benchMust(b, "read load average", err)
 	b.Logf("%s, %s, %s: CPU from the last create to all bound (%.2fs): %s; load average %s", r.ns, r.w.name, r.s.process,
@@ -236,7 +243,7 @@ func (r *peerProbe) onBound(b *testing.B, counts podCounts, end time.Time) {
 	if r.w.gangs != 1 {
 		return
 	}
-	lines, err := readGangLog(r.p.log, "pg:"+r.ns+"/"+peerGroupName(0), r.start.Year())
+	lines, err := readGangLog(r.p.logs[r.s.process], "pg:"+r.ns+"/"+peerGroupName(0), r.start.Year())
 	if err != nil {
 		b.Logf("timeline of %s: %v", r.ns, err)
 		return

@@ -84,9 +84,10 @@ type gangTimeline struct {
 	notReady, notReadyLate int
 	lastNotReady           time.Time
 	// waiting-status writes (PodScheduled of the waiting members, the
-	// PodGroup condition, an event): how many, their time, and when the
-	// last one ended.
+	// PodGroup condition, an event): how many (cut: cut short when the
+	// members arrived), their time, and when the last one ended.
 	waitingWrites    int
+	cut              int
 	waitingWriteTime time.Duration
 	lastWaitingWrite time.Time
 	// readyStart: the attempt that placed the gang began; placed: Place
@@ -110,9 +111,12 @@ func timelineOf(lines []logLine, created time.Time) gangTimeline {
 				t.notReadyLate++
 			}
 			t.lastNotReady = l.at
-		case "Wrote waiting status":
+		case "Wrote waiting status", "Waiting status cut short: the gang's members arrived":
 			d, _ := time.ParseDuration(l.kv["duration"])
 			t.waitingWrites++
+			if l.msg != "Wrote waiting status" {
+				t.cut++
+			}
 			t.waitingWriteTime += d
 			t.lastWaitingWrite = l.at
 		case "Placed gang":
@@ -160,9 +164,9 @@ func (t gangTimeline) describe(start, created time.Time, counts podCounts) strin
 		return fmt.Sprintf("%.2f", b.Sub(a).Seconds())
 	}
 	return fmt.Sprintf("s from the first create: creates done %s; %d not-ready attempts (%d began after the last create, the last at %s), "+
-		"%d waiting-status writes (%.2fs, the last ended at %s); ready attempt %s, placed %s, bind phase %s–%s, commit done %s (%s); "+
+		"%d waiting-status writes (%d cut short; %.2fs, the last ended at %s); ready attempt %s, placed %s, bind phase %s–%s, commit done %s (%s); "+
 		"observed bound: first %s, all %s. Last create → all bound: to the ready attempt %s, placement %s, record+claims %s, binds %s, binds → observed all %s",
-		s(created), t.notReady, t.notReadyLate, s(t.lastNotReady), t.waitingWrites, t.waitingWriteTime.Seconds(), s(t.lastWaitingWrite),
+		s(created), t.notReady, t.notReadyLate, s(t.lastNotReady), t.waitingWrites, t.cut, t.waitingWriteTime.Seconds(), s(t.lastWaitingWrite),
 		s(t.readyStart), s(t.placed), s(t.bindStart), s(t.bindEnd), s(t.committed), t.phases,
 		s(counts.firstBound), s(counts.allBound),
 		d(created, t.readyStart), d(t.readyStart, t.placed), d(t.placed, t.bindStart), d(t.bindStart, t.bindEnd), d(t.bindEnd, counts.allBound))

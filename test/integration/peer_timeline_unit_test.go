@@ -20,6 +20,7 @@ func TestGangTimeline(t *testing.T) {
 	logger.WithValues("gang", "pg:ns/g0001").Info("Gang not ready", "reason", "other gang")
 	gang.Info("Wrote waiting status", "members", 3, "duration", 250*time.Millisecond)
 	gang.Info("Gang not ready", "reason", "have 3 of 4 pods")
+	gang.Info("Waiting status cut short: the gang's members arrived", "members", 3, "duration", 50*time.Millisecond)
 	gang.Info("Placed gang", "domain", "spine", "key", "", "pods", 4, "claims", 4, "duration", 20*time.Millisecond, "attempt", 30*time.Millisecond)
 	gang.Info("Committed gang", "pods", 4, "claimWrites", 4, "phases", fakePhases("record=10ms pod-claims=1.5s bind=800ms condition=5ms clear-record=4ms"))
 
@@ -36,14 +37,14 @@ func TestGangTimeline(t *testing.T) {
 		}
 		parsed = append(parsed, p)
 	}
-	if len(parsed) != 5 {
-		t.Fatalf("%d lines of the gang, want 5:\n%s", len(parsed), buf.String())
+	if len(parsed) != 6 {
+		t.Fatalf("%d lines of the gang, want 6:\n%s", len(parsed), buf.String())
 	}
 	if d := time.Since(parsed[0].at); d < 0 || d > time.Minute {
 		t.Errorf("first line at %v, %v ago", parsed[0].at, d)
 	}
 	tl := timelineOf(parsed, parsed[1].at)
-	if tl.notReady != 2 || tl.notReadyLate != 1 || tl.waitingWrites != 1 || tl.waitingWriteTime != 250*time.Millisecond {
+	if tl.notReady != 2 || tl.notReadyLate != 1 || tl.waitingWrites != 2 || tl.cut != 1 || tl.waitingWriteTime != 300*time.Millisecond {
 		t.Errorf("timeline %+v", tl)
 	}
 	if got := tl.placed.Sub(tl.readyStart); got != 30*time.Millisecond {
