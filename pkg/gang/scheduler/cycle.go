@@ -37,6 +37,9 @@ type attempt struct {
 	members []*v1.Pod
 	// async: the attempt's commit runs in the pipeline, which reports it.
 	async bool
+	// devicesShort: refused because no domain had enough free devices
+	// (devicesShort): it is parked with queue.parkDevicesShort.
+	devicesShort bool
 }
 
 // uid is the UID of the PodGroup, or of the pod of a gang of one.
@@ -256,6 +259,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	case err != nil:
 		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, err.Error())
 	case u != nil:
+		a.devicesShort = devicesShort(g, u)
 		msg := u.Message
 		if !s.cfg.DisablePreemption {
 			// Preemption plans on the listers, which do not show the
@@ -359,8 +363,11 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	s.pending.set(a.key, metricReason)
 	s.cfg.Metrics.gangRefused(metricReason)
 	park := s.queue.park
-	if s.nominations.get(a.key) != nil {
+	switch {
+	case s.nominations.get(a.key) != nil:
 		park = s.queue.parkShort // its victims are going
+	case a.devicesShort:
+		park = s.queue.parkDevicesShort
 	}
 	backoff := park(a.key, a.cycle)
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
@@ -377,4 +384,20 @@ func (s *Scheduler) forget(key string) {
 	s.queue.forget(key)
 	s.pending.clear(key)
 	s.notReadyWrites.forget(key)
+}
+
+// devicesShort reports whether a refusal says that only freed devices can
+// help the gang: it wants all its members (minCount = its size) and, at
+// every level the engine tried, even the domain with the most free devices
+// of its main class had fewer than the gang needs.
+func devicesShort(g *placement.Gang, u *placement.Unschedulable) bool {
+	if u.Devices == 0 || len(u.Levels) == 0 || g.MinCount < len(g.Members) {
+		return false
+	}
+	for _, l := range u.Levels {
+		if l.Best != nil && l.Best.FreeDevices >= u.Devices {
+			return false
+		}
+	}
+	return true
 }
