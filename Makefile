@@ -100,7 +100,11 @@ bench:
 # 64x8gpu-leaf, 512x1gpu, 512x1gpu-leaf, 512x8gpu. bench-peer-traces runs the
 # fill-to-first-refusal and churn traces (BenchmarkPeerFill,
 # BenchmarkPeerChurn; their knobs are GPUFABRIC_PEER_FILL_* and
-# GPUFABRIC_PEER_CHURN_* in the environment). Not part of `make test`.
+# GPUFABRIC_PEER_CHURN_* in the environment). In the environment too:
+# GPUFABRIC_PEER_PROFILE_DIR (CPU profiles, timelines and logs of
+# gpufabric-scheduler per run) and GPUFABRIC_PEER_BASELINE_BIN (a second
+# gpufabric-scheduler binary measured in the same runs). Not part of
+# `make test`.
 PEER_RUNS ?= 3
 PEER_NODES ?= 1000
 PEER_SMALL_GANGS ?= 300

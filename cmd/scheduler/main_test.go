@@ -3,11 +3,14 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestEnvTwins: an environment twin fills a flag not given on the command
@@ -32,13 +35,14 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_DISABLE_PREEMPTION":          "true",
 		"GPUFABRIC_NOMINATION_TIMEOUT":          "90s",
 		"GPUFABRIC_PACK_ORDER":                  "fullest-nodes",
+		"GPUFABRIC_PROFILING":                   "true",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
 	if o.domainChannels != 3 || o.leaderElect || o.kubeconfig != "/tmp/kc" || o.commitWorkers != 32 || o.commitsInFlight != 3 || o.apiQPS != 50.5 || o.apiBurst != 2000 ||
-		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" {
+		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" || !o.profiling {
 		t.Errorf("options %+v", o)
 	}
 	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute}
@@ -94,4 +98,74 @@ func TestValidate(t *testing.T) {
 			t.Errorf("default starvation bound %s, want %s", o.preemption.starvationBound, defaultStarvationBound)
 		}
 	}
+}
+
+// TestProfiling: with --profiling the metrics server also serves Go's
+// profiles under /debug/pprof/ (a CPU profile streams for its ?seconds=);
+// without it those paths are 404 and /metrics is served either way.
+func TestProfiling(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("profiling=%t", on), func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			o := bindFlags(fs)
+			if err := fs.Parse([]string{"--metrics-address=127.0.0.1:0", fmt.Sprintf("--profiling=%t", on)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(); err != nil {
+				t.Fatal(err)
+			}
+			addr, err := o.serveHTTP(t.Context(), prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := "http://" + addr.String()
+			wantPprof := http.StatusNotFound
+			if on {
+				wantPprof = http.StatusOK
+			}
+			for path, want := range map[string]int{
+				"/metrics":                       http.StatusOK,
+				"/debug/pprof/":                  wantPprof,
+				"/debug/pprof/goroutine?debug=1": wantPprof,
+				"/debug/pprof/profile?seconds=1": wantPprof,
+				"/debug/pprof/cmdline":           wantPprof,
+				"/debug/pprof/trace?seconds=0.1": wantPprof,
+				"/debug/pprof/heap?gc=1":         wantPprof,
+			} {
+				code, body := httpGet(t, base+path)
+				if code != want {
+					t.Errorf("GET %s: %d, want %d", path, code, want)
+				}
+				if on && path == "/debug/pprof/profile?seconds=1" && (len(body) < 2 || body[0] != 0x1f || body[1] != 0x8b) {
+					t.Errorf("GET %s: not a gzipped profile (%d bytes)", path, len(body))
+				}
+			}
+		})
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o := bindFlags(fs)
+	if err := fs.Parse([]string{"--metrics-address=", "--profiling"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--profiling needs --metrics-address") {
+		t.Errorf("--profiling without an address: %v", err)
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", url, err)
+	}
+	return resp.StatusCode, body
 }

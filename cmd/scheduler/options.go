@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ type options struct {
 	leDurations     leaseDurations
 	recordNS        string
 	metricsAddress  string
+	profiling       bool
 	commitWorkers   int
 	commitsInFlight int
 	apiQPS          float64
@@ -72,6 +74,7 @@ var envTwins = map[string]string{
 	"leader-elect-retry-period":   "GPUFABRIC_LEADER_ELECT_RETRY_PERIOD",
 	"commit-record-namespace":     "GPUFABRIC_COMMIT_RECORD_NAMESPACE",
 	"metrics-address":             "GPUFABRIC_METRICS_ADDRESS",
+	"profiling":                   "GPUFABRIC_PROFILING",
 	"commit-parallelism":          "GPUFABRIC_COMMIT_PARALLELISM",
 	"commits-in-flight":           "GPUFABRIC_COMMITS_IN_FLIGHT",
 	"kube-api-qps":                "GPUFABRIC_KUBE_API_QPS",
@@ -100,6 +103,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.leDurations.retry, "leader-elect-retry-period", 2*time.Second, "how often replicas try to acquire or renew the Lease")
 	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of the /metrics endpoint; empty disables it")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port")
 	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
 	fs.IntVar(&o.commitsInFlight, "commits-in-flight", scheduler.DefaultCommitsInFlight, "gangs whose commits run at once while the next gangs are placed (1..256)")
 	fs.Float64Var(&o.apiQPS, "kube-api-qps", 200, "client-side rate limit of API requests per second")
@@ -142,6 +146,9 @@ func (o *options) validate() error {
 	}
 	if o.apiContentType != runtime.ContentTypeProtobuf && o.apiContentType != runtime.ContentTypeJSON {
 		return fmt.Errorf("--kube-api-content-type must be %s or %s, got %q", runtime.ContentTypeProtobuf, runtime.ContentTypeJSON, o.apiContentType)
+	}
+	if o.profiling && o.metricsAddress == "" {
+		return errors.New("--profiling needs --metrics-address: the profiles are served beside /metrics")
 	}
 	if o.commitsInFlight < 1 || o.commitsInFlight > 256 {
 		return fmt.Errorf("--commits-in-flight must be 1..256, got %d", o.commitsInFlight)
@@ -207,7 +214,7 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	if err := o.serveMetrics(ctx, reg); err != nil {
+	if _, err := o.serveHTTP(ctx, reg); err != nil {
 		return err
 	}
 	cfg := scheduler.Config{
@@ -249,22 +256,41 @@ func (o *options) run(ctx context.Context) error {
 	})
 }
 
-func (o *options) serveMetrics(ctx context.Context, reg *prometheus.Registry) error {
+// serveHTTP serves /metrics, and /debug/pprof/ when --profiling is on, on
+// --metrics-address until ctx is done. It returns the address it listens
+// on (nil when --metrics-address is empty).
+func (o *options) serveHTTP(ctx context.Context, reg *prometheus.Registry) (net.Addr, error) {
 	if o.metricsAddress == "" {
-		return nil
+		return nil, nil
 	}
 	ln, err := net.Listen("tcp", o.metricsAddress)
 	if err != nil {
-		return fmt.Errorf("listen for metrics: %w", err)
+		return nil, fmt.Errorf("listen for metrics: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// No write timeout: a CPU profile or a trace streams for its
+	// ?seconds=.
+	srv := &http.Server{Handler: o.httpHandler(reg), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			klog.FromContext(ctx).Error(err, "Metrics server failed")
 		}
 	}()
 	context.AfterFunc(ctx, func() { _ = srv.Close() })
-	return nil
+	return ln.Addr(), nil
+}
+
+// httpHandler routes /metrics to reg and, only with --profiling, the Go
+// runtime's profiles under /debug/pprof/ (the paths kube-scheduler
+// serves); without it those paths are 404.
+func (o *options) httpHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if o.profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
 }

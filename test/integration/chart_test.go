@@ -47,6 +47,7 @@ func TestChartLint(t *testing.T) {
 type chartProfile struct {
 	name              string
 	values            []string
+	sets              []string
 	mock              bool
 	privileged        bool
 	leaderElect       bool
@@ -89,12 +90,12 @@ scheduler:
 			gpuNodeLabel: "gpufabric.dev/gpu-node", lease: schedName,
 			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--leader-elect-identity=$(POD_NAME)",
 				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--commits-in-flight=8", "--pack-order=least-spread", "--metrics-address=:8080",
-				"--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m"},
+				"--profiling=false", "--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m"},
 		},
 		{
-			name: "mock", values: []string{mockValuesFile}, mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
+			name: "mock", values: []string{mockValuesFile}, sets: []string{"scheduler.profiling=true"}, mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
 			gpuNodeLabel: "gpufabric.dev/gpu-node", lease: schedName,
-			schedulerArgsWant: []string{"--topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf", "--domain-channels=4"},
+			schedulerArgsWant: []string{"--topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf", "--domain-channels=4", "--metrics-address=:8080", "--profiling=true"},
 		},
 		{
 			name: "custom", values: []string{custom}, privileged: true, replicas: 1,
@@ -105,7 +106,7 @@ scheduler:
 	}
 	for _, p := range profiles {
 		t.Run(p.name, func(t *testing.T) {
-			r, err := renderChart(t.Context(), helm, root, p.values, nil)
+			r, err := renderChart(t.Context(), helm, root, p.values, p.sets)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -384,6 +385,8 @@ func TestChartSchemaRejects(t *testing.T) {
 		{name: "bad starvation bound", sets: []string{"scheduler.preemption.starvationBound=30 minutes"}, want: "/scheduler/preemption/starvationBound"},
 		{name: "no commits in flight", sets: []string{"scheduler.commitsInFlight=0"}, want: "/scheduler/commitsInFlight"},
 		{name: "unknown pack order", sets: []string{"scheduler.packOrder=spread"}, want: "/scheduler/packOrder"},
+		{name: "profiling without metrics", sets: []string{"scheduler.profiling=true", "scheduler.metrics.enabled=false"}, want: "/scheduler/metrics/enabled"},
+		{name: "profiling not a switch", sets: []string{"scheduler.profiling=yes"}, want: "/scheduler/profiling"},
 		{name: "preemption not a switch", sets: []string{"scheduler.preemption.enabled=sometimes"}, want: "/scheduler/preemption/enabled"},
 		{name: "bad resource quantity", sets: []string{"scheduler.resources.limits.memory=lots"}, want: "/scheduler/resources/limits/memory"},
 	}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,16 +28,18 @@ func peerTimeout() time.Duration {
 }
 
 // peerScheduler is one scheduler of the comparison: the process whose
-// CPU and memory are measured, and the schedulerName its pods carry.
+// CPU and memory are measured, the schedulerName its pods carry, and its
+// name in metric and namespace names.
 type peerScheduler struct {
-	process, schedulerName string
+	process, schedulerName, label string
 }
 
 // peerSchedulers are the two schedulers BenchmarkPeer compares.
-var peerSchedulers = []peerScheduler{{"gpufabric-scheduler", topology.SchedulerName}, {"kube-scheduler", corev1.DefaultSchedulerName}}
+var peerSchedulers = []peerScheduler{{"gpufabric-scheduler", topology.SchedulerName, "gpufabric"}, {"kube-scheduler", corev1.DefaultSchedulerName, "kube"}}
 
-// short is the scheduler's name in metric names: "gpufabric" or "kube".
-func (s peerScheduler) short() string { return strings.SplitN(s.process, "-", 2)[0] }
+// short is the scheduler's name in metric names: "gpufabric", "kube" or
+// "baseline".
+func (s peerScheduler) short() string { return s.label }
 
 type peerResult struct {
 	seconds float64 // first create to all bound (or to the timeout)
@@ -67,9 +69,14 @@ type peerResult struct {
 // iteration's runs, the API floor of every one-gang shape (peerFloor) on
 // the same apiserver; each one-gang workload reports (last create → all
 // bound) / floor per scheduler.
+//
+// GPUFABRIC_PEER_BASELINE_BIN adds a baseline gpufabric-scheduler binary
+// to every run (baselineScheduler); GPUFABRIC_PEER_PROFILE_DIR profiles
+// the gpufabric schedulers (peerProfiler).
 func BenchmarkPeer(b *testing.B) {
 	runs := envCount("GPUFABRIC_PEER_RUNS", 3)
-	cp, admin, nodes := peerCluster(b)
+	env := peerCluster(b)
+	cp, admin, nodes, prof := env.cp, env.admin, env.nodes, env.prof
 	workloads := selectPeerWorkloads(b, nodes)
 	floorClient := peerSchedulerClient(b, cp)
 	results, floors := map[string][]peerResult{}, map[string][]float64{}
@@ -82,12 +89,9 @@ func BenchmarkPeer(b *testing.B) {
 			floors[shape.name] = append(floors[shape.name], f)
 		}
 		for wi, w := range workloads {
-			order := peerSchedulers
-			if i%2 == 1 {
-				order = []peerScheduler{peerSchedulers[1], peerSchedulers[0]}
-			}
-			for _, s := range order {
-				r := peerRun(b, cp, admin, s, w, fmt.Sprintf("peer-%d-%d-%s", i, wi, s.short()))
+			for _, s := range env.lineup.order(i) {
+				env.lineup.activate(b, s)
+				r := peerRun(b, cp, admin, prof, s, w, fmt.Sprintf("peer-%d-%d-%s", i, wi, s.short()))
 				within := ""
 				if w.span > 0 {
 					within = fmt.Sprintf(", %d/%d gangs in one %s", r.within, w.gangs, w.within)
@@ -100,7 +104,7 @@ func BenchmarkPeer(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(0, "ns/op")
-	peerReport(b, workloads, results, floors)
+	peerReport(b, env.lineup.schedulers(), workloads, results, floors)
 }
 
 // peerReport reports BenchmarkPeer's metrics, means over the runs:
@@ -109,13 +113,13 @@ func BenchmarkPeer(b *testing.B) {
 // names a unit), and for one-gang workloads <workload>-api-floor-s and
 // <workload>-<scheduler>-floor-x, the mean last-to-bound over the mean
 // floor of the gang's shape.
-func peerReport(b *testing.B, workloads []peerWorkload, results map[string][]peerResult, floors map[string][]float64) {
+func peerReport(b *testing.B, schedulers []peerScheduler, workloads []peerWorkload, results map[string][]peerResult, floors map[string][]float64) {
 	for _, w := range workloads {
 		floor := mean(floors[floorShapeOf(w).name])
 		if w.gangs == 1 {
 			b.ReportMetric(floor, w.name+"-api-floor-s")
 		}
-		for _, s := range peerSchedulers {
+		for _, s := range schedulers {
 			var sec, created, last, cpu, within float64
 			var rss int64
 			rs := results[w.name+"/"+s.process]
@@ -160,15 +164,27 @@ func envCount(name string, def int) int {
 	return def
 }
 
+// peerEnv is what peerCluster started.
+type peerEnv struct {
+	cp     *framework.ControlPlane
+	admin  kubernetes.Interface
+	nodes  int
+	prof   *peerProfiler // nil unless GPUFABRIC_PEER_PROFILE_DIR is set
+	lineup *peerLineup
+}
+
 // peerCluster starts the peer benchmarks' control plane with
 // kube-scheduler, creates GPUFABRIC_PEER_NODES (default 1,000) kwok nodes
-// × 8 GPUs (peerNodes) and starts gpufabric-scheduler as a process. The
+// × 8 GPUs (peerNodes) and starts gpufabric-scheduler as a process (and
+// the baseline binary, stopped, with GPUFABRIC_PEER_BASELINE_BIN). The
 // nodes carry the NVLink domain, rack and leaf as labels so that
 // kube-scheduler's topology-aware scheduling gets its best chance. Both
 // schedulers' clients at framework.KubeSchedulerQPS / KubeSchedulerBurst
 // (200 / 2,000); kube-controller-manager at 200 QPS, so that thousands of
-// nodes clear their not-ready taints in minutes.
-func peerCluster(b *testing.B) (*framework.ControlPlane, kubernetes.Interface, int) {
+// nodes clear their not-ready taints in minutes. With
+// GPUFABRIC_PEER_PROFILE_DIR set, the gpufabric schedulers run with
+// --profiling (peerProfiler).
+func peerCluster(b *testing.B) *peerEnv {
 	nodes := envCount("GPUFABRIC_PEER_NODES", 1000)
 	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true, ControllerManagerQPS: 200})
 	admin := cp.AdminClient(b)
@@ -180,11 +196,14 @@ func peerCluster(b *testing.B) (*framework.ControlPlane, kubernetes.Interface, i
 	b.Logf("%d nodes ready in %.0fs", nodes, time.Since(start).Seconds())
 	kc, err := cp.WriteUserKubeconfig(topology.SchedulerName)
 	benchMust(b, "kubeconfig", err)
-	benchMust(b, "start gpufabric-scheduler", cp.StartProcess("gpufabric-scheduler", framework.SchedulerBinary(b), "--kubeconfig="+kc,
-		"--leader-elect=false", "--commit-record-namespace="+recordNamespace, "--metrics-address=", "--domain-channels=0",
-		"--topology-levels="+benchRackLabel+","+benchLeafLabel,
-		fmt.Sprintf("--kube-api-qps=%d", framework.KubeSchedulerQPS), fmt.Sprintf("--kube-api-burst=%d", framework.KubeSchedulerBurst)))
-	return cp, admin, nodes
+	prof := newPeerProfiler(b, cp)
+	args := []string{"--kubeconfig=" + kc, "--leader-elect=false", "--commit-record-namespace=" + recordNamespace, "--domain-channels=0",
+		"--topology-levels=" + benchRackLabel + "," + benchLeafLabel,
+		fmt.Sprintf("--kube-api-qps=%d", framework.KubeSchedulerQPS), fmt.Sprintf("--kube-api-burst=%d", framework.KubeSchedulerBurst)}
+	lineup := startBaseline(b, cp, prof, slices.Clone(args))
+	args = append(args, prof.schedulerArgs(b, cp, peerSchedulers[0].process)...)
+	benchMust(b, "start gpufabric-scheduler", cp.StartProcess(peerSchedulers[0].process, framework.SchedulerBinary(b), args...))
+	return &peerEnv{cp: cp, admin: admin, nodes: nodes, prof: prof, lineup: lineup}
 }
 
 // peerSchedulerClient is a client as gpufabric-scheduler's identity, at
@@ -236,14 +255,15 @@ func waitNodesReady(b *testing.B, c kubernetes.Interface, n int) {
 }
 
 // peerRun creates one workload for one scheduler in namespace ns and
-// measures it (see BenchmarkPeer).
-func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interface, s peerScheduler, w peerWorkload, ns string) peerResult {
+// measures it (see BenchmarkPeer); prof, when not nil, profiles it.
+func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interface, prof *peerProfiler, s peerScheduler, w peerWorkload, ns string) peerResult {
 	b.StopTimer()
 	benchNamespace(b, admin, ns)
 	total := w.gangs * w.pods
 	pw := watchPods(b, admin, ns, total)
 	before, err := cp.ProcessStats(s.process)
 	benchMust(b, "process stats", err)
+	probe := prof.begin(b, cp, s, w, ns)
 	b.StartTimer()
 	start := time.Now()
 	err = forEachParallel(b.Context(), benchWorkers, w.gangs, func(ctx context.Context, g int) error {
@@ -251,6 +271,7 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	})
 	benchMust(b, "create gangs", err)
 	created := time.Now()
+	probe.onCreated(b)
 	deadline := start.Add(peerTimeout())
 	counts := pw.waitUntil(b.Context(), deadline, func(c podCounts) bool { return c.bound == total })
 	b.StopTimer()
@@ -260,6 +281,7 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	if counts.bound < total {
 		end = deadline
 	}
+	probe.onBound(b, counts, end)
 	within := gangsWithin(pw, w)
 	// Each run starts on an empty cluster: spread pods left behind would
 	// make the next run's gangs fit worse, whichever scheduler made them.

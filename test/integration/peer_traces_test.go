@@ -48,7 +48,8 @@ func peerTraceOrder(i int) []peerScheduler {
 func BenchmarkPeerFill(b *testing.B) {
 	runs := envCount("GPUFABRIC_PEER_TRACE_RUNS", 1)
 	patience := time.Duration(envCount("GPUFABRIC_PEER_FILL_WAIT_S", 10)) * time.Second
-	_, admin, nodes := peerCluster(b)
+	env := peerCluster(b)
+	admin, nodes := env.admin, env.nodes
 	sums := map[string]*fillResult{}
 	b.ResetTimer()
 	for i := range runs * b.N {

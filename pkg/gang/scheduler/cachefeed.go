@@ -1,8 +1,6 @@
 package scheduler
 
 import (
-	"fmt"
-
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/tools/cache"
@@ -32,14 +30,16 @@ func handlerOf[T any](set, remove func(T)) cache.ResourceEventHandlerFuncs {
 	}
 }
 
-// feedCache keeps the placement cache up to date from the informers: the
-// scheduler's snapshots are brought up to date from it each cycle instead
-// of being rebuilt from listers (placement.Cache). Holds (hold.go) are left
-// out, as they duplicate their claims' devices. Claim and slice events
-// count as capacity events once the cache has them, so the free-GPU gauges
-// (read from the cache) are refreshed after the cache changed, whichever
-// informer handler ran first.
-func (s *Scheduler) feedCache(inf *informerSet, c *placement.Cache) error {
+// cacheFeed returns the handlers that keep the placement cache up to date
+// from the informers: the scheduler's snapshots are brought up to date from
+// it each cycle instead of being rebuilt from listers (placement.Cache).
+// informerSet.watch runs each of them before the queue's handler of the
+// same informer, so a gang woken by a change is tried on a cache that has
+// it. Holds (hold.go) are left out, as they duplicate their claims'
+// devices. Claim and slice events count as capacity events once the cache
+// has them, so the free-GPU gauges (read from the cache) are refreshed
+// after the cache changed.
+func (s *Scheduler) cacheFeed(inf *informerSet, c *placement.Cache) []informerHandler {
 	claim := func(rc *resourceapi.ResourceClaim) {
 		if s.isHold(rc) {
 			c.DeleteClaim(rc.UID)
@@ -52,20 +52,11 @@ func (s *Scheduler) feedCache(inf *informerSet, c *placement.Cache) error {
 		c.SetSlice(sl)
 		inf.capacityEvents.Add(1)
 	}
-	handlers := []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandlerFuncs
-	}{
+	return []informerHandler{
 		{inf.nodes, handlerOf(c.SetNode, func(n *v1.Node) { c.DeleteNode(n.Name) })},
 		{inf.pods, handlerOf(c.SetPod, func(p *v1.Pod) { c.DeletePod(p.UID) })},
 		{inf.slices, handlerOf(slice, func(sl *resourceapi.ResourceSlice) { c.DeleteSlice(sl.Name); inf.capacityEvents.Add(1) })},
 		{inf.classes, handlerOf(c.SetClass, func(dc *resourceapi.DeviceClass) { c.DeleteClass(dc.Name) })},
 		{inf.claims, handlerOf(claim, func(rc *resourceapi.ResourceClaim) { c.DeleteClaim(rc.UID); inf.capacityEvents.Add(1) })},
 	}
-	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return fmt.Errorf("add cache handler: %w", err)
-		}
-	}
-	return nil
 }

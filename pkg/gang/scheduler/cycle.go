@@ -23,8 +23,10 @@ import (
 // attempt is one scheduling attempt of a gang.
 type attempt struct {
 	key string
-	// cycle is the queue's move counter when the attempt started.
+	// cycle is the queue's move counter when the attempt started, begin
+	// the time.
 	cycle uint64
+	begin time.Time
 	// result of the attempt, for attempt_duration_seconds.
 	result string
 	pg     *schedulingv1beta1.PodGroup // nil for a gang of one
@@ -35,6 +37,9 @@ type attempt struct {
 	members []*v1.Pod
 	// async: the attempt's commit runs in the pipeline, which reports it.
 	async bool
+	// devicesShort: refused because no domain had enough free devices
+	// (devicesShort): it is parked with queue.parkDevicesShort.
+	devicesShort bool
 }
 
 // uid is the UID of the PodGroup, or of the pod of a gang of one.
@@ -64,7 +69,7 @@ func (a *attempt) about() runtime.Object {
 // scheduleKey runs one attempt for a gang key. Only an error wrapping
 // ErrAborted stops the worker.
 func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
-	cycle := s.queue.cycle()
+	cycle, begin := s.queue.cycle(), time.Now()
 	if s.assumed.waiting(key, s.visible) {
 		// Committed; the informers do not show it all yet. Look again soon
 		// in case members were added meanwhile.
@@ -88,7 +93,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		if err == nil {
 			err = s.pinVolumes(g)
 		}
-		a := &attempt{key: key, cycle: cycle, pod: pod, priority: podPriority(pod), members: []*v1.Pod{pod}}
+		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, priority: podPriority(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
@@ -160,7 +165,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	} else if errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0 {
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
 	}
-	a := &attempt{key: key, cycle: cycle, pg: pg, priority: podGroupPriority(pg, ms.pending), members: ms.pending}
+	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, priority: podGroupPriority(pg, ms.pending), members: ms.pending}
 	return s.place(ctx, a, g, err)
 }
 
@@ -254,6 +259,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	case err != nil:
 		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, err.Error())
 	case u != nil:
+		a.devicesShort = devicesShort(g, u)
 		msg := u.Message
 		if !s.cfg.DisablePreemption {
 			// Preemption plans on the listers, which do not show the
@@ -277,7 +283,10 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		}
 		return s.refuse(ctx, a, ReasonUnschedulable, schedulingv1beta1.PodGroupReasonUnschedulable, msg)
 	}
-	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims), "duration", time.Since(start))
+	// attempt: since the attempt began (members read, gang built,
+	// snapshot, Place); duration: snapshot and Place.
+	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims),
+		"duration", time.Since(start), "attempt", time.Since(a.begin))
 	s.assumed.addInFlight(a.key, g, d)
 	s.cfg.Metrics.setAssumed(s.assumed.len())
 	if s.cfg.SerialCommits {
@@ -354,8 +363,11 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	s.pending.set(a.key, metricReason)
 	s.cfg.Metrics.gangRefused(metricReason)
 	park := s.queue.park
-	if s.nominations.get(a.key) != nil {
+	switch {
+	case s.nominations.get(a.key) != nil:
 		park = s.queue.parkShort // its victims are going
+	case a.devicesShort:
+		park = s.queue.parkDevicesShort
 	}
 	backoff := park(a.key, a.cycle)
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
@@ -372,4 +384,20 @@ func (s *Scheduler) forget(key string) {
 	s.queue.forget(key)
 	s.pending.clear(key)
 	s.notReadyWrites.forget(key)
+}
+
+// devicesShort reports whether a refusal says that only freed devices can
+// help the gang: it wants all its members (minCount = its size) and, at
+// every level the engine tried, even the domain with the most free devices
+// of its main class had fewer than the gang needs.
+func devicesShort(g *placement.Gang, u *placement.Unschedulable) bool {
+	if u.Devices == 0 || len(u.Levels) == 0 || g.MinCount < len(g.Members) {
+		return false
+	}
+	for _, l := range u.Levels {
+		if l.Best != nil && l.Best.FreeDevices >= u.Devices {
+			return false
+		}
+	}
+	return true
 }

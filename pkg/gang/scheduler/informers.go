@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -83,16 +84,25 @@ func (s *informerSet) synced() []cache.InformerSynced {
 		s.slices.HasSynced, s.classes.HasSynced, s.nodes.HasSynced, s.pvcs.HasSynced, s.volumes.HasSynced, s.storage.HasSynced, s.templates.HasSynced, s.pdbs.HasSynced}
 }
 
+// informerHandler is an event handler of one informer.
+type informerHandler struct {
+	inf cache.SharedIndexInformer
+	h   cache.ResourceEventHandlerFuncs
+}
+
 // watch connects the informers to the queue. Rules: an event about a gang's
 // own objects queues that gang; a change that can free capacity (node
 // added or changed, slice or class added or changed, claim deallocated or
-// deleted, bound pod gone) flushes the parked gangs; a new claim wakes the
-// not-ready gangs of its namespace.
-func (s *informerSet) watch(q *gangQueue) error {
-	handlers := []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandlerFuncs
-	}{
+// deleted) flushes the parked gangs; a bound pod gone or finished frees
+// only node resources (its claims stay allocated until their own event),
+// so it wakes the parked gangs that were not short of free devices; a new
+// claim wakes the not-ready gangs of its namespace. Each handler of first
+// (the placement cache's feed) runs, for every event, before the queue's
+// handler of its informer, in one handler: separate handlers of an
+// informer run in no set order, and a gang woken before the cache has the
+// change that woke it would be refused on stale state and back off.
+func (s *informerSet) watch(q *gangQueue, first []informerHandler) error {
+	handlers := []informerHandler{
 		{s.pods, cache.ResourceEventHandlerFuncs{
 			AddFunc: func(obj any) { podChanged(q, nil, obj) },
 			UpdateFunc: func(old, obj any) {
@@ -139,17 +149,35 @@ func (s *informerSet) watch(q *gangQueue) error {
 	}
 	bump := func(any) { s.capacityEvents.Add(1) }
 	for _, inf := range []cache.SharedIndexInformer{s.slices, s.claims, s.nodes} {
-		handlers = append(handlers, struct {
-			inf cache.SharedIndexInformer
-			h   cache.ResourceEventHandlerFuncs
-		}{inf, cache.ResourceEventHandlerFuncs{AddFunc: bump, UpdateFunc: func(_, obj any) { bump(obj) }, DeleteFunc: bump}})
+		handlers = append(handlers, informerHandler{inf, cache.ResourceEventHandlerFuncs{AddFunc: bump, UpdateFunc: func(_, obj any) { bump(obj) }, DeleteFunc: bump}})
 	}
-	for _, h := range handlers {
+	for _, h := range chainFirst(first, handlers) {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
 			return fmt.Errorf("add event handler: %w", err)
 		}
 	}
 	return nil
+}
+
+// chainFirst puts each handler of first before the first handler of then
+// of the same informer (one handler calling both, in that order); the
+// others are added as they are.
+func chainFirst(first, then []informerHandler) []informerHandler {
+	out := slices.Clone(then)
+	for _, f := range first {
+		i := slices.IndexFunc(out, func(h informerHandler) bool { return h.inf == f.inf })
+		if i < 0 {
+			out = append(out, f)
+			continue
+		}
+		a, b := f.h, out[i].h
+		out[i].h = cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { a.OnAdd(obj, false); b.OnAdd(obj, false) },
+			UpdateFunc: func(old, obj any) { a.OnUpdate(old, obj); b.OnUpdate(old, obj) },
+			DeleteFunc: func(obj any) { a.OnDelete(obj); b.OnDelete(obj) },
+		}
+	}
+	return out
 }
 
 // trimObject drops what the scheduler never reads from the objects its
@@ -192,7 +220,7 @@ func podChanged(q *gangQueue, oldObj, obj any) {
 		return
 	}
 	if !terminated(old) && terminated(p) {
-		q.flushParked() // a bound pod finished: its node resources are free
+		q.nodeResourcesFreed() // a bound pod finished: its node resources are free
 	}
 	if ours(p) && podGroupName(p) != "" && (old.Status.Phase != p.Status.Phase || old.DeletionTimestamp == nil && p.DeletionTimestamp != nil) {
 		q.add(gangKeyOf(p)) // a member stopped running: its gang's status
@@ -228,7 +256,7 @@ func podDeleted(q *gangQueue, obj any) {
 		return
 	}
 	if p.Spec.NodeName != "" {
-		q.flushParked()
+		q.nodeResourcesFreed() // its devices are freed with its claims
 	}
 	if ours(p) && podGroupName(p) != "" {
 		q.add(gangKeyOf(p))

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
@@ -63,7 +64,9 @@ func (w *writeTimes) forget(key string) {
 // PodGroup's pods carry a message that does not change while the gang
 // waits (the condition says what is missing), so each is written once; and
 // the writes happen at most every notReadyWriteInterval per gang, the
-// skipped ones at the interval's end (the gang is tried again then).
+// skipped ones at the interval's end (the gang is tried again then). A
+// round of writes stops when the members the gang waited for arrive
+// (membersArrived).
 func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 	a.result = resultNotReady
 	s.pending.set(a.key, reasonNotReady)
@@ -87,9 +90,53 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 		s.queue.retryAfter(a.key, after)
 		return nil
 	}
-	s.markUnschedulable(ctx, a, waitingPodMessage(a.pg))
+	start := time.Now()
+	arrived := s.membersArrived(a)
+	if s.markUnschedulableUntil(ctx, a, waitingPodMessage(a.pg), arrived) || arrived() {
+		// The gang is tried again at once (the last member's event queued
+		// it): stale writes would only delay its placement.
+		klog.FromContext(ctx).V(3).Info("Waiting status cut short: the gang's members arrived", "members", len(a.members), "duration", time.Since(start))
+		return nil
+	}
 	s.event(a.pg, v1.EventTypeNormal, ReasonWaitingForMembers, "Scheduling", msg)
-	return s.setCondition(ctx, a.pg, metav1.ConditionFalse, ReasonWaitingForMembers, msg)
+	err := s.setCondition(ctx, a.pg, metav1.ConditionFalse, ReasonWaitingForMembers, msg)
+	klog.FromContext(ctx).V(3).Info("Wrote waiting status", "members", len(a.members), "duration", time.Since(start))
+	return err
+}
+
+// membersArrived returns whether a PodGroup gang that had fewer pending
+// members than its minCount when the attempt began has that many now (the
+// informers' view). For a gang that had them already (it waits for a
+// claim) it always says no: its status is written whole.
+//
+// Rule: a gang's waiting-status writes (up to one per member, run in the
+// worker) stop as soon as its last member arrives, so they never hold up
+// the attempt that places it by more than the writes already started.
+// Before, a 512-pod gang's round of writes begun while its members were
+// being created went on for up to 1.2 s after the last one existed
+// (docs/benchmarks.md, bench-peer).
+func (s *Scheduler) membersArrived(a *attempt) func() bool {
+	want := 1
+	if gp := a.pg.Spec.SchedulingPolicy.Gang; gp != nil {
+		want = int(gp.MinCount)
+	}
+	if len(a.members) >= want {
+		return func() bool { return false }
+	}
+	key := a.pg.Namespace + "/" + a.pg.Name
+	return func() bool {
+		objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, key)
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, o := range objs {
+			if p, ok := o.(*v1.Pod); ok && pending(p) {
+				n++
+			}
+		}
+		return n >= want
+	}
 }
 
 // waitingPodMessage is the PodScheduled message of a waiting member: the

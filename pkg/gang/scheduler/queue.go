@@ -14,9 +14,11 @@ import (
 // ready keys, the highest priority goes first, then the oldest gang. A gang
 // that could not be placed is parked: it is not retried before its backoff
 // (exponential with jitter) ends, and after that only when a cluster change
-// that can help arrives (flushParked) or MaxUnschedulableWait passes. A gang
-// that is not ready (too few members, a claim missing) waits for an event
-// about itself or a claim in its namespace.
+// that can help arrives (flushParked) or MaxUnschedulableWait passes; a
+// gang parked short of free devices is not woken by a bound pod that
+// finished or went (nodeResourcesFreed), only by a change that can free
+// devices. A gang that is not ready (too few members, a claim missing)
+// waits for an event about itself or a claim in its namespace.
 type gangQueue struct {
 	q workqueue.TypedDelayingInterface[string]
 	// order serves ready keys by rank (priority, then age; priority.go).
@@ -29,6 +31,13 @@ type gangQueue struct {
 	attempts map[string]int
 	// parked: unschedulable gangs → end of their backoff.
 	parked map[string]time.Time
+	// devicesShort: the parked gangs that no domain had enough free devices
+	// for: a bound pod's end does not free its devices (its claims stay
+	// allocated until they are deallocated, an event of their own), so it
+	// does not wake them. Waking them then only cost a refused attempt and
+	// a doubled backoff, which held them past the deallocation
+	// (docs/benchmarks.md, churn).
+	devicesShort map[string]bool
 	// backoff: every gang with a running backoff → its end (parked or not).
 	backoff map[string]time.Time
 	// waiting: not-ready gangs → namespace.
@@ -46,16 +55,17 @@ func newGangQueue(initial, maxBackoff, maxWait time.Duration) *gangQueue {
 			Name:  "gangs",
 			Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "gangs", Queue: order}),
 		}),
-		order:      order,
-		initial:    initial,
-		maxBackoff: maxBackoff,
-		maxWait:    maxWait,
-		now:        time.Now,
-		attempts:   map[string]int{},
-		parked:     map[string]time.Time{},
-		backoff:    map[string]time.Time{},
-		waiting:    map[string]string{},
-		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+		order:        order,
+		initial:      initial,
+		maxBackoff:   maxBackoff,
+		maxWait:      maxWait,
+		now:          time.Now,
+		attempts:     map[string]int{},
+		parked:       map[string]time.Time{},
+		devicesShort: map[string]bool{},
+		backoff:      map[string]time.Time{},
+		waiting:      map[string]string{},
+		rnd:          rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
 	}
 }
 
@@ -65,8 +75,13 @@ func (gq *gangQueue) add(key string) {
 	gq.mu.Lock()
 	defer gq.mu.Unlock()
 	delete(gq.waiting, key)
-	delete(gq.parked, key)
+	gq.unpark(key)
 	gq.addLocked(key)
+}
+
+func (gq *gangQueue) unpark(key string) {
+	delete(gq.parked, key)
+	delete(gq.devicesShort, key)
 }
 
 func (gq *gangQueue) addLocked(key string) {
@@ -104,6 +119,18 @@ func (gq *gangQueue) park(key string, cycle uint64) time.Duration {
 	return gq.parkLocked(key, cycle, d)
 }
 
+// parkDevicesShort is park for a gang that no domain had enough free
+// devices for: while parked, nodeResourcesFreed does not wake it.
+func (gq *gangQueue) parkDevicesShort(key string, cycle uint64) time.Duration {
+	d := gq.park(key, cycle)
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	if _, ok := gq.parked[key]; ok {
+		gq.devicesShort[key] = true
+	}
+	return d
+}
+
 // parkShort parks a gang for the initial backoff without counting an
 // attempt: a preempting gang, which waits for its victims to go.
 func (gq *gangQueue) parkShort(key string, cycle uint64) time.Duration {
@@ -117,6 +144,7 @@ func (gq *gangQueue) parkLocked(key string, cycle uint64, d time.Duration) time.
 	d = time.Duration(float64(d) * (0.8 + 0.4*gq.rnd.Float64()))
 	until := gq.now().Add(d)
 	gq.backoff[key] = until
+	delete(gq.devicesShort, key) // parkDevicesShort sets it again
 	if gq.moves != cycle {
 		gq.q.AddAfter(key, d)
 		return d
@@ -143,7 +171,7 @@ func (gq *gangQueue) forget(key string) {
 	gq.mu.Lock()
 	defer gq.mu.Unlock()
 	delete(gq.attempts, key)
-	delete(gq.parked, key)
+	gq.unpark(key)
 	delete(gq.backoff, key)
 	delete(gq.waiting, key)
 }
@@ -155,8 +183,22 @@ func (gq *gangQueue) flushParked() {
 	defer gq.mu.Unlock()
 	gq.moves++
 	for key := range gq.parked {
-		delete(gq.parked, key)
+		gq.unpark(key)
 		gq.addLocked(key)
+	}
+}
+
+// nodeResourcesFreed queues the parked gangs (when their backoff ends)
+// that were not short of free devices: a bound pod finished or went.
+func (gq *gangQueue) nodeResourcesFreed() {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	gq.moves++
+	for key := range gq.parked {
+		if !gq.devicesShort[key] {
+			gq.unpark(key)
+			gq.addLocked(key)
+		}
 	}
 }
 

@@ -96,3 +96,38 @@ func TestSplitKey(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueDevicesShortGangWaitsForDevices: a bound pod's end wakes the
+// parked gangs, except those parked short of free devices (its devices are
+// freed with its claims); any other change that can help wakes them too.
+// A later plain park clears the mark.
+func TestQueueDevicesShortGangWaitsForDevices(t *testing.T) {
+	gq := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
+	gq.parkDevicesShort("pg:ns/short", gq.cycle())
+	gq.park("pg:ns/other", gq.cycle())
+	time.Sleep(30 * time.Millisecond) // backoffs over, both parked
+	gq.nodeResourcesFreed()
+	if k := next(t, gq, time.Second); k != "pg:ns/other" {
+		t.Fatalf("after a pod's end: got %q, want the gang not short of devices", k)
+	}
+	gq2 := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
+	gq2.parkDevicesShort("pg:ns/short", gq2.cycle())
+	time.Sleep(30 * time.Millisecond)
+	gq2.nodeResourcesFreed()
+	if k := next(t, gq2, 200*time.Millisecond); k != "" {
+		t.Fatalf("a pod's end woke a gang short of devices: %q", k)
+	}
+	gq3 := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
+	gq3.parkDevicesShort("pg:ns/short", gq3.cycle())
+	time.Sleep(30 * time.Millisecond)
+	gq3.flushParked() // a claim deallocated
+	if k := next(t, gq3, time.Second); k != "pg:ns/short" {
+		t.Fatalf("after devices freed: got %q", k)
+	}
+	gq3.park("pg:ns/short", gq3.cycle()) // refused again, for another reason
+	time.Sleep(30 * time.Millisecond)
+	gq3.nodeResourcesFreed()
+	if k := next(t, gq3, time.Second); k != "pg:ns/short" {
+		t.Fatalf("a plain park kept the devices-short mark: got %q", k)
+	}
+}

@@ -153,15 +153,14 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	s.storageClasses = factory.Storage().V1().StorageClasses().Lister()
 	s.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
 	s.queue.order.setRank(s.rankOf)
-	if err := inf.watch(s.queue); err != nil {
-		return err
-	}
 	s.cache, s.snap = nil, nil
+	var feed []informerHandler
 	if !s.cfg.RebuildSnapshots {
 		s.cache = placement.NewCache(s.cfg.Placement)
-		if err := s.feedCache(inf, s.cache); err != nil {
-			return err
-		}
+		feed = s.cacheFeed(inf, s.cache)
+	}
+	if err := inf.watch(s.queue, feed); err != nil {
+		return err
 	}
 	s.repair = newRepairer(s)
 	if err := s.repair.watch(inf.claims); err != nil {

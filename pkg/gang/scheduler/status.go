@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -93,22 +94,39 @@ func (s *Scheduler) event(obj runtime.Object, eventType, reason, action, note st
 // says the same is not rewritten. Best effort: failures are logged, the
 // PodGroup condition and the event carry the same message.
 func (s *Scheduler) markUnschedulable(ctx context.Context, a *attempt, message string) {
+	s.markUnschedulableUntil(ctx, a, message, nil)
+}
+
+// errStopWrites ends markUnschedulableUntil's writes early.
+var errStopWrites = errors.New("stop writing")
+
+// markUnschedulableUntil is markUnschedulable that starts no further write
+// once stop (when not nil) reports true, checked before each pod; it
+// reports whether it stopped so. Writes already started complete.
+func (s *Scheduler) markUnschedulableUntil(ctx context.Context, a *attempt, message string, stop func() bool) bool {
 	pods := []*v1.Pod{a.pod}
 	if a.pg != nil {
 		ms, err := s.members(a.pg)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Listing gang members for their PodScheduled condition")
-			return
+			return false
 		}
 		pods = ms.pending
 		message = fmt.Sprintf("gang %s/%s: %s", a.pg.Namespace, a.pg.Name, message)
 	}
 	err := parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
+		if stop != nil && stop() {
+			return errStopWrites
+		}
 		return s.setPodUnschedulable(ctx, pods[i], message)
 	})
+	if errors.Is(err, errStopWrites) {
+		return true
+	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False on waiting pods")
 	}
+	return false
 }
 
 func (s *Scheduler) setPodUnschedulable(ctx context.Context, pod *v1.Pod, message string) error {

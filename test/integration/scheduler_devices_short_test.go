@@ -1,0 +1,120 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+)
+
+// TestSchedulerDevicesShortWaitsForClaims: a gang refused because no
+// domain has enough free devices is not tried again when a bound pod goes
+// (its claims, still allocated, hold the devices), only when the devices
+// are freed; then it is placed at once. Before this rule each pod's end
+// cost such a gang a refused attempt and a doubled backoff, which held it
+// past the deallocation (the churn trace's extra 0.44 s).
+//
+// No kube-controller-manager runs, so the claims of a deleted pod stay
+// allocated until the test deallocates them.
+func TestSchedulerDevicesShortWaitsForClaims(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{})
+	ctx := t.Context()
+	admin := cp.AdminClient(t)
+	fabricCluster(t, admin, []string{"a"}, 2, 4)
+	const ns = "short"
+	must(t, "create namespace", framework.EnsureNamespace(ctx, admin, ns))
+	must(t, "create service account", framework.EnsureServiceAccount(ctx, admin, ns))
+	reg := prometheus.NewRegistry()
+	metrics, err := scheduler.NewMetrics(reg)
+	must(t, "metrics", err)
+	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{Metrics: metrics})
+
+	createShortGang(t, admin, ns, "holder", 2) // all 8 GPUs
+	waitBound(t, admin, ns, "holder", 2)
+	createShortGang(t, admin, ns, "waiter", 1)
+	refused := func() float64 {
+		return schedMetricValue(t, reg, "gpufabric_scheduler_gangs_refused_total", scheduler.ReasonUnschedulable)
+	}
+	// Refused, then once more after its own PodScheduled write; then parked.
+	settled := settleCount(t, refused, 1500*time.Millisecond)
+	for i := range 2 {
+		err := admin.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("holder-%d", i), *metav1.NewDeleteOptions(0))
+		must(t, "delete holder pod", err)
+	}
+	time.Sleep(2 * time.Second) // backoff (at most 2 s) over: a woken gang would have been tried
+	if n := refused(); n != settled {
+		t.Errorf("refused %v times after the holder's pods went (claims still allocated), want %v: woken for nothing", n, settled)
+	}
+	for i := range 2 {
+		deallocate(t, admin, ns, fmt.Sprintf("holder-%d-gpu", i))
+	}
+	waitBound(t, admin, ns, "waiter", 1)
+	if n := refused(); n != settled {
+		t.Errorf("refused %v times in all, want %v", n, settled)
+	}
+}
+
+// createShortGang creates a PodGroup of n members with 4 GPUs each (own
+// claims), tolerating the kubelet-less nodes' taints.
+func createShortGang(t *testing.T, c kubernetes.Interface, ns, group string, n int) {
+	t.Helper()
+	ctx := t.Context()
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: group},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(n)}}}}
+	_, err := c.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
+	must(t, "create podgroup", err)
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", group, i)
+		_, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, gpuClaim(ns, name+"-gpu", 4), metav1.CreateOptions{})
+		must(t, "create claim", err)
+		p := memberPod(ns, name, group, "gpu", name+"-gpu")
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		_, err = c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		must(t, "create pod", err)
+	}
+}
+
+// settleCount waits until count is at least 1 and has not changed for
+// quiet, and returns it.
+func settleCount(t *testing.T, count func() float64, quiet time.Duration) float64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	last, since := count(), time.Now()
+	for time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		if n := count(); n != last {
+			last, since = n, time.Now()
+		}
+		if last >= 1 && time.Since(since) >= quiet {
+			return last
+		}
+	}
+	t.Fatalf("count %v did not settle", last)
+	return 0
+}
+
+// deallocate does what kube-controller-manager does for a claim whose
+// consumers are gone: no reservation, no allocation.
+func deallocate(t *testing.T, c kubernetes.Interface, ns, name string) {
+	t.Helper()
+	poll(t, "deallocate "+name, 10*time.Second, func(ctx context.Context) error {
+		claim, err := c.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		claim.Status = resourceapi.ResourceClaimStatus{}
+		_, err = c.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
+		return err
+	})
+}
