@@ -21,8 +21,9 @@ import (
 // domain has enough free devices is not tried again when a bound pod goes
 // (its claims, still allocated, hold the devices), only when the devices
 // are freed; then it is placed at once. Before this rule each pod's end
-// cost such a gang a refused attempt and a doubled backoff, which held it
-// past the deallocation (the churn trace's extra 0.44 s).
+// cost such a gang a refused attempt and a doubled backoff, which could
+// hold it past the deallocation when that comes late (kube-controller-
+// manager at its default client rate).
 //
 // No kube-controller-manager runs, so the claims of a deleted pod stay
 // allocated until the test deallocates them.
