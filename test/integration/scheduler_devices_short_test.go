@@ -119,3 +119,51 @@ func deallocate(t *testing.T, c kubernetes.Interface, ns, name string) {
 		return err
 	})
 }
+
+// TestSchedulerShortGangWokenByFreedDevices: a gang refused short of
+// devices is tried again as soon as claims freed as many devices as it
+// lacked, and not before: with a 30 s backoff it is bound within seconds
+// of the second deallocation (the scheduler is idle, so it does not wait
+// its backoff out: kube-scheduler's SchedulerPopFromBackoffQ), and the
+// first deallocation, which frees 4 of the 8 GPUs it lacks, wakes it for
+// no refused attempt.
+func TestSchedulerShortGangWokenByFreedDevices(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{})
+	ctx := t.Context()
+	admin := cp.AdminClient(t)
+	fabricCluster(t, admin, []string{"a"}, 2, 4)
+	const ns = "short-woken"
+	must(t, "create namespace", framework.EnsureNamespace(ctx, admin, ns))
+	must(t, "create service account", framework.EnsureServiceAccount(ctx, admin, ns))
+	reg := prometheus.NewRegistry()
+	metrics, err := scheduler.NewMetrics(reg)
+	must(t, "metrics", err)
+	const backoff = 30 * time.Second
+	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{Metrics: metrics, InitialBackoff: backoff, MaxBackoff: backoff})
+
+	createShortGang(t, admin, ns, "holder", 2) // all 8 GPUs
+	waitBound(t, admin, ns, "holder", 2)
+	createShortGang(t, admin, ns, "waiter", 2) // lacks 8
+	refused := func() float64 {
+		return schedMetricValue(t, reg, "gpufabric_scheduler_gangs_refused_total", scheduler.ReasonUnschedulable)
+	}
+	settled := settleCount(t, refused, 1500*time.Millisecond)
+	for i := range 2 {
+		err := admin.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("holder-%d", i), *metav1.NewDeleteOptions(0))
+		must(t, "delete holder pod", err)
+	}
+	deallocate(t, admin, ns, "holder-0-gpu")
+	time.Sleep(2 * time.Second)
+	if n := refused(); n != settled {
+		t.Errorf("refused %v times after 4 of the 8 GPUs it lacked were freed, want %v: woken for nothing", n, settled)
+	}
+	freed := time.Now()
+	deallocate(t, admin, ns, "holder-1-gpu")
+	waitBound(t, admin, ns, "waiter", 2)
+	if d := time.Since(freed); d > 10*time.Second {
+		t.Errorf("bound %v after the devices it lacked were freed; its backoff (%v ± 20%%) was waited out", d, backoff)
+	}
+	if n := refused(); n != settled {
+		t.Errorf("refused %v times in all, want %v", n, settled)
+	}
+}

@@ -37,9 +37,10 @@ type attempt struct {
 	members []*v1.Pod
 	// async: the attempt's commit runs in the pipeline, which reports it.
 	async bool
-	// devicesShort: refused because no domain had enough free devices
-	// (devicesShort): it is parked with queue.parkDevicesShort.
-	devicesShort bool
+	// short: refused because no domain had enough free devices, lacking
+	// short in the one with the most (devicesShort): it is parked with
+	// queue.parkDevicesShort. 0 otherwise.
+	short int
 }
 
 // uid is the UID of the PodGroup, or of the pod of a gang of one.
@@ -259,7 +260,10 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	case err != nil:
 		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, err.Error())
 	case u != nil:
-		a.devicesShort = devicesShort(g, u)
+		if len(s.heldNodes(a)) == 0 {
+			// Held nodes come back without a claim's event.
+			a.short = devicesShort(g, u)
+		}
 		msg := u.Message
 		if !s.cfg.DisablePreemption {
 			// Preemption plans on the listers, which do not show the
@@ -318,6 +322,7 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		return err // nothing may be undone; the entry goes with this term
 	case errors.Is(err, errConflict):
 		s.assumed.drop(a.key)
+		s.queue.flushParked() // the devices it assumed are free again
 		a.result = resultConflict
 		logger.V(2).Info("Commit lost a race, retrying on a fresh snapshot", "err", err)
 		s.cfg.Metrics.gangRefused(ReasonConflict)
@@ -325,11 +330,12 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		return nil
 	case err != nil:
 		s.assumed.drop(a.key)
+		s.queue.flushParked() // the devices it assumed are free again
 		a.result = resultError
 		s.pending.set(a.key, ReasonCommitError)
 		s.cfg.Metrics.gangRefused(ReasonCommitError)
 		s.event(a.about(), v1.EventTypeWarning, EventFailedScheduling, "Binding", "commit failed: "+err.Error())
-		s.queue.park(a.key, a.cycle)
+		s.queue.parkError(a.key, a.cycle)
 		return err
 	}
 	s.assumed.complete(a.key, written)
@@ -362,14 +368,17 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	}
 	s.pending.set(a.key, metricReason)
 	s.cfg.Metrics.gangRefused(metricReason)
-	park := s.queue.park
+	var backoff time.Duration
 	switch {
+	case metricReason == ReasonSchedulerError:
+		backoff = s.queue.parkError(a.key, a.cycle)
 	case s.nominations.get(a.key) != nil:
-		park = s.queue.parkShort // its victims are going
-	case a.devicesShort:
-		park = s.queue.parkDevicesShort
+		backoff = s.queue.parkShort(a.key, a.cycle) // its victims are going
+	case a.short > 0:
+		backoff = s.queue.parkDevicesShort(a.key, a.cycle, a.short)
+	default:
+		backoff = s.queue.park(a.key, a.cycle)
 	}
-	backoff := park(a.key, a.cycle)
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
 	s.event(a.about(), v1.EventTypeWarning, EventFailedScheduling, "Scheduling", message)
 	s.markUnschedulable(ctx, a, message)
@@ -386,18 +395,23 @@ func (s *Scheduler) forget(key string) {
 	s.notReadyWrites.forget(key)
 }
 
-// devicesShort reports whether a refusal says that only freed devices can
-// help the gang: it wants all its members (minCount = its size) and, at
-// every level the engine tried, even the domain with the most free devices
-// of its main class had fewer than the gang needs.
-func devicesShort(g *placement.Gang, u *placement.Unschedulable) bool {
+// devicesShort reports how many devices a refused gang lacks when only
+// freed devices can help it, 0 otherwise: it wants all its members
+// (minCount = its size) and, at every level the engine tried, even the
+// domain with the most free devices of its main class had fewer than the
+// gang needs; it lacks the difference in the best of them.
+func devicesShort(g *placement.Gang, u *placement.Unschedulable) int {
 	if u.Devices == 0 || len(u.Levels) == 0 || g.MinCount < len(g.Members) {
-		return false
+		return 0
 	}
+	most := 0
 	for _, l := range u.Levels {
 		if l.Best != nil && l.Best.FreeDevices >= u.Devices {
-			return false
+			return 0
+		}
+		if l.Best != nil {
+			most = max(most, l.Best.FreeDevices)
 		}
 	}
-	return true
+	return u.Devices - most
 }

@@ -126,7 +126,7 @@ func (s *informerSet) watch(q *gangQueue, first []informerHandler) error {
 		{s.claims, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { claimChanged(q, nil, obj) },
 			UpdateFunc: func(old, obj any) { claimChanged(q, old, obj) },
-			DeleteFunc: func(any) { q.flushParked() },
+			DeleteFunc: func(obj any) { claimDeleted(q, obj) },
 		}},
 		{s.slices, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { q.flushParked() },
@@ -288,8 +288,18 @@ func claimChanged(q *gangQueue, oldObj, obj any) {
 		return
 	}
 	if old.Status.Allocation != nil && c.Status.Allocation == nil {
-		q.flushParked()
+		q.devicesFreed(len(old.Status.Allocation.Devices.Results))
 	}
+}
+
+// claimDeleted frees a deleted claim's devices for the parked gangs; any
+// other deletion wakes them all, as before devicesFreed.
+func claimDeleted(q *gangQueue, obj any) {
+	if c, ok := tombstone[*resourceapi.ResourceClaim](obj); ok && c.Status.Allocation != nil {
+		q.devicesFreed(len(c.Status.Allocation.Devices.Results))
+		return
+	}
+	q.flushParked()
 }
 
 func nodeChanged(q *gangQueue, oldObj, obj any) {

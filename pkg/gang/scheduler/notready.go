@@ -31,11 +31,46 @@ const ReasonWaitingForMembers = "WaitingForMembers"
 // complete.
 const notReadyWriteInterval = time.Second
 
-// writeTimes remembers when each gang last wrote its not-ready status.
-// Safe for concurrent use.
+// notReadySettle: a PodGroup gang writes no waiting status while its
+// members are being created, only once its member count held still this
+// long. A Job or JobSet creates its pods in a burst; telling each of them
+// that the gang waits for the others cost a write per member (and its
+// watch event in every informer) just before the gang was complete: for a
+// 512-pod gang 500 pod writes, a fifth of the scheduler's CPU for the gang
+// and API time its commit then waited for (docs/benchmarks.md).
+const notReadySettle = time.Second
+
+// writeTimes remembers when each gang last wrote its not-ready status, and
+// when its member count last changed. Safe for concurrent use.
 type writeTimes struct {
-	mu   sync.Mutex
-	last map[string]time.Time
+	mu      sync.Mutex
+	last    map[string]time.Time
+	members map[string]memberCount
+}
+
+type memberCount struct {
+	n     int
+	since time.Time
+}
+
+// settled reports whether a gang's member count n has held still for
+// notReadySettle at now (recording n when it changed); else how long
+// until it has.
+func (w *writeTimes) settled(key string, n int, now time.Time) (bool, time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.members == nil {
+		w.members = map[string]memberCount{}
+	}
+	mc, ok := w.members[key]
+	if !ok || mc.n != n {
+		mc = memberCount{n: n, since: now}
+		w.members[key] = mc
+	}
+	if d := notReadySettle - now.Sub(mc.since); d > 0 {
+		return false, d
+	}
+	return true, 0
 }
 
 // due reports whether key may write now and, if so, records now; else it
@@ -57,6 +92,7 @@ func (w *writeTimes) forget(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.last, key)
+	delete(w.members, key)
 }
 
 // notReady says why a gang cannot be tried yet: the PodGroup condition (and
@@ -66,7 +102,8 @@ func (w *writeTimes) forget(key string) {
 // the writes happen at most every notReadyWriteInterval per gang, the
 // skipped ones at the interval's end (the gang is tried again then). A
 // round of writes stops when the members the gang waited for arrive
-// (membersArrived).
+// (membersArrived). A PodGroup gang writes nothing until its member count
+// held still for notReadySettle (members still being created).
 func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 	a.result = resultNotReady
 	s.pending.set(a.key, reasonNotReady)
@@ -80,6 +117,10 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 	}
 	if a.pg == nil {
 		return s.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
+	}
+	if ok, after := s.notReadyWrites.settled(a.key, len(a.members), time.Now()); !ok {
+		s.queue.retryAfter(a.key, after)
+		return nil
 	}
 	old := meta.FindStatusCondition(a.pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
 	if old != nil && (old.Status == metav1.ConditionTrue || old.Reason == ReasonWaitingForMembers && old.Message == msg) {

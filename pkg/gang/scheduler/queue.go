@@ -17,8 +17,12 @@ import (
 // that can help arrives (flushParked) or MaxUnschedulableWait passes; a
 // gang parked short of free devices is not woken by a bound pod that
 // finished or went (nodeResourcesFreed), only by a change that can free
-// devices. A gang that is not ready (too few members, a claim missing)
-// waits for an event about itself or a claim in its namespace.
+// devices, and by claims freeing devices only once they freed as many as
+// it lacked (devicesFreed). A woken gang whose backoff has not ended waits
+// in the backoff queue (backoffq.go), which hands it out early when nothing
+// else is ready, as kube-scheduler's SchedulerPopFromBackoffQ does. A gang
+// that is not ready (too few members, a claim missing) waits for an event
+// about itself or a claim in its namespace.
 type gangQueue struct {
 	q workqueue.TypedDelayingInterface[string]
 	// order serves ready keys by rank (priority, then age; priority.go).
@@ -38,6 +42,15 @@ type gangQueue struct {
 	// a doubled backoff, which held them past the deallocation
 	// (docs/benchmarks.md, churn).
 	devicesShort map[string]bool
+	// short: for each devicesShort gang, how many devices it still lacks
+	// (the gang's count less the most free devices a domain had), less
+	// the devices claims freed since it was parked.
+	short map[string]int
+	// backoffQ: woken gangs waiting for their backoff's end (backoffq.go).
+	backoffQ backoffQueue
+	// errored: gangs backing off after an error (not a refusal); the
+	// backoff queue does not hand them out early.
+	errored map[string]bool
 	// backoff: every gang with a running backoff → its end (parked or not).
 	backoff map[string]time.Time
 	// waiting: not-ready gangs → namespace.
@@ -46,6 +59,8 @@ type gangQueue struct {
 	// tell whether a change that can help arrived while it ran.
 	moves uint64
 	rnd   *rand.Rand
+	// idle: the worker waits in get for a ready gang.
+	idle bool
 }
 
 func newGangQueue(initial, maxBackoff, maxWait time.Duration) *gangQueue {
@@ -63,6 +78,9 @@ func newGangQueue(initial, maxBackoff, maxWait time.Duration) *gangQueue {
 		attempts:     map[string]int{},
 		parked:       map[string]time.Time{},
 		devicesShort: map[string]bool{},
+		short:        map[string]int{},
+		backoffQ:     newBackoffQueue(),
+		errored:      map[string]bool{},
 		backoff:      map[string]time.Time{},
 		waiting:      map[string]string{},
 		rnd:          rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
@@ -82,12 +100,13 @@ func (gq *gangQueue) add(key string) {
 func (gq *gangQueue) unpark(key string) {
 	delete(gq.parked, key)
 	delete(gq.devicesShort, key)
+	delete(gq.short, key)
 }
 
 func (gq *gangQueue) addLocked(key string) {
 	if until, ok := gq.backoff[key]; ok {
-		if d := until.Sub(gq.now()); d > 0 {
-			gq.q.AddAfter(key, d)
+		if until.After(gq.now()) {
+			gq.toBackoffQ(key, until)
 			return
 		}
 		delete(gq.backoff, key)
@@ -120,14 +139,27 @@ func (gq *gangQueue) park(key string, cycle uint64) time.Duration {
 }
 
 // parkDevicesShort is park for a gang that no domain had enough free
-// devices for: while parked, nodeResourcesFreed does not wake it.
-func (gq *gangQueue) parkDevicesShort(key string, cycle uint64) time.Duration {
+// devices for, lacking short devices in the domain with the most: while
+// parked, nodeResourcesFreed does not wake it, and devicesFreed only once
+// claims freed at least short devices (no domain can have gained more).
+func (gq *gangQueue) parkDevicesShort(key string, cycle uint64, short int) time.Duration {
 	d := gq.park(key, cycle)
 	gq.mu.Lock()
 	defer gq.mu.Unlock()
 	if _, ok := gq.parked[key]; ok {
 		gq.devicesShort[key] = true
+		gq.short[key] = max(short, 1)
 	}
+	return d
+}
+
+// parkError is park after an error (a failed commit, the engine's error):
+// the gang is retried after its backoff, never early.
+func (gq *gangQueue) parkError(key string, cycle uint64) time.Duration {
+	d := gq.park(key, cycle)
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	gq.errored[key] = true
 	return d
 }
 
@@ -145,8 +177,11 @@ func (gq *gangQueue) parkLocked(key string, cycle uint64, d time.Duration) time.
 	until := gq.now().Add(d)
 	gq.backoff[key] = until
 	delete(gq.devicesShort, key) // parkDevicesShort sets it again
+	delete(gq.short, key)
+	delete(gq.errored, key) // parkError sets it again
+	gq.backoffQ.remove(key)
 	if gq.moves != cycle {
-		gq.q.AddAfter(key, d)
+		gq.toBackoffQ(key, until)
 		return d
 	}
 	gq.parked[key] = until
@@ -174,6 +209,8 @@ func (gq *gangQueue) forget(key string) {
 	gq.unpark(key)
 	delete(gq.backoff, key)
 	delete(gq.waiting, key)
+	delete(gq.errored, key)
+	gq.backoffQ.remove(key)
 }
 
 // flushParked queues every parked gang (when its backoff ends): the cluster
@@ -202,6 +239,24 @@ func (gq *gangQueue) nodeResourcesFreed() {
 	}
 }
 
+// devicesFreed is nodeResourcesFreed for claims that gave up n devices
+// (deallocated, or deleted while allocated): it also wakes the gangs parked
+// short of devices once claims freed as many devices as they lacked.
+func (gq *gangQueue) devicesFreed(n int) {
+	gq.mu.Lock()
+	defer gq.mu.Unlock()
+	gq.moves++
+	for key := range gq.parked {
+		if gq.devicesShort[key] {
+			if gq.short[key] -= n; gq.short[key] > 0 {
+				continue
+			}
+		}
+		gq.unpark(key)
+		gq.addLocked(key)
+	}
+}
+
 // wakeWaiting queues the not-ready gangs of a namespace.
 func (gq *gangQueue) wakeWaiting(namespace string) {
 	gq.mu.Lock()
@@ -215,8 +270,27 @@ func (gq *gangQueue) wakeWaiting(namespace string) {
 	}
 }
 
-func (gq *gangQueue) get() (string, bool) { return gq.q.Get() }
-func (gq *gangQueue) done(key string)     { gq.q.Done(key) }
+// get hands out the next ready gang, waiting for one. With none ready, it
+// takes the woken gang whose backoff ends first (not one that errored)
+// from the backoff queue; while it waits, a gang woken into the backoff
+// queue is handed out at once (toBackoffQ). Called by the one worker.
+func (gq *gangQueue) get() (string, bool) {
+	gq.mu.Lock()
+	if gq.q.Len() == 0 {
+		if key, ok := gq.backoffQ.popEarliest(gq.errored); ok {
+			gq.q.Add(key)
+		}
+	}
+	gq.idle = true
+	gq.mu.Unlock()
+	key, quit := gq.q.Get()
+	gq.mu.Lock()
+	gq.idle = false
+	gq.mu.Unlock()
+	return key, quit
+}
+
+func (gq *gangQueue) done(key string) { gq.q.Done(key) }
 func (gq *gangQueue) shutDown()           { gq.q.ShutDown() }
 
 // counts reports the queue's gangs by state, for the metrics.

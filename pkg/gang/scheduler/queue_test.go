@@ -3,6 +3,8 @@ package scheduler
 import (
 	"testing"
 	"time"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
 
 // next returns the key the queue hands out within d, or "".
@@ -103,7 +105,7 @@ func TestSplitKey(t *testing.T) {
 // A later plain park clears the mark.
 func TestQueueDevicesShortGangWaitsForDevices(t *testing.T) {
 	gq := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
-	gq.parkDevicesShort("pg:ns/short", gq.cycle())
+	gq.parkDevicesShort("pg:ns/short", gq.cycle(), 4)
 	gq.park("pg:ns/other", gq.cycle())
 	time.Sleep(30 * time.Millisecond) // backoffs over, both parked
 	gq.nodeResourcesFreed()
@@ -111,14 +113,14 @@ func TestQueueDevicesShortGangWaitsForDevices(t *testing.T) {
 		t.Fatalf("after a pod's end: got %q, want the gang not short of devices", k)
 	}
 	gq2 := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
-	gq2.parkDevicesShort("pg:ns/short", gq2.cycle())
+	gq2.parkDevicesShort("pg:ns/short", gq2.cycle(), 4)
 	time.Sleep(30 * time.Millisecond)
 	gq2.nodeResourcesFreed()
 	if k := next(t, gq2, 200*time.Millisecond); k != "" {
 		t.Fatalf("a pod's end woke a gang short of devices: %q", k)
 	}
 	gq3 := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
-	gq3.parkDevicesShort("pg:ns/short", gq3.cycle())
+	gq3.parkDevicesShort("pg:ns/short", gq3.cycle(), 4)
 	time.Sleep(30 * time.Millisecond)
 	gq3.flushParked() // a claim deallocated
 	if k := next(t, gq3, time.Second); k != "pg:ns/short" {
@@ -129,5 +131,128 @@ func TestQueueDevicesShortGangWaitsForDevices(t *testing.T) {
 	gq3.nodeResourcesFreed()
 	if k := next(t, gq3, time.Second); k != "pg:ns/short" {
 		t.Fatalf("a plain park kept the devices-short mark: got %q", k)
+	}
+}
+
+// TestQueuePopsBackoffWhenIdle: a gang woken during its backoff is handed
+// out early when nothing else is ready, whether the worker asks after the
+// wake or is already waiting (kube-scheduler's SchedulerPopFromBackoffQ);
+// a ready gang goes first; a gang that errored waits its backoff out.
+func TestQueuePopsBackoffWhenIdle(t *testing.T) {
+	const backoff = 10 * time.Second
+	gq := newGangQueue(backoff, backoff, time.Hour)
+	gq.park("pg:ns/a", gq.cycle())
+	gq.flushParked() // woken, 8-12 s of backoff left
+	start := time.Now()
+	if k := next(t, gq, time.Second); k != "pg:ns/a" {
+		t.Fatalf("worker asking after the wake: got %q, want the woken gang at once", k)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("handed out after %v", d)
+	}
+
+	gq2 := newGangQueue(backoff, backoff, time.Hour)
+	gq2.park("pg:ns/a", gq2.cycle())
+	got := make(chan string, 1)
+	go func() { k, _ := gq2.get(); gq2.done(k); got <- k }()
+	time.Sleep(50 * time.Millisecond) // the worker waits in get
+	gq2.flushParked()
+	select {
+	case k := <-got:
+		if k != "pg:ns/a" {
+			t.Fatalf("waiting worker: got %q", k)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("a waiting worker was not handed the woken gang")
+	}
+
+	gq3 := newGangQueue(backoff, backoff, time.Hour)
+	gq3.park("pg:ns/a", gq3.cycle())
+	gq3.flushParked()
+	gq3.add("pg:ns/ready")
+	if k := next(t, gq3, time.Second); k != "pg:ns/ready" {
+		t.Fatalf("got %q, want the ready gang before the one backing off", k)
+	}
+	if k := next(t, gq3, time.Second); k != "pg:ns/a" {
+		t.Fatalf("then: got %q, want the woken gang", k)
+	}
+
+	gq4 := newGangQueue(backoff, backoff, time.Hour)
+	gq4.parkError("pg:ns/err", gq4.cycle())
+	gq4.flushParked()
+	if k := next(t, gq4, 300*time.Millisecond); k != "" {
+		t.Fatalf("a gang that errored was handed out before its backoff's end: %q", k)
+	}
+}
+
+// TestQueueBackoffEndsOnTime: a woken gang leaves the backoff queue for
+// the active queue when its backoff ends, without the worker's help.
+func TestQueueBackoffEndsOnTime(t *testing.T) {
+	gq := newGangQueue(100*time.Millisecond, 100*time.Millisecond, time.Hour)
+	gq.parkError("pg:ns/err", gq.cycle())
+	gq.flushParked()
+	start := time.Now()
+	if k := next(t, gq, 2*time.Second); k != "pg:ns/err" {
+		t.Fatalf("got %q after its backoff", k)
+	}
+	if d := time.Since(start); d < 70*time.Millisecond {
+		t.Fatalf("handed out after %v, before its backoff (80-120 ms) ended", d)
+	}
+}
+
+// TestQueueDevicesFreedCountsDevices: a gang parked short of devices is
+// woken by claims freeing devices only once they freed as many as it
+// lacked; other parked gangs are woken by any such claim.
+func TestQueueDevicesFreedCountsDevices(t *testing.T) {
+	gq := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
+	gq.parkDevicesShort("pg:ns/short", gq.cycle(), 8)
+	gq.park("pg:ns/other", gq.cycle())
+	time.Sleep(30 * time.Millisecond)
+	gq.devicesFreed(3)
+	if k := next(t, gq, time.Second); k != "pg:ns/other" {
+		t.Fatalf("after 3 devices freed: got %q, want the gang not short of devices", k)
+	}
+	gq2 := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
+	gq2.parkDevicesShort("pg:ns/short", gq2.cycle(), 8)
+	time.Sleep(30 * time.Millisecond)
+	gq2.devicesFreed(3)
+	gq2.devicesFreed(4)
+	if k := next(t, gq2, 200*time.Millisecond); k != "" {
+		t.Fatalf("7 devices freed woke a gang lacking 8: %q", k)
+	}
+	gq3 := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
+	gq3.parkDevicesShort("pg:ns/short", gq3.cycle(), 8)
+	time.Sleep(30 * time.Millisecond)
+	gq3.devicesFreed(3)
+	gq3.devicesFreed(5)
+	if k := next(t, gq3, time.Second); k != "pg:ns/short" {
+		t.Fatalf("8 devices freed: got %q, want the gang lacking 8", k)
+	}
+}
+
+func TestDevicesShort(t *testing.T) {
+	gang := func(members, minCount int) *placement.Gang {
+		return &placement.Gang{Members: make([]placement.Member, members), MinCount: minCount}
+	}
+	level := func(free int) placement.LevelReport {
+		return placement.LevelReport{Best: &placement.DomainReport{FreeDevices: free}}
+	}
+	for _, tc := range []struct {
+		name string
+		g    *placement.Gang
+		u    *placement.Unschedulable
+		want int
+	}{
+		{"short everywhere: lacks the difference in the best domain", gang(4, 4), &placement.Unschedulable{Devices: 32, Levels: []placement.LevelReport{level(8), level(20), level(24)}}, 8},
+		{"a domain has the devices: something else refused it", gang(4, 4), &placement.Unschedulable{Devices: 32, Levels: []placement.LevelReport{level(8), level(40)}}, 0},
+		{"minCount below the size: a part may fit", gang(4, 2), &placement.Unschedulable{Devices: 32, Levels: []placement.LevelReport{level(8)}}, 0},
+		{"no device count", gang(4, 4), &placement.Unschedulable{Levels: []placement.LevelReport{level(0)}}, 0},
+		{"no level tried", gang(4, 4), &placement.Unschedulable{Devices: 32}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := devicesShort(tc.g, tc.u); got != tc.want {
+				t.Errorf("devicesShort = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

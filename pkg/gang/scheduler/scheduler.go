@@ -120,6 +120,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for _, nm := range s.nominations.all() {
 		s.queue.add(nm.rec.Gang) // carried on (or ended) by its gang's next attempt
 	}
+	s.warm(ctx)
 	if s.cfg.OnRecovered != nil {
 		s.cfg.OnRecovered()
 	}
