@@ -291,7 +291,7 @@ func (gq *gangQueue) get() (string, bool) {
 }
 
 func (gq *gangQueue) done(key string) { gq.q.Done(key) }
-func (gq *gangQueue) shutDown()           { gq.q.ShutDown() }
+func (gq *gangQueue) shutDown()       { gq.q.ShutDown() }
 
 // counts reports the queue's gangs by state, for the metrics.
 func (gq *gangQueue) counts() map[string]int {
