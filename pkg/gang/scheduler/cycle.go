@@ -126,6 +126,9 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		s.queue.retryAfter(key, time.Second)
 		return nil
 	}
+	if s.membersArriving(ctx, key, pg, cycle) {
+		return nil
+	}
 	ms, err := s.members(pg)
 	if err != nil {
 		return err

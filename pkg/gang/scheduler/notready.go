@@ -118,7 +118,7 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 	if a.pg == nil {
 		return s.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
 	}
-	if ok, after := s.notReadyWrites.settled(a.key, len(a.members), time.Now()); !ok {
+	if ok, after := s.notReadyWrites.settled(a.key, s.groupPods(a.pg), time.Now()); !ok {
 		s.queue.retryAfter(a.key, after)
 		return nil
 	}
@@ -185,4 +185,49 @@ func (s *Scheduler) membersArrived(a *attempt) func() bool {
 func waitingPodMessage(pg *schedulingv1beta1.PodGroup) string {
 	return fmt.Sprintf("waiting for the gang's members or claims: PodGroup %s/%s's condition %s says what is missing",
 		pg.Namespace, pg.Name, schedulingv1beta1.PodGroupInitiallyScheduled)
+}
+
+// groupPods counts a PodGroup's pods in the informers, whatever their
+// state: the member count whose changes notReadySettle waits out.
+func (s *Scheduler) groupPods(pg *schedulingv1beta1.PodGroup) int {
+	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
+	if err != nil {
+		return 0
+	}
+	return len(objs)
+}
+
+// membersArriving is the not-ready attempt of a PodGroup whose members are
+// still being created, made cheap: with fewer pods than its minCount, none
+// bound or gated, and a pod count that has not held still for
+// notReadySettle, the gang can be neither placed nor told anything, so it
+// is not built (members, claims: work in proportion to its pods, at each
+// new member, so in proportion to their square over a burst) and is tried
+// again when the count settles or a member arrives. It reports whether it
+// handled the attempt.
+func (s *Scheduler) membersArriving(ctx context.Context, key string, pg *schedulingv1beta1.PodGroup, cycle uint64) bool {
+	begin := time.Now()
+	gp := pg.Spec.SchedulingPolicy.Gang
+	if gp == nil {
+		return false
+	}
+	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
+	if err != nil || len(objs) >= int(gp.MinCount) {
+		return false
+	}
+	for _, o := range objs {
+		if p, ok := o.(*v1.Pod); !ok || p.Spec.NodeName != "" || len(p.Spec.SchedulingGates) > 0 {
+			return false
+		}
+	}
+	ok, after := s.notReadyWrites.settled(key, len(objs), time.Now())
+	if ok {
+		return false
+	}
+	s.pending.set(key, reasonNotReady)
+	s.queue.wait(key, pg.Namespace, cycle)
+	s.queue.retryAfter(key, after)
+	s.cfg.Metrics.observeAttempt(resultNotReady, time.Since(begin).Seconds())
+	klog.FromContext(ctx).V(5).Info("Gang members arriving", "gang", key, "pods", len(objs), "minCount", gp.MinCount)
+	return true
 }
