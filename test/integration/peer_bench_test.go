@@ -48,6 +48,8 @@ type peerResult struct {
 	created, lastToBound float64
 	bound                int
 	cpu                  time.Duration
+	// cpuLast: the scheduler's CPU from the last create to all bound.
+	cpuLast time.Duration
 	peakRSS              int64
 	// within: gangs whose pods are all bound inside one unit of the
 	// workload (peerWorkload.within).
@@ -79,13 +81,13 @@ func BenchmarkPeer(b *testing.B) {
 	cp, admin, nodes, prof := env.cp, env.admin, env.nodes, env.prof
 	workloads := selectPeerWorkloads(b, nodes)
 	floorClient := peerSchedulerClient(b, cp)
-	results, floors := map[string][]peerResult{}, map[string][]float64{}
+	results, floors := map[string][]peerResult{}, map[string][]apiFloor{}
 	b.ResetTimer()
 	for i := range runs * b.N {
 		b.StopTimer()
 		for _, shape := range floorShapes(workloads) {
 			f := peerFloor(b, admin, floorClient, shape, nodes, fmt.Sprintf("peer-floor-%d-%s", i, shape.name))
-			b.Logf("iteration %d, API floor of one %s gang: %.2fs", i, shape.name, f)
+			b.Logf("iteration %d, API floor of one %s gang: %.2fs, CPU %.2fs", i, shape.name, f.seconds, f.cpu.Seconds())
 			floors[shape.name] = append(floors[shape.name], f)
 		}
 		for wi, w := range workloads {
@@ -96,8 +98,8 @@ func BenchmarkPeer(b *testing.B) {
 				if w.span > 0 {
 					within = fmt.Sprintf(", %d/%d gangs in one %s", r.within, w.gangs, w.within)
 				}
-				b.Logf("iteration %d, %s, %s: %d/%d bound in %.1fs (created in %.1fs, last create to all bound %.2fs)%s, CPU %.1fs, peak RSS %d MiB",
-					i, w.name, s.process, r.bound, w.gangs*w.pods, r.seconds, r.created, r.lastToBound, within, r.cpu.Seconds(), r.peakRSS>>20)
+				b.Logf("iteration %d, %s, %s: %d/%d bound in %.1fs (created in %.1fs, last create to all bound %.2fs)%s, CPU %.2fs (%.2fs after the last create), peak RSS %d MiB",
+					i, w.name, s.process, r.bound, w.gangs*w.pods, r.seconds, r.created, r.lastToBound, within, r.cpu.Seconds(), r.cpuLast.Seconds(), r.peakRSS>>20)
 				results[w.name+"/"+s.process] = append(results[w.name+"/"+s.process], r)
 			}
 		}
@@ -109,22 +111,32 @@ func BenchmarkPeer(b *testing.B) {
 
 // peerReport reports BenchmarkPeer's metrics, means over the runs:
 // <workload>-<scheduler>-s (first create → all bound), -last-to-bound-s,
-// -create-s, -cpu-s, -rss-MiB (the peak), -within-% (where the workload
-// names a unit), and for one-gang workloads <workload>-api-floor-s and
-// <workload>-<scheduler>-floor-x, the mean last-to-bound over the mean
-// floor of the gang's shape.
-func peerReport(b *testing.B, schedulers []peerScheduler, workloads []peerWorkload, results map[string][]peerResult, floors map[string][]float64) {
+// -create-s, -cpu-s, -cpu-last-s (after the last create), -rss-MiB (the
+// peak), -within-% (where the workload names a unit), and for one-gang
+// workloads <workload>-api-floor-s and -api-floor-cpu-s, and
+// <workload>-<scheduler>-floor-x and -cpu-floor-x: the mean last-to-bound
+// (CPU after the last create) over the mean floor (floor CPU) of the
+// gang's shape.
+func peerReport(b *testing.B, schedulers []peerScheduler, workloads []peerWorkload, results map[string][]peerResult, floors map[string][]apiFloor) {
 	for _, w := range workloads {
-		floor := mean(floors[floorShapeOf(w).name])
+		var floor, floorCPU float64
+		for _, f := range floors[floorShapeOf(w).name] {
+			floor, floorCPU = floor+f.seconds, floorCPU+f.cpu.Seconds()
+		}
+		if n := float64(len(floors[floorShapeOf(w).name])); n > 0 {
+			floor, floorCPU = floor/n, floorCPU/n
+		}
 		if w.gangs == 1 {
 			b.ReportMetric(floor, w.name+"-api-floor-s")
+			b.ReportMetric(floorCPU, w.name+"-api-floor-cpu-s")
 		}
 		for _, s := range schedulers {
-			var sec, created, last, cpu, within float64
+			var sec, created, last, cpu, cpuLast, within float64
 			var rss int64
 			rs := results[w.name+"/"+s.process]
 			for _, r := range rs {
 				sec, created, last, cpu, rss = sec+r.seconds, created+r.created, last+r.lastToBound, cpu+r.cpu.Seconds(), max(rss, r.peakRSS)
+				cpuLast += r.cpuLast.Seconds()
 				within += float64(r.within) / float64(w.gangs)
 			}
 			n := float64(len(rs))
@@ -133,6 +145,7 @@ func peerReport(b *testing.B, schedulers []peerScheduler, workloads []peerWorklo
 			b.ReportMetric(last/n, prefix+"-last-to-bound-s")
 			b.ReportMetric(created/n, prefix+"-create-s")
 			b.ReportMetric(cpu/n, prefix+"-cpu-s")
+			b.ReportMetric(cpuLast/n, prefix+"-cpu-last-s")
 			b.ReportMetric(float64(rss>>20), prefix+"-rss-MiB")
 			if w.span > 0 {
 				b.ReportMetric(100*within/n, prefix+"-within-%")
@@ -140,6 +153,10 @@ func peerReport(b *testing.B, schedulers []peerScheduler, workloads []peerWorklo
 			if w.gangs == 1 && floor > 0 {
 				b.ReportMetric(last/n/floor, prefix+"-floor-x")
 				b.Logf("%s, %s: last create to all bound %.2fs = %.2f× the API floor (%.2fs)", w.name, s.process, last/n, last/n/floor, floor)
+			}
+			if w.gangs == 1 && floorCPU > 0 {
+				b.ReportMetric(cpuLast/n/floorCPU, prefix+"-cpu-floor-x")
+				b.Logf("%s, %s: CPU after the last create %.2fs = %.2f× the API floor's CPU (%.2fs)", w.name, s.process, cpuLast/n, cpuLast/n/floorCPU, floorCPU)
 			}
 		}
 	}
@@ -271,6 +288,8 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	})
 	benchMust(b, "create gangs", err)
 	created := time.Now()
+	atCreated, err := cp.ProcessStats(s.process)
+	benchMust(b, "process stats", err)
 	probe.onCreated(b)
 	deadline := start.Add(peerTimeout())
 	counts := pw.waitUntil(b.Context(), deadline, func(c podCounts) bool { return c.bound == total })
@@ -287,7 +306,7 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	// make the next run's gangs fit worse, whichever scheduler made them.
 	peerDropNamespace(b, admin, ns)
 	return peerResult{seconds: end.Sub(start).Seconds(), created: created.Sub(start).Seconds(), lastToBound: max(0, end.Sub(created).Seconds()),
-		bound: counts.bound, cpu: after.CPU - before.CPU, peakRSS: after.PeakRSS, within: within}
+		bound: counts.bound, cpu: after.CPU - before.CPU, cpuLast: after.CPU - atCreated.CPU, peakRSS: after.PeakRSS, within: within}
 }
 
 // peerDropNamespace deletes namespace ns and waits up to 5 minutes until

@@ -11,10 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
 // floorShape is a one-gang commit whose API floor BenchmarkPeer measures:
@@ -54,10 +56,14 @@ func floorShapes(workloads []peerWorkload) []floorShape {
 // reservedFor (status update); per pod its pods/binding; until the
 // informer has observed every pod bound. The PodGroup condition and the
 // record's delete come after the last bind and are left out. Returns the
-// seconds; ns is deleted and drained before it returns.
-func peerFloor(b *testing.B, admin, client kubernetes.Interface, shape floorShape, nodes int, ns string) float64 {
+// seconds and this process's CPU over them (the writes, and watches of
+// the namespace's pods and claims, as a scheduler's informers have: the
+// least CPU a scheduler can spend on the commit); ns is deleted and
+// drained before it returns.
+func peerFloor(b *testing.B, admin, client kubernetes.Interface, shape floorShape, nodes int, ns string) apiFloor {
 	benchNamespace(b, admin, ns)
 	pw := watchPods(b, admin, ns, shape.pods)
+	watchClaims(b, admin, ns)
 	pods, claims := floorObjects(b, admin, ns, shape)
 	pw.wait(b, "floor pods seen", func(c podCounts) bool { return c.seen == shape.pods })
 	allocs := make([]*resourceapi.AllocationResult, shape.pods)
@@ -70,6 +76,8 @@ func peerFloor(b *testing.B, admin, client kubernetes.Interface, shape floorShap
 	_, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{Limit: 1})
 	benchMust(b, "warm floor client", err)
 
+	self, err := framework.SelfStats()
+	benchMust(b, "process stats", err)
 	start := time.Now()
 	_, err = client.CoreV1().ConfigMaps(recordNamespace).Create(ctx, record, metav1.CreateOptions{})
 	benchMust(b, "create floor record", err)
@@ -84,7 +92,9 @@ func peerFloor(b *testing.B, admin, client kubernetes.Interface, shape floorShap
 	})
 	benchMust(b, "floor binds", err)
 	counts := pw.wait(b, "floor pods bound", func(c podCounts) bool { return c.bound == shape.pods })
-	floor := counts.allBound.Sub(start).Seconds()
+	after, err := framework.SelfStats()
+	benchMust(b, "process stats", err)
+	floor := apiFloor{seconds: counts.allBound.Sub(start).Seconds(), cpu: after.CPU - self.CPU}
 
 	// kwok's status updates of the started pods must not spill into the
 	// next run.
@@ -92,6 +102,26 @@ func peerFloor(b *testing.B, admin, client kubernetes.Interface, shape floorShap
 	benchMust(b, "delete floor record", admin.CoreV1().ConfigMaps(recordNamespace).Delete(ctx, record.Name, metav1.DeleteOptions{}))
 	peerDropNamespace(b, admin, ns)
 	return floor
+}
+
+// apiFloor is one measurement of peerFloor.
+type apiFloor struct {
+	seconds float64
+	cpu     time.Duration
+}
+
+// watchClaims runs an informer on the claims of namespace ns until the
+// benchmark ends.
+func watchClaims(b *testing.B, c kubernetes.Interface, ns string) {
+	factory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns))
+	factory.Resource().V1().ResourceClaims().Informer()
+	stop := make(chan struct{})
+	factory.Start(stop)
+	factory.WaitForCacheSync(stop)
+	b.Cleanup(func() {
+		close(stop)
+		factory.Shutdown()
+	})
 }
 
 // floorObjects creates the floor's claims and pods (in parallel) and

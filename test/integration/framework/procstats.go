@@ -29,6 +29,9 @@ func (cp *ControlPlane) ProcessStats(name string) (ProcStats, error) {
 	return readProcStats(p.cmd.Process.Pid)
 }
 
+// SelfStats reads the ProcStats of this process (the test binary).
+func SelfStats() (ProcStats, error) { return readProcStats(os.Getpid()) }
+
 func readProcStats(pid int) (ProcStats, error) {
 	var out ProcStats
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
