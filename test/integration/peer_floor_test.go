@@ -115,13 +115,7 @@ type apiFloor struct {
 func watchClaims(b *testing.B, c kubernetes.Interface, ns string) {
 	factory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns))
 	factory.Resource().V1().ResourceClaims().Informer()
-	stop := make(chan struct{})
-	factory.Start(stop)
-	factory.WaitForCacheSync(stop)
-	b.Cleanup(func() {
-		close(stop)
-		factory.Shutdown()
-	})
+	runFactory(b, factory)
 }
 
 // floorObjects creates the floor's claims and pods (in parallel) and

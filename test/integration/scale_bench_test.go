@@ -420,6 +420,13 @@ func watchPods(b *testing.B, c kubernetes.Interface, ns string, want int) *podWa
 		UpdateFunc: func(_, obj any) { w.update(obj) },
 	})
 	benchMust(b, "watch pods", err)
+	runFactory(b, factory)
+	return w
+}
+
+// runFactory starts an informer factory, waits for its informers, and
+// stops it when the benchmark ends.
+func runFactory(b *testing.B, factory informers.SharedInformerFactory) {
 	stop := make(chan struct{})
 	factory.Start(stop)
 	factory.WaitForCacheSync(stop)
@@ -427,7 +434,6 @@ func watchPods(b *testing.B, c kubernetes.Interface, ns string, want int) *podWa
 		close(stop)
 		factory.Shutdown()
 	})
-	return w
 }
 
 func (w *podWatch) update(obj any) {

@@ -28,30 +28,10 @@ import (
 // No kube-controller-manager runs, so the claims of a deleted pod stay
 // allocated until the test deallocates them.
 func TestSchedulerDevicesShortWaitsForClaims(t *testing.T) {
-	cp := framework.StartT(t, framework.Options{})
-	ctx := t.Context()
-	admin := cp.AdminClient(t)
-	fabricCluster(t, admin, []string{"a"}, 2, 4)
 	const ns = "short"
-	must(t, "create namespace", framework.EnsureNamespace(ctx, admin, ns))
-	must(t, "create service account", framework.EnsureServiceAccount(ctx, admin, ns))
-	reg := prometheus.NewRegistry()
-	metrics, err := scheduler.NewMetrics(reg)
-	must(t, "metrics", err)
-	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{Metrics: metrics})
+	admin, reg := shortCluster(t, ns, scheduler.Config{})
 
-	createShortGang(t, admin, ns, "holder", 2) // all 8 GPUs
-	waitBound(t, admin, ns, "holder", 2)
-	createShortGang(t, admin, ns, "waiter", 1)
-	refused := func() float64 {
-		return schedMetricValue(t, reg, "gpufabric_scheduler_gangs_refused_total", scheduler.ReasonUnschedulable)
-	}
-	// Refused, then once more after its own PodScheduled write; then parked.
-	settled := settleCount(t, refused, 1500*time.Millisecond)
-	for i := range 2 {
-		err := admin.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("holder-%d", i), *metav1.NewDeleteOptions(0))
-		must(t, "delete holder pod", err)
-	}
+	refused, settled := holderThenWaiter(t, admin, reg, ns, 1)
 	time.Sleep(2 * time.Second) // backoff (at most 2 s) over: a woken gang would have been tried
 	if n := refused(); n != settled {
 		t.Errorf("refused %v times after the holder's pods went (claims still allocated), want %v: woken for nothing", n, settled)
@@ -63,6 +43,45 @@ func TestSchedulerDevicesShortWaitsForClaims(t *testing.T) {
 	if n := refused(); n != settled {
 		t.Errorf("refused %v times in all, want %v", n, settled)
 	}
+}
+
+// shortCluster starts a control plane with 2 nodes of 4 GPUs in one
+// NVLink domain, namespace ns, and the scheduler with cfg and metrics in
+// the returned registry.
+func shortCluster(t *testing.T, ns string, cfg scheduler.Config) (kubernetes.Interface, *prometheus.Registry) {
+	t.Helper()
+	cp := framework.StartT(t, framework.Options{})
+	admin := cp.AdminClient(t)
+	fabricCluster(t, admin, []string{"a"}, 2, 4)
+	must(t, "create namespace", framework.EnsureNamespace(t.Context(), admin, ns))
+	must(t, "create service account", framework.EnsureServiceAccount(t.Context(), admin, ns))
+	reg := prometheus.NewRegistry()
+	metrics, err := scheduler.NewMetrics(reg)
+	must(t, "metrics", err)
+	cfg.Metrics = metrics
+	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), cfg)
+	return admin, reg
+}
+
+// holderThenWaiter places a holder gang of 2 × 4 GPUs (all 8), then
+// creates a waiter of waiters × 4 GPUs and waits until its refusals
+// settle (refused, then once more after its own PodScheduled write; then
+// parked), then deletes the holder's pods (their claims stay allocated).
+// It returns the refusal counter and its settled value.
+func holderThenWaiter(t *testing.T, admin kubernetes.Interface, reg *prometheus.Registry, ns string, waiters int) (func() float64, float64) {
+	t.Helper()
+	createShortGang(t, admin, ns, "holder", 2)
+	waitBound(t, admin, ns, "holder", 2)
+	createShortGang(t, admin, ns, "waiter", waiters)
+	refused := func() float64 {
+		return schedMetricValue(t, reg, "gpufabric_scheduler_gangs_refused_total", scheduler.ReasonUnschedulable)
+	}
+	settled := settleCount(t, refused, 1500*time.Millisecond)
+	for i := range 2 {
+		err := admin.CoreV1().Pods(ns).Delete(t.Context(), fmt.Sprintf("holder-%d", i), *metav1.NewDeleteOptions(0))
+		must(t, "delete holder pod", err)
+	}
+	return refused, settled
 }
 
 // createShortGang creates a PodGroup of n members with 4 GPUs each (own
@@ -128,30 +147,11 @@ func deallocate(t *testing.T, c kubernetes.Interface, ns, name string) {
 // first deallocation, which frees 4 of the 8 GPUs it lacks, wakes it for
 // no refused attempt.
 func TestSchedulerShortGangWokenByFreedDevices(t *testing.T) {
-	cp := framework.StartT(t, framework.Options{})
-	ctx := t.Context()
-	admin := cp.AdminClient(t)
-	fabricCluster(t, admin, []string{"a"}, 2, 4)
 	const ns = "short-woken"
-	must(t, "create namespace", framework.EnsureNamespace(ctx, admin, ns))
-	must(t, "create service account", framework.EnsureServiceAccount(ctx, admin, ns))
-	reg := prometheus.NewRegistry()
-	metrics, err := scheduler.NewMetrics(reg)
-	must(t, "metrics", err)
 	const backoff = 30 * time.Second
-	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{Metrics: metrics, InitialBackoff: backoff, MaxBackoff: backoff})
+	admin, reg := shortCluster(t, ns, scheduler.Config{InitialBackoff: backoff, MaxBackoff: backoff})
 
-	createShortGang(t, admin, ns, "holder", 2) // all 8 GPUs
-	waitBound(t, admin, ns, "holder", 2)
-	createShortGang(t, admin, ns, "waiter", 2) // lacks 8
-	refused := func() float64 {
-		return schedMetricValue(t, reg, "gpufabric_scheduler_gangs_refused_total", scheduler.ReasonUnschedulable)
-	}
-	settled := settleCount(t, refused, 1500*time.Millisecond)
-	for i := range 2 {
-		err := admin.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("holder-%d", i), *metav1.NewDeleteOptions(0))
-		must(t, "delete holder pod", err)
-	}
+	refused, settled := holderThenWaiter(t, admin, reg, ns, 2) // the waiter lacks 8
 	deallocate(t, admin, ns, "holder-0-gpu")
 	time.Sleep(2 * time.Second)
 	if n := refused(); n != settled {

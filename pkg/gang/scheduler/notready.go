@@ -228,6 +228,6 @@ func (s *Scheduler) membersArriving(ctx context.Context, key string, pg *schedul
 	s.queue.wait(key, pg.Namespace, cycle)
 	s.queue.retryAfter(key, after)
 	s.cfg.Metrics.observeAttempt(resultNotReady, time.Since(begin).Seconds())
-	klog.FromContext(ctx).V(5).Info("Gang members arriving", "gang", key, "pods", len(objs), "minCount", gp.MinCount)
+	klog.FromContext(ctx).V(3).Info("Gang not ready", "gang", key, "reason", "members arriving", "pods", len(objs), "minCount", gp.MinCount)
 	return true
 }

@@ -204,29 +204,34 @@ func TestQueueBackoffEndsOnTime(t *testing.T) {
 // woken by claims freeing devices only once they freed as many as it
 // lacked; other parked gangs are woken by any such claim.
 func TestQueueDevicesFreedCountsDevices(t *testing.T) {
-	gq := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
-	gq.parkDevicesShort("pg:ns/short", gq.cycle(), 8)
-	gq.park("pg:ns/other", gq.cycle())
-	time.Sleep(30 * time.Millisecond)
-	gq.devicesFreed(3)
-	if k := next(t, gq, time.Second); k != "pg:ns/other" {
-		t.Fatalf("after 3 devices freed: got %q, want the gang not short of devices", k)
-	}
-	gq2 := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
-	gq2.parkDevicesShort("pg:ns/short", gq2.cycle(), 8)
-	time.Sleep(30 * time.Millisecond)
-	gq2.devicesFreed(3)
-	gq2.devicesFreed(4)
-	if k := next(t, gq2, 200*time.Millisecond); k != "" {
-		t.Fatalf("7 devices freed woke a gang lacking 8: %q", k)
-	}
-	gq3 := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
-	gq3.parkDevicesShort("pg:ns/short", gq3.cycle(), 8)
-	time.Sleep(30 * time.Millisecond)
-	gq3.devicesFreed(3)
-	gq3.devicesFreed(5)
-	if k := next(t, gq3, time.Second); k != "pg:ns/short" {
-		t.Fatalf("8 devices freed: got %q, want the gang lacking 8", k)
+	for _, tc := range []struct {
+		name  string
+		other bool  // a gang not short of devices is parked too
+		freed []int // devicesFreed calls
+		want  string
+	}{
+		{name: "3 freed wake the other gang only", other: true, freed: []int{3}, want: "pg:ns/other"},
+		{name: "7 freed do not wake a gang lacking 8", freed: []int{3, 4}, want: ""},
+		{name: "8 freed wake it", freed: []int{3, 5}, want: "pg:ns/short"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gq := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
+			gq.parkDevicesShort("pg:ns/short", gq.cycle(), 8)
+			if tc.other {
+				gq.park("pg:ns/other", gq.cycle())
+			}
+			time.Sleep(30 * time.Millisecond) // backoffs over, parked
+			for _, n := range tc.freed {
+				gq.devicesFreed(n)
+			}
+			wait := time.Second
+			if tc.want == "" {
+				wait = 200 * time.Millisecond
+			}
+			if k := next(t, gq, wait); k != tc.want {
+				t.Fatalf("got %q, want %q", k, tc.want)
+			}
+		})
 	}
 }
 
