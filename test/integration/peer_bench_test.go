@@ -50,7 +50,7 @@ type peerResult struct {
 	cpu                  time.Duration
 	// cpuLast: the scheduler's CPU from the last create to all bound.
 	cpuLast time.Duration
-	peakRSS              int64
+	peakRSS int64
 	// within: gangs whose pods are all bound inside one unit of the
 	// workload (peerWorkload.within).
 	within int
