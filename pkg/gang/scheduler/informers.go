@@ -205,12 +205,14 @@ func podChanged(q *gangQueue, oldObj, obj any) {
 	if !ok {
 		return
 	}
+	old, _ := oldObj.(*v1.Pod)
 	if pending(p) || ours(p) && p.Spec.NodeName == "" && len(p.Spec.SchedulingGates) > 0 {
-		q.add(gangKeyOf(p)) // to place, or to say it is gated
+		if old == nil || podUpdated(old, p) {
+			q.add(gangKeyOf(p)) // to place, or to say it is gated
+		}
 		return
 	}
-	old, ok := oldObj.(*v1.Pod)
-	if !ok {
+	if old == nil {
 		return
 	}
 	if old.Spec.NodeName == "" {
@@ -225,6 +227,24 @@ func podChanged(q *gangQueue, oldObj, obj any) {
 	if ours(p) && podGroupName(p) != "" && (old.Status.Phase != p.Status.Phase || old.DeletionTimestamp == nil && p.DeletionTimestamp != nil) {
 		q.add(gangKeyOf(p)) // a member stopped running: its gang's status
 	}
+}
+
+// podUpdated reports whether an update of an unbound pod can change how
+// its gang is placed, as kube-scheduler's isPodUpdated: anything but the
+// status, resourceVersion, generation, managedFields and finalizers;
+// of the status, the claim statuses (a template's claim created) and the
+// phase (pending reads it) count. The status writes the scheduler makes
+// itself (PodScheduled, nominatedNodeName) therefore do not wake the gang
+// they explain: each would cost a refused attempt and a doubled backoff.
+func podUpdated(old, p *v1.Pod) bool {
+	strip := func(pod *v1.Pod) v1.Pod {
+		c := *pod // shallow: only top-level fields are replaced
+		c.ResourceVersion, c.Generation, c.ManagedFields, c.Finalizers = "", 0, nil, nil
+		c.Status = v1.PodStatus{Phase: pod.Status.Phase, ResourceClaimStatuses: pod.Status.ResourceClaimStatuses}
+		return c
+	}
+	a, b := strip(old), strip(p)
+	return !equality.Semantic.DeepEqual(&a, &b)
 }
 
 // nodeDeleted frees the node's capacity for parked gangs and looks at the

@@ -3,10 +3,16 @@ package scheduler
 import (
 	"slices"
 	"testing"
+	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // TestChainFirst: a first handler runs before the queue's handler of its
@@ -41,5 +47,56 @@ func TestChainFirst(t *testing.T) {
 	out[3].h.OnAdd(nil, false)
 	if want := []string{"bump add", "cache-nodes add"}; !slices.Equal(calls, want) {
 		t.Errorf("calls %q, want %q", calls, want)
+	}
+}
+
+// TestPodChangedSkipsStatusOnly: an update of a pending member wakes its
+// parked gang unless only the status (less the phase and claim statuses),
+// resourceVersion, managedFields or finalizers changed, as kube-scheduler's
+// isPodUpdated: the scheduler's own PodScheduled and nominatedNodeName
+// writes must not cost the gang a refused attempt.
+func TestPodChangedSkipsStatusOnly(t *testing.T) {
+	member := func() *v1.Pod {
+		p := pod("m0")
+		p.ResourceVersion = "10"
+		p.Spec.SchedulerName = topology.SchedulerName
+		p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To("pg")}
+		return p
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(p *v1.Pod)
+		wake   bool
+	}{
+		{"PodScheduled condition written", func(p *v1.Pod) {
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: v1.PodReasonUnschedulable}}
+		}, false},
+		{"nominated node written", func(p *v1.Pod) { p.Status.NominatedNodeName = "n1" }, false},
+		{"finalizer added", func(p *v1.Pod) { p.Finalizers = []string{"example.com/f"} }, false},
+		{"managed fields only", func(p *v1.Pod) { p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}} }, false},
+		{"label added", func(p *v1.Pod) { p.Labels = map[string]string{"a": "b"} }, true},
+		{"annotation added", func(p *v1.Pod) { p.Annotations = map[string]string{"a": "b"} }, true},
+		{"claim status added", func(p *v1.Pod) {
+			p.Status.ResourceClaimStatuses = []v1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptr.To("m0-gpu")}}
+		}, true},
+		{"toleration added", func(p *v1.Pod) { p.Spec.Tolerations = []v1.Toleration{{Key: "k", Operator: v1.TolerationOpExists}} }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gq := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
+			key := gangKeyOf(member())
+			gq.park(key, gq.cycle())
+			time.Sleep(30 * time.Millisecond) // backoff over, parked
+			old, p := member(), member()
+			p.ResourceVersion = "11"
+			tc.change(p)
+			podChanged(gq, old, p)
+			want, wait := "", 200*time.Millisecond
+			if tc.wake {
+				want, wait = key, time.Second
+			}
+			if k := next(t, gq, wait); k != want {
+				t.Fatalf("got %q, want %q", k, want)
+			}
+		})
 	}
 }

@@ -119,7 +119,7 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 		return s.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
 	}
 	if ok, after := s.notReadyWrites.settled(a.key, s.groupPods(a.pg), time.Now()); !ok {
-		s.queue.retryAfter(a.key, after)
+		s.queue.retryWhileWaiting(a.key, after)
 		return nil
 	}
 	old := meta.FindStatusCondition(a.pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
@@ -128,7 +128,7 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 		return nil
 	}
 	if ok, after := s.notReadyWrites.due(a.key, time.Now()); !ok {
-		s.queue.retryAfter(a.key, after)
+		s.queue.retryWhileWaiting(a.key, after)
 		return nil
 	}
 	start := time.Now()
@@ -226,7 +226,7 @@ func (s *Scheduler) membersArriving(ctx context.Context, key string, pg *schedul
 	}
 	s.pending.set(key, reasonNotReady)
 	s.queue.wait(key, pg.Namespace, cycle)
-	s.queue.retryAfter(key, after)
+	s.queue.retryWhileWaiting(key, after)
 	s.cfg.Metrics.observeAttempt(resultNotReady, time.Since(begin).Seconds())
 	klog.FromContext(ctx).V(3).Info("Gang not ready", "gang", key, "reason", "members arriving", "pods", len(objs), "minCount", gp.MinCount)
 	return true

@@ -22,7 +22,9 @@ import (
 // in the backoff queue (backoffq.go), which hands it out early when nothing
 // else is ready, as kube-scheduler's SchedulerPopFromBackoffQ does. A gang
 // that is not ready (too few members, a claim missing) waits for an event
-// about itself or a claim in its namespace.
+// about itself or a claim in its namespace. Timers (a not-ready gang's
+// settle, a park's MaxUnschedulableWait) act only if the gang is still in
+// the state that set them.
 type gangQueue struct {
 	q workqueue.TypedDelayingInterface[string]
 	// order serves ready keys by rank (priority, then age; priority.go).
@@ -117,6 +119,20 @@ func (gq *gangQueue) addLocked(key string) {
 // retryAfter queues a gang after d without counting an attempt (conflicts).
 func (gq *gangQueue) retryAfter(key string, d time.Duration) { gq.q.AddAfter(key, d) }
 
+// retryWhileWaiting queues a not-ready gang after d if it is still waiting
+// then: an event or an attempt that moved it on meanwhile (its members
+// arrived and it was refused, say) drops the timer, which would otherwise
+// cost that gang an attempt and a doubled backoff for nothing.
+func (gq *gangQueue) retryWhileWaiting(key string, d time.Duration) {
+	time.AfterFunc(d, func() {
+		gq.mu.Lock()
+		defer gq.mu.Unlock()
+		if _, ok := gq.waiting[key]; ok {
+			gq.q.Add(key)
+		}
+	})
+}
+
 // cycle returns the move counter; pass it to park and wait.
 func (gq *gangQueue) cycle() uint64 {
 	gq.mu.Lock()
@@ -180,12 +196,22 @@ func (gq *gangQueue) parkLocked(key string, cycle uint64, d time.Duration) time.
 	delete(gq.short, key)
 	delete(gq.errored, key) // parkError sets it again
 	gq.backoffQ.remove(key)
+	delete(gq.waiting, key)
 	if gq.moves != cycle {
 		gq.toBackoffQ(key, until)
 		return d
 	}
 	gq.parked[key] = until
-	gq.q.AddAfter(key, gq.maxWait)
+	// After MaxUnschedulableWait, cluster change or not, if this park is
+	// still the gang's last (an earlier park's timer does not count).
+	time.AfterFunc(gq.maxWait, func() {
+		gq.mu.Lock()
+		defer gq.mu.Unlock()
+		if at, ok := gq.parked[key]; ok && at.Equal(until) {
+			gq.unpark(key)
+			gq.q.Add(key)
+		}
+	})
 	return d
 }
 

@@ -261,3 +261,48 @@ func TestDevicesShort(t *testing.T) {
 		})
 	}
 }
+
+// TestQueueStaleTimersDoNotRetry: a not-ready gang's settle timer and a
+// park's MaxUnschedulableWait timer try the gang only while it is still
+// in the state that set them: once an event and an attempt moved it on
+// (refused and parked again), an old timer costs it no attempt.
+func TestQueueStaleTimersDoNotRetry(t *testing.T) {
+	t.Run("settle timer of a gang refused since", func(t *testing.T) {
+		gq := newGangQueue(time.Hour, time.Hour, time.Hour)
+		gq.wait("pg:ns/a", "ns", gq.cycle())
+		gq.retryWhileWaiting("pg:ns/a", 50*time.Millisecond)
+		gq.add("pg:ns/a") // its last member arrived
+		if k := next(t, gq, time.Second); k != "pg:ns/a" {
+			t.Fatalf("member event: got %q", k)
+		}
+		gq.park("pg:ns/a", gq.cycle()) // refused: backs off for an hour
+		if k := next(t, gq, 200*time.Millisecond); k != "" {
+			t.Fatalf("the settle timer tried a refused gang: %q", k)
+		}
+	})
+	t.Run("settle timer of a gang still waiting", func(t *testing.T) {
+		gq := newGangQueue(time.Hour, time.Hour, time.Hour)
+		gq.wait("pg:ns/a", "ns", gq.cycle())
+		gq.retryWhileWaiting("pg:ns/a", 50*time.Millisecond)
+		if k := next(t, gq, time.Second); k != "pg:ns/a" {
+			t.Fatalf("got %q, want the waiting gang", k)
+		}
+	})
+	t.Run("max wait of an earlier park", func(t *testing.T) {
+		gq := newGangQueue(10*time.Millisecond, 10*time.Millisecond, 150*time.Millisecond)
+		gq.park("pg:ns/a", gq.cycle())
+		time.Sleep(80 * time.Millisecond)
+		gq.flushParked()
+		if k := next(t, gq, time.Second); k != "pg:ns/a" {
+			t.Fatalf("flush: got %q", k)
+		}
+		parked := time.Now()
+		gq.park("pg:ns/a", gq.cycle()) // the first park's timer fires ~70 ms from now
+		if k := next(t, gq, time.Second); k != "pg:ns/a" {
+			t.Fatalf("the second park's max wait: got %q", k)
+		}
+		if d := time.Since(parked); d < 140*time.Millisecond {
+			t.Fatalf("tried %v after the second park: the first park's max wait fired", d)
+		}
+	})
+}
