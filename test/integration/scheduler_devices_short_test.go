@@ -63,19 +63,26 @@ func shortCluster(t *testing.T, ns string, cfg scheduler.Config) (kubernetes.Int
 	return admin, reg
 }
 
-// holderThenWaiter places a holder gang of 2 × 4 GPUs (all 8), then
-// creates a waiter of waiters × 4 GPUs and waits until its refusals
-// settle (refused, then once more after its own PodScheduled write; then
-// parked), then deletes the holder's pods (their claims stay allocated).
-// It returns the refusal counter and its settled value.
-func holderThenWaiter(t *testing.T, admin kubernetes.Interface, reg *prometheus.Registry, ns string, waiters int) (func() float64, float64) {
+// holderAndWaiter places a holder gang of 2 × 4 GPUs (all 8), then
+// creates a waiter of waiters × 4 GPUs, which cannot fit; it returns the
+// scheduler's counter of refused attempts.
+func holderAndWaiter(t *testing.T, admin kubernetes.Interface, reg *prometheus.Registry, ns string, waiters int) func() float64 {
 	t.Helper()
 	createShortGang(t, admin, ns, "holder", 2)
 	waitBound(t, admin, ns, "holder", 2)
 	createShortGang(t, admin, ns, "waiter", waiters)
-	refused := func() float64 {
+	return func() float64 {
 		return schedMetricValue(t, reg, "gpufabric_scheduler_gangs_refused_total", scheduler.ReasonUnschedulable)
 	}
+}
+
+// holderThenWaiter is holderAndWaiter, then waits until the waiter's
+// refusals settle (refused, then parked), then deletes the holder's pods
+// (their claims stay allocated). It returns the refusal counter and its
+// settled value.
+func holderThenWaiter(t *testing.T, admin kubernetes.Interface, reg *prometheus.Registry, ns string, waiters int) (func() float64, float64) {
+	t.Helper()
+	refused := holderAndWaiter(t, admin, reg, ns, waiters)
 	settled := settleCount(t, refused, 1500*time.Millisecond)
 	for i := range 2 {
 		err := admin.CoreV1().Pods(ns).Delete(t.Context(), fmt.Sprintf("holder-%d", i), *metav1.NewDeleteOptions(0))

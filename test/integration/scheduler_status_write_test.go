@@ -23,12 +23,7 @@ import (
 func TestSchedulerOwnStatusWriteDoesNotRetry(t *testing.T) {
 	const ns = "own-status"
 	admin, reg := shortCluster(t, ns, scheduler.Config{})
-	createShortGang(t, admin, ns, "holder", 2) // all 8 GPUs
-	waitBound(t, admin, ns, "holder", 2)
-	createShortGang(t, admin, ns, "waiter", 1)
-	refused := func() float64 {
-		return schedMetricValue(t, reg, "gpufabric_scheduler_gangs_refused_total", scheduler.ReasonUnschedulable)
-	}
+	refused := holderAndWaiter(t, admin, reg, ns, 1)
 	waitPodUnschedulable(t, admin, ns, "waiter-0")
 	if n := settleCount(t, refused, 2*time.Second); n != 1 {
 		t.Fatalf("refused %v times after its members were told, want 1: its own status write woke it", n)
