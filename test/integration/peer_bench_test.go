@@ -162,17 +162,6 @@ func peerReport(b *testing.B, schedulers []peerScheduler, workloads []peerWorklo
 	}
 }
 
-func mean(xs []float64) float64 {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	if len(xs) == 0 {
-		return 0
-	}
-	return s / float64(len(xs))
-}
-
 // envCount reads a positive count from the environment, or returns def.
 func envCount(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {

@@ -47,8 +47,6 @@ func (b *backoffQueue) popEarliest(skip map[string]bool) (string, bool) {
 	return best, found
 }
 
-func (b *backoffQueue) len() int { return len(b.entries) }
-
 // toBackoffQ puts a woken gang whose backoff ends at until into the
 // backoff queue, or straight into the active queue when the worker waits
 // with nothing ready (and the gang did not error). Called with gq.mu held.
