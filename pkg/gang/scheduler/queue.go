@@ -124,10 +124,19 @@ func (gq *gangQueue) retryAfter(key string, d time.Duration) { gq.q.AddAfter(key
 // arrived and it was refused, say) drops the timer, which would otherwise
 // cost that gang an attempt and a doubled backoff for nothing.
 func (gq *gangQueue) retryWhileWaiting(key string, d time.Duration) {
+	gq.addAfterIf(key, d, func() bool {
+		_, ok := gq.waiting[key]
+		return ok
+	})
+}
+
+// addAfterIf queues a gang after d if still (checked then, with gq.mu
+// held) reports true; still may change the queue's state for the gang.
+func (gq *gangQueue) addAfterIf(key string, d time.Duration, still func() bool) {
 	time.AfterFunc(d, func() {
 		gq.mu.Lock()
 		defer gq.mu.Unlock()
-		if _, ok := gq.waiting[key]; ok {
+		if still() {
 			gq.q.Add(key)
 		}
 	})
@@ -204,13 +213,12 @@ func (gq *gangQueue) parkLocked(key string, cycle uint64, d time.Duration) time.
 	gq.parked[key] = until
 	// After MaxUnschedulableWait, cluster change or not, if this park is
 	// still the gang's last (an earlier park's timer does not count).
-	time.AfterFunc(gq.maxWait, func() {
-		gq.mu.Lock()
-		defer gq.mu.Unlock()
-		if at, ok := gq.parked[key]; ok && at.Equal(until) {
+	gq.addAfterIf(key, gq.maxWait, func() bool {
+		at, ok := gq.parked[key]
+		if ok && at.Equal(until) {
 			gq.unpark(key)
-			gq.q.Add(key)
 		}
+		return ok && at.Equal(until)
 	})
 	return d
 }
