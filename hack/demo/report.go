@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -92,7 +92,7 @@ func (d *demo) gangRefused(ctx context.Context, p *corev1.Pod) bool {
 	}
 	c := apimeta.FindStatusCondition(pg.Status.Conditions, conditionType)
 	// WaitingForMembers is not a refusal: its claims or pods are on the way.
-	return c != nil && c.Status == metav1.ConditionFalse && c.Reason != scheduler.ReasonWaitingForMembers
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason != vocab.ReasonWaitingForMembers
 }
 
 // report prints where every pod went, which claims are reserved for what,

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"time"
 
@@ -216,7 +217,7 @@ func scenario() *builder {
 	b.taint("b-1", "gpu-3", topology.TaintNVLinkDegraded, "2-of-18-nvlinks-down", resourceapi.DeviceTaintEffectNoSchedule)
 	b.c.Nodes[3].Spec.Taints = []corev1.Taint{{Key: "example.com/maintenance", Value: "planned", Effect: corev1.TaintEffectPreferNoSchedule}}
 
-	b.group("team-a", "train", 2, cond(ConditionInitiallyScheduled, metav1.ConditionTrue, "Scheduled", "placed 2 pods in gpufabric.dev/nvlinkDomain dom-a"))
+	b.group("team-a", "train", 2, cond(vocab.ConditionInitiallyScheduled, metav1.ConditionTrue, "Scheduled", "placed 2 pods in gpufabric.dev/nvlinkDomain dom-a"))
 	b.claim("team-a", "train-fabric", []string{"podgroups/train"}, topology.FabricDomainPoolName("dom-a")+"/channel-0")
 	for i, node := range []string{"a-1", "a-0"} { // rank 0 on a-1: ranks, not names, order members
 		name := fmt.Sprintf("train-%s", []string{"x7k2p", "m4q9z"}[i])
@@ -228,7 +229,7 @@ func scenario() *builder {
 	b.pod("team-b", "notebook", "", "b-1", nil, "notebook-gpu")
 	b.claim("team-b", "notebook-gpu", []string{"pods/notebook"}, "b-1/gpu-0")
 
-	b.group("team-b", "big", 3, cond(ConditionInitiallyScheduled, metav1.ConditionFalse, "Unschedulable", bigMessage))
+	b.group("team-b", "big", 3, cond(vocab.ConditionInitiallyScheduled, metav1.ConditionFalse, "Unschedulable", bigMessage))
 	b.claim("team-b", "big-fabric", nil)
 	for i := range 4 {
 		name := fmt.Sprintf("big-%d", i)

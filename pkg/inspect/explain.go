@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"sort"
 	"strings"
@@ -12,14 +13,6 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/gpufabric/gpufabric/pkg/topology"
-)
-
-// Conditions the scheduler writes on a PodGroup (pkg/gang/scheduler).
-const (
-	ConditionInitiallyScheduled = schedulingv1beta1.PodGroupInitiallyScheduled
-	ConditionMembersLost        = topology.DriverName + "/MembersLost"
 )
 
 // BuildExplain says where the PodGroup namespace/name went (rank → pod →
@@ -101,9 +94,9 @@ func groupState(pg *schedulingv1beta1.PodGroup) string {
 	switch {
 	case pg.DeletionTimestamp != nil:
 		return StateDeleting
-	case meta.IsStatusConditionTrue(pg.Status.Conditions, ConditionMembersLost):
+	case meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionMembersLost):
 		return StateMembersLost
-	case meta.IsStatusConditionTrue(pg.Status.Conditions, ConditionInitiallyScheduled):
+	case meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionInitiallyScheduled):
 		return StatePlaced
 	}
 	return StateWaiting

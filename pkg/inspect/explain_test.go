@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestBuildExplainPlaced(t *testing.T) {
 		Summary:  "2 of 2 members bound (minCount 2) in NVLink domain dom-a",
 		MinCount: 2, TopologyKey: topology.TopologyKeyNVLinkDomain, Job: "llm-train",
 		Levels:     []string{topology.TopologyKeyNVLinkDomain, rackKey, leafKey},
-		Conditions: []Condition{{Type: ConditionInitiallyScheduled, Status: "True", Reason: "Scheduled", Message: "placed 2 pods in gpufabric.dev/nvlinkDomain dom-a"}},
+		Conditions: []Condition{{Type: vocab.ConditionInitiallyScheduled, Status: "True", Reason: "Scheduled", Message: "placed 2 pods in gpufabric.dev/nvlinkDomain dom-a"}},
 		Members: []MemberInfo{
 			{Rank: "0", Pod: "train-x7k2p", Node: "a-1", Placement: []string{"dom-a", "rack-1", "leaf-1"}, Phase: "Pending", Devices: gpus("a-1"), Rails: []int64{0, 1, 2, 3}},
 			{Rank: "1", Pod: "train-m4q9z", Node: "a-0", Placement: []string{"dom-a", "rack-1", "leaf-1"}, Phase: "Pending", Devices: gpus("a-0"), Rails: []int64{0, 1, 2, 3}},
@@ -76,7 +77,7 @@ func TestBuildExplainStates(t *testing.T) {
 		name: "members lost", ns: "team-a", group: "train",
 		change: func(b *builder) {
 			b.c.PodGroups[0].Status.Conditions = append(b.c.PodGroups[0].Status.Conditions,
-				cond(ConditionMembersLost, metav1.ConditionTrue, "MembersLost", "1 of 2 members remain running (minCount 2); lost: train-m4q9z on deleted node a-0; below minCount"))
+				cond(vocab.ConditionMembersLost, metav1.ConditionTrue, "MembersLost", "1 of 2 members remain running (minCount 2); lost: train-m4q9z on deleted node a-0; below minCount"))
 			b.c.Nodes = b.c.Nodes[1:]
 		},
 		state: StateMembersLost, summary: "2 of 2 members bound (minCount 2) in NVLink domain dom-a",
@@ -145,7 +146,7 @@ func TestBuildExplainStates(t *testing.T) {
 func TestBuildGroups(t *testing.T) {
 	b := scenario()
 	b.c.PodGroups[0].Status.Conditions = append(b.c.PodGroups[0].Status.Conditions,
-		cond(ConditionMembersLost, metav1.ConditionTrue, "MembersLost", "1 of 2 members remain running"))
+		cond(vocab.ConditionMembersLost, metav1.ConditionTrue, "MembersLost", "1 of 2 members remain running"))
 	got, err := BuildGroups(b.c, testLevels)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"sort"
 
@@ -35,9 +36,9 @@ func BuildGroups(c *Cluster, opts Options) (*GroupSummary, error) {
 			}
 		}
 		slices.Sort(line.Domains)
-		condType := ConditionInitiallyScheduled
+		condType := vocab.ConditionInitiallyScheduled
 		if line.State == StateMembersLost {
-			condType = ConditionMembersLost
+			condType = vocab.ConditionMembersLost
 		}
 		if cond := meta.FindStatusCondition(pg.Status.Conditions, condType); cond != nil {
 			line.Reason, line.Message = cond.Reason, cond.Message

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"sort"
 
@@ -13,11 +14,10 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
-// Reasons of a WaitingGang without a PodGroupInitiallyScheduled condition.
-const (
-	ReasonWaitingForMembers = "WaitingForMembers"
-	ReasonPending           = "Pending"
-)
+// ReasonPending is the reason of a WaitingGang that has no
+// PodGroupInitiallyScheduled condition yet and all of its members; one that
+// lacks members says vocab.ReasonWaitingForMembers, as the scheduler does.
+const ReasonPending = "Pending"
 
 // BuildStatus reports the occupancy of every domain of every level of the
 // fabric tree (domains without GPUs or channels are left out), the whole
@@ -167,7 +167,7 @@ func notAttempted(pg *schedulingv1beta1.PodGroup, members []*corev1.Pod) (reason
 		}
 	}
 	if mc := minCount(pg); ungated < int(mc) {
-		return ReasonWaitingForMembers, fmt.Sprintf("%d of %d members exist without scheduling gates (minCount %d)", ungated, len(members), mc)
+		return vocab.ReasonWaitingForMembers, fmt.Sprintf("%d of %d members exist without scheduling gates (minCount %d)", ungated, len(members), mc)
 	}
 	return ReasonPending, "not attempted yet"
 }

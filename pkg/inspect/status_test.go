@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -133,7 +134,7 @@ func TestBuildStatusRules(t *testing.T) {
 			b.gate("team-b", "big-0", "example.com/quota")
 		},
 		check: func(t *testing.T, r *StatusReport) {
-			want := WaitingGang{Namespace: "team-b", Name: "big", Reason: ReasonWaitingForMembers, Message: "2 of 4 members exist without scheduling gates (minCount 3)"}
+			want := WaitingGang{Namespace: "team-b", Name: "big", Reason: vocab.ReasonWaitingForMembers, Message: "2 of 4 members exist without scheduling gates (minCount 3)"}
 			if len(r.Waiting) != 1 || r.Waiting[0] != want {
 				t.Errorf("waiting %+v, want %+v", r.Waiting, want)
 			}

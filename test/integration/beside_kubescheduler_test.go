@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"sync"
 	"testing"
 	"time"
@@ -123,10 +124,10 @@ func TestBesideKubeScheduler(t *testing.T) {
 		if dup, err := devicesAllocatedTwice(ctx, admin); err != nil || len(dup) > 0 {
 			return fmt.Errorf("devices allocated twice: %v %v", dup, err)
 		}
-		if err := schedFindEvent(ctx, admin, ns, intruder.Name, scheduler.EventDeviceDoubleBooked, "which keeps it"); err != nil {
+		if err := schedFindEvent(ctx, admin, ns, intruder.Name, vocab.EventDeviceDoubleBooked, "which keeps it"); err != nil {
 			return err
 		}
-		return schedFindEvent(ctx, admin, ns, "channel-thief", scheduler.EventDeviceDoubleBooked, "allocation released")
+		return schedFindEvent(ctx, admin, ns, "channel-thief", vocab.EventDeviceDoubleBooked, "allocation released")
 	})
 	after, err := readGang(ctx, admin, ns)
 	must(t, "read state", err)
@@ -145,7 +146,7 @@ func checkHolds(t *testing.T, admin kubernetes.Interface, ns string, gangClaim, 
 	// holds: the devices held for each claim (phase one's races may
 	// have made holds for other claims too).
 	holds := func(ctx context.Context) (map[types.UID]sets.Set[string], error) {
-		list, err := admin.ResourceV1().ResourceClaims(recordNamespace).List(ctx, metav1.ListOptions{LabelSelector: scheduler.HoldLabel})
+		list, err := admin.ResourceV1().ResourceClaims(recordNamespace).List(ctx, metav1.ListOptions{LabelSelector: vocab.HoldLabel})
 		if err != nil {
 			return nil, err
 		}
@@ -154,7 +155,7 @@ func checkHolds(t *testing.T, admin kubernetes.Interface, ns string, gangClaim, 
 			if h.Status.Allocation == nil {
 				return nil, fmt.Errorf("hold %s not allocated", h.Name)
 			}
-			uid := types.UID(h.Labels[scheduler.HoldLabel])
+			uid := types.UID(h.Labels[vocab.HoldLabel])
 			if out[uid] == nil {
 				out[uid] = sets.New[string]()
 			}

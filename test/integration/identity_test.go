@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"testing"
 	"time"
 
@@ -19,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
@@ -170,7 +170,7 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 	// Leader election: the Lease names the leader's pod; the fence policy
 	// then lets that replica's writes through (it loads asynchronously).
 	must(t, "take the Lease", createLease(sched, chartNamespace, schedName, leader.Name)(ctx))
-	poll(t, "fence lets the leader write", 30*time.Second, createRecord(sched, chartNamespace, scheduler.RecordPrefix+"probe"))
+	poll(t, "fence lets the leader write", 30*time.Second, createRecord(sched, chartNamespace, vocab.RecordPrefix+"probe"))
 
 	runChecks(t, "scheduler", []check{
 		{"watch what it schedules", func(ctx context.Context) error {
@@ -178,14 +178,14 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 			return err
 		}, ""},
 		{"renew its Lease", createLeaseRenewal(sched, chartNamespace, schedName, leader.Name), ""},
-		{"write a commit record", createRecord(sched, chartNamespace, scheduler.RecordPrefix+string(pg.UID)), ""},
+		{"write a commit record", createRecord(sched, chartNamespace, vocab.RecordPrefix+string(pg.UID)), ""},
 		{"list its commit records", func(ctx context.Context) error {
 			_, err := sched.CoreV1().ConfigMaps(chartNamespace).List(ctx, metav1.ListOptions{})
 			return err
 		}, ""},
-		{"delete a commit record", deleteConfigMap(sched, chartNamespace, scheduler.RecordPrefix+string(pg.UID)), ""},
-		{"write a nomination record", createRecord(sched, chartNamespace, scheduler.NominationPrefix+string(pg.UID)), ""},
-		{"delete a nomination record", deleteConfigMap(sched, chartNamespace, scheduler.NominationPrefix+string(pg.UID)), ""},
+		{"delete a commit record", deleteConfigMap(sched, chartNamespace, vocab.RecordPrefix+string(pg.UID)), ""},
+		{"write a nomination record", createRecord(sched, chartNamespace, vocab.NominationPrefix+string(pg.UID)), ""},
+		{"delete a nomination record", deleteConfigMap(sched, chartNamespace, vocab.NominationPrefix+string(pg.UID)), ""},
 		{"read PodDisruptionBudgets (preemption honours them)", func(ctx context.Context) error {
 			_, err := sched.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{Limit: 1})
 			return err
@@ -232,12 +232,12 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 			return create(sched, s)(ctx)
 		}, scopeDenied + "the gpufabric scheduler may write only fabric-domain pools"},
 		{"say why kube-scheduler's pod waits", setUnschedulable(sched, ns, other.Name), scopeDenied + "the gpufabric scheduler may update the status only of pods it schedules, not of pod other-0"},
-		{"create, allocate and delete a device hold", holdClaim(sched, chartNamespace, scheduler.HoldPrefix, true), ""},
+		{"create, allocate and delete a device hold", holdClaim(sched, chartNamespace, vocab.HoldPrefix, true), ""},
 		{"create another claim in its namespace", holdClaim(sched, chartNamespace, "other-", false),
 			scopeDenied + "the gpufabric scheduler may create and delete only its device holds (ResourceClaims gpufabric-hold-* in namespace " + chartNamespace + "), not " + chartNamespace + "/other-"},
-		{"create a device hold elsewhere", holdClaim(sched, ns, scheduler.HoldPrefix, false), rbacDenied("create", "resourceclaims")},
+		{"create a device hold elsewhere", holdClaim(sched, ns, vocab.HoldPrefix, false), rbacDenied("create", "resourceclaims")},
 		{"write another ConfigMap of its namespace", createRecord(sched, chartNamespace, "settings"), scopeDenied + "the gpufabric scheduler may write only its records (ConfigMaps gpufabric-commit-* and gpufabric-nomination-*"},
-		{"write a ConfigMap elsewhere", createRecord(sched, ns, scheduler.RecordPrefix+"x"), rbacDenied("create", "configmaps")},
+		{"write a ConfigMap elsewhere", createRecord(sched, ns, vocab.RecordPrefix+"x"), rbacDenied("create", "configmaps")},
 		{"take another Lease", createLeaseRenewal(sched, chartNamespace, "kube-controller-manager", leader.Name), rbacDenied("get", "leases")},
 		{"create a Lease elsewhere", createLease(sched, metav1.NamespaceSystem, "x", leader.Name), rbacDenied("create", "leases")},
 		{"read secrets", listSecrets(sched, chartNamespace), rbacDenied("list", "secrets")},
@@ -259,7 +259,7 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 		{"the standby replica binds a pod", bindAs(standby, ns, other.Name, other.UID, "node-a"),
 			fenceDenied + "gpufabric-scheduler replica " + schedName + "-1 does not hold Lease " + chartNamespace + "/" + schedName + " (holder: " + leader.Name + "): its writes are fenced"},
 		{"the standby replica writes a claim", allocateFor(standby, ns, "train-fabric", reservedForPodGroup(pg)), fenceDenied + "gpufabric-scheduler replica " + schedName + "-1 does not hold Lease"},
-		{"a token bound to no pod writes a record", createRecord(podless, chartNamespace, scheduler.RecordPrefix+"y"), fenceDenied + "gpufabric-scheduler replica (none: its token is not bound to a pod)"},
+		{"a token bound to no pod writes a record", createRecord(podless, chartNamespace, vocab.RecordPrefix+"y"), fenceDenied + "gpufabric-scheduler replica (none: its token is not bound to a pod)"},
 	})
 	got, err := admin.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 	must(t, "get pod", err)
@@ -295,14 +295,14 @@ func testOthers(t *testing.T, cp *framework.ControlPlane, admin kubernetes.Inter
 	must(t, "tenant creates a claim", err)
 	pod, err := tenant.CoreV1().Pods(tenantNS).Create(ctx, gangPod(tenantNS, "mine-0", pg.Name), metav1.CreateOptions{})
 	must(t, "tenant creates a pod", err)
-	existing := scheduler.RecordPrefix + "existing"
+	existing := vocab.RecordPrefix + "existing"
 	poll(t, "protected policy enforced", 30*time.Second, func(ctx context.Context) error {
-		return wantDenied(createRecord(admin, chartNamespace, scheduler.RecordPrefix+"probe-admin")(ctx), protectedDenied)
+		return wantDenied(createRecord(admin, chartNamespace, vocab.RecordPrefix+"probe-admin")(ctx), protectedDenied)
 	})
 
 	runChecks(t, "cluster admin", []check{
 		{"write a commit record", createRecord(admin, chartNamespace, existing), protectedDenied + "only the gpufabric scheduler may write its records"},
-		{"write a nomination record", createRecord(admin, chartNamespace, scheduler.NominationPrefix+"x"), protectedDenied + "only the gpufabric scheduler may write its records"},
+		{"write a nomination record", createRecord(admin, chartNamespace, vocab.NominationPrefix+"x"), protectedDenied + "only the gpufabric scheduler may write its records"},
 		{"publish a fabric-domain pool", create(admin, fabricDomainSlice("fabric-domain.admin", "node-a")), protectedDenied + "only the gpufabric scheduler may write fabric-domain pools"},
 		{"publish a cluster-level pool of gpufabric.dev", func(ctx context.Context) error {
 			s := fabricDomainSlice("cluster-pool", "node-a")
@@ -310,13 +310,13 @@ func testOthers(t *testing.T, cp *framework.ControlPlane, admin kubernetes.Inter
 			return create(admin, s)(ctx)
 		}, protectedDenied + "only the gpufabric scheduler may write fabric-domain pools and other cluster-level ResourceSlices"},
 		{"write another ConfigMap of the namespace", createRecord(admin, chartNamespace, "settings"), ""},
-		{"write a device hold", holdClaim(admin, chartNamespace, scheduler.HoldPrefix, false), protectedDenied + "only the gpufabric scheduler may write its device holds"},
+		{"write a device hold", holdClaim(admin, chartNamespace, vocab.HoldPrefix, false), protectedDenied + "only the gpufabric scheduler may write its device holds"},
 	})
 	runChecks(t, "release namespace admin", []check{
-		{"write a commit record", createRecord(nsAdmin, chartNamespace, scheduler.RecordPrefix+"ns-admin"), protectedDenied},
-		{"write a nomination record", createRecord(nsAdmin, chartNamespace, scheduler.NominationPrefix+"ns-admin"), protectedDenied},
+		{"write a commit record", createRecord(nsAdmin, chartNamespace, vocab.RecordPrefix+"ns-admin"), protectedDenied},
+		{"write a nomination record", createRecord(nsAdmin, chartNamespace, vocab.NominationPrefix+"ns-admin"), protectedDenied},
 		{"write another ConfigMap", createRecord(nsAdmin, chartNamespace, "other-settings"), ""},
-		{"write a device hold", holdClaim(nsAdmin, chartNamespace, scheduler.HoldPrefix, false), protectedDenied + "only the gpufabric scheduler may write its device holds"},
+		{"write a device hold", holdClaim(nsAdmin, chartNamespace, vocab.HoldPrefix, false), protectedDenied + "only the gpufabric scheduler may write its device holds"},
 		{"write another claim", holdClaim(nsAdmin, chartNamespace, "ns-admin-", false), ""},
 	})
 	runChecks(t, "tenant", []check{
@@ -325,7 +325,7 @@ func testOthers(t *testing.T, cp *framework.ControlPlane, admin kubernetes.Inter
 			_, err := tenant.SchedulingV1beta1().PodGroups(tenantNS).Patch(ctx, pg.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 			return err
 		}, ""},
-		{"write a commit record", createRecord(tenant, chartNamespace, scheduler.RecordPrefix+string(pg.UID)), rbacDenied("create", "configmaps")},
+		{"write a commit record", createRecord(tenant, chartNamespace, vocab.RecordPrefix+string(pg.UID)), rbacDenied("create", "configmaps")},
 		{"give its PodGroup a priority it was not admitted with", func(ctx context.Context) error {
 			patch := []byte(`{"spec":{"priority":1000000000}}`)
 			_, err := tenant.SchedulingV1beta1().PodGroups(tenantNS).Patch(ctx, pg.Name, types.MergePatchType, patch, metav1.PatchOptions{})
@@ -345,7 +345,7 @@ func testOthers(t *testing.T, cp *framework.ControlPlane, admin kubernetes.Inter
 func createRecord(c kubernetes.Interface, ns, name string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{scheduler.LabelCommitRecord: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{vocab.LabelCommitRecord: "true"}},
 			Data:       map[string]string{"record": "{}"},
 		}
 		_, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
@@ -359,7 +359,7 @@ func holdClaim(c kubernetes.Interface, ns, prefix string, whole bool) func(conte
 	return func(ctx context.Context) error {
 		hold := gpuClaim(ns, "", 1)
 		hold.GenerateName = prefix
-		hold.Labels = map[string]string{scheduler.HoldLabel: "uid-of-the-held-claim"}
+		hold.Labels = map[string]string{vocab.HoldLabel: "uid-of-the-held-claim"}
 		hold, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, hold, metav1.CreateOptions{})
 		if err != nil || !whole {
 			return err

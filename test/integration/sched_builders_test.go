@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"sort"
 	"strings"
 	"testing"
@@ -252,7 +253,7 @@ func readGang(ctx context.Context, c kubernetes.Interface, ns string) (*gangStat
 	}
 	st := &gangState{pods: pods.Items, claims: claims.Items, groups: groups.Items}
 	for _, g := range groups.Items {
-		_, err := c.CoreV1().ConfigMaps(recordNamespace).Get(ctx, scheduler.RecordName(g.UID), metav1.GetOptions{})
+		_, err := c.CoreV1().ConfigMaps(recordNamespace).Get(ctx, vocab.RecordName(g.UID), metav1.GetOptions{})
 		switch {
 		case err == nil:
 			st.records = append(st.records, g.Name)
@@ -335,7 +336,7 @@ func devicesAllocatedTwice(ctx context.Context, c kubernetes.Interface) ([]strin
 	owner := map[string]string{}
 	var dup []string
 	for _, cl := range claims.Items {
-		if cl.Status.Allocation == nil || cl.Namespace == recordNamespace && cl.Labels[scheduler.HoldLabel] != "" {
+		if cl.Status.Allocation == nil || cl.Namespace == recordNamespace && cl.Labels[vocab.HoldLabel] != "" {
 			continue // holds repeat their claims' devices
 		}
 		for _, r := range cl.Status.Allocation.Devices.Results {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -62,8 +63,8 @@ func TestSchedulerExplains(t *testing.T) {
 		{"maybe", schedulingv1beta1.PodGroupReasonUnschedulable, `annotation gpufabric.dev/rail-alignment: value "maybe" is not one of "preferred", "required"`},
 		{"capital", schedulingv1beta1.PodGroupReasonUnschedulable, `value "Required" is not one of "preferred", "required"`},
 		{"bad-key", schedulingv1beta1.PodGroupReasonUnschedulable, `annotation gpufabric.dev/preferred-topology-key: value "not a key" is not a label key or attribute name`},
-		{"three", scheduler.ReasonWaitingForMembers, "2 of minCount 3 members exist"},
-		{"no-template", scheduler.ReasonWaitingForMembers, "uses resource claim template missing, which does not exist in namespace explain"},
+		{"three", vocab.ReasonWaitingForMembers, "2 of minCount 3 members exist"},
+		{"no-template", vocab.ReasonWaitingForMembers, "uses resource claim template missing, which does not exist in namespace explain"},
 		{"no-channel", schedulingv1beta1.PodGroupReasonUnschedulable, "1 of 1 channels of fabric-domain.dom-a in use by explain/holder"},
 	} {
 		poll(t, tc.group+" says why", 30*time.Second, func(ctx context.Context) error {
@@ -75,9 +76,9 @@ func TestSchedulerExplains(t *testing.T) {
 			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tc.reason || !strings.Contains(c.Message, tc.message) {
 				return fmt.Errorf("condition %+v", c)
 			}
-			reason := scheduler.EventFailedScheduling
-			if tc.reason == scheduler.ReasonWaitingForMembers {
-				reason = scheduler.ReasonWaitingForMembers
+			reason := vocab.EventFailedScheduling
+			if tc.reason == vocab.ReasonWaitingForMembers {
+				reason = vocab.ReasonWaitingForMembers
 			}
 			return schedFindEvent(ctx, admin, ns, tc.group, reason, tc.message)
 		})
@@ -89,6 +90,6 @@ func TestSchedulerExplains(t *testing.T) {
 	})
 	waitBound(t, admin, ns, "pref", 1)
 	poll(t, "pref placed with a warning", 30*time.Second, func(ctx context.Context) error {
-		return schedFindEvent(ctx, admin, ns, "pref", scheduler.EventPreferenceIgnored, "preferred topology key example.com/row: no node carries it")
+		return schedFindEvent(ctx, admin, ns, "pref", vocab.EventPreferenceIgnored, "preferred topology key example.com/row: no node carries it")
 	})
 }

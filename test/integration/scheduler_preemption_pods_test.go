@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -194,7 +195,7 @@ func checkPodDisruptionTarget(t *testing.T, c kubernetes.Interface, ns, name, wa
 			return err
 		}
 		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.DisruptionTarget && cond.Reason == scheduler.ReasonPreemptionByScheduler && strings.Contains(cond.Message, want) {
+			if cond.Type == corev1.DisruptionTarget && cond.Reason == vocab.ReasonPreemptionByScheduler && strings.Contains(cond.Message, want) {
 				return nil
 			}
 		}

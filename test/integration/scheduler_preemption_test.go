@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"net/http"
 	"strings"
 	"sync"
@@ -135,9 +136,9 @@ func TestSchedulerPreemption(t *testing.T) {
 	}
 	for _, check := range []struct{ name, reason, note string }{
 		// 9 devices: 8 GPUs and the group's fabric channel.
-		{"prod", scheduler.EventPreempting, "preempting 1 workloads of priority 100 or lower (2 pods, 9 devices)"},
-		{"batch", scheduler.EventPreempted, "preempted by PodGroup preempt/prod"},
-		{"batch-0", scheduler.EventPreempted, "preempted by PodGroup preempt/prod"},
+		{"prod", vocab.EventPreempting, "preempting 1 workloads of priority 100 or lower (2 pods, 9 devices)"},
+		{"batch", vocab.EventPreempted, "preempted by PodGroup preempt/prod"},
+		{"batch-0", vocab.EventPreempted, "preempted by PodGroup preempt/prod"},
 	} {
 		poll(t, check.reason+" event on "+check.name, 30*time.Second, func(ctx context.Context) error {
 			return schedFindEvent(ctx, admin, ns, check.name, check.reason, check.note)
@@ -209,7 +210,7 @@ func TestSchedulerPreemption(t *testing.T) {
 // noNominations: no nomination record is left in the scheduler's namespace.
 func noNominations(c kubernetes.Interface) func(context.Context) error {
 	return func(ctx context.Context) error {
-		cms, err := c.CoreV1().ConfigMaps(recordNamespace).List(ctx, metav1.ListOptions{LabelSelector: scheduler.LabelNomination + "=true"})
+		cms, err := c.CoreV1().ConfigMaps(recordNamespace).List(ctx, metav1.ListOptions{LabelSelector: vocab.LabelNomination + "=true"})
 		if err != nil {
 			return err
 		}
@@ -291,7 +292,7 @@ func TestSchedulerPreemptionCrash(t *testing.T) {
 	if crashed.err == nil || !strings.Contains(crashed.err.Error(), "crash before the second eviction") {
 		t.Fatalf("scheduler ended with %v, want the injected crash", crashed.err)
 	}
-	cms, err := admin.CoreV1().ConfigMaps(recordNamespace).List(ctx, metav1.ListOptions{LabelSelector: scheduler.LabelNomination + "=true"})
+	cms, err := admin.CoreV1().ConfigMaps(recordNamespace).List(ctx, metav1.ListOptions{LabelSelector: vocab.LabelNomination + "=true"})
 	must(t, "list nominations", err)
 	if len(cms.Items) != 1 {
 		t.Fatalf("%d nomination records after the crash, want 1", len(cms.Items))

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func TestSchedulerGangQueue(t *testing.T) {
 			return groupCondition(ctx, admin, ns, "big", metav1.ConditionFalse, schedulingv1beta1.PodGroupReasonUnschedulable, want)
 		})
 		poll(t, "event", 10*time.Second, func(ctx context.Context) error {
-			return schedFindEvent(ctx, admin, ns, "big", scheduler.EventFailedScheduling, want)
+			return schedFindEvent(ctx, admin, ns, "big", vocab.EventFailedScheduling, want)
 		})
 		poll(t, "PodScheduled=False on every member", 10*time.Second, func(ctx context.Context) error {
 			pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"testing"
 	"time"
 
@@ -63,13 +64,13 @@ func TestSchedulerGangRestartOnDeviceTaint(t *testing.T) {
 			return err
 		}
 		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget)
-		if c == nil || c.Status != metav1.ConditionTrue || (c.Reason != scheduler.ReasonMemberDisrupted && c.Reason != scheduler.ReasonReplacingMembers) {
+		if c == nil || c.Status != metav1.ConditionTrue || (c.Reason != vocab.ReasonMemberDisrupted && c.Reason != vocab.ReasonReplacingMembers) {
 			return fmt.Errorf("DisruptionTarget %+v", c)
 		}
 		return nil
 	})
 	poll(t, "GangRestart event on train naming train-0", 30*time.Second, func(ctx context.Context) error {
-		return schedFindEvent(ctx, admin, ns, "train", scheduler.EventGangRestart, "member train-0 on ")
+		return schedFindEvent(ctx, admin, ns, "train", vocab.EventGangRestart, "member train-0 on ")
 	})
 	poll(t, "both train members gone", 30*time.Second, func(ctx context.Context) error {
 		for _, name := range []string{"train-0", "train-1"} {
@@ -81,7 +82,7 @@ func TestSchedulerGangRestartOnDeviceTaint(t *testing.T) {
 	})
 	t.Logf("taint to whole gang gone: %v", time.Since(start))
 	poll(t, "GangRestart event on train-1", 30*time.Second, func(ctx context.Context) error {
-		return schedFindEvent(ctx, admin, ns, "train-1", scheduler.EventGangRestart, "restarts whole")
+		return schedFindEvent(ctx, admin, ns, "train-1", vocab.EventGangRestart, "restarts whole")
 	})
 	poll(t, "train's shared claim released", 30*time.Second, func(ctx context.Context) error {
 		pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(ctx, "train", metav1.GetOptions{})
@@ -123,7 +124,7 @@ func TestSchedulerGangRestartOnDeviceTaint(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget); c == nil || c.Status != metav1.ConditionFalse || c.Reason != scheduler.ReasonGangRestarted {
+		if c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget); c == nil || c.Status != metav1.ConditionFalse || c.Reason != vocab.ReasonGangRestarted {
 			return fmt.Errorf("DisruptionTarget %+v", c)
 		}
 		return nil

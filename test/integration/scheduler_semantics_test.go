@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -331,13 +332,13 @@ func TestSchedulerGangLifecycle(t *testing.T) {
 	must(t, "delete a member", admin.CoreV1().Pods(ns).Delete(ctx, "g-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
 	waitMembersLost(t, admin, ns, "g", metav1.ConditionTrue, "2 of 3 members remain running (minCount 3); 1 deleted; below minCount")
 	poll(t, "MembersLost event", 20*time.Second, func(ctx context.Context) error {
-		return schedFindEvent(ctx, admin, ns, "g", scheduler.EventMembersLost, "2 of 3 members remain")
+		return schedFindEvent(ctx, admin, ns, "g", vocab.EventMembersLost, "2 of 3 members remain")
 	})
 	createMember(t, admin, ns, "g", 0) // the workload controller's replacement
 	waitBound(t, admin, ns, "g", 3)
 	waitMembersLost(t, admin, ns, "g", metav1.ConditionFalse, "all 3 members run")
 	poll(t, "MembersRestored event", 20*time.Second, func(ctx context.Context) error {
-		return schedFindEvent(ctx, admin, ns, "g", scheduler.EventMembersRestored, "all 3 members run")
+		return schedFindEvent(ctx, admin, ns, "g", vocab.EventMembersRestored, "all 3 members run")
 	})
 
 	p, err := admin.CoreV1().Pods(ns).Get(ctx, "g-1", metav1.GetOptions{})
@@ -376,14 +377,14 @@ func waitMembersLost(t *testing.T, c kubernetes.Interface, ns, group string, sta
 			return err
 		}
 		for _, cond := range pg.Status.Conditions {
-			if cond.Type == scheduler.ConditionMembersLost {
+			if cond.Type == vocab.ConditionMembersLost {
 				if cond.Status == status && strings.Contains(cond.Message, message) {
 					return nil
 				}
 				return fmt.Errorf("condition %s: %s", cond.Status, cond.Message)
 			}
 		}
-		return fmt.Errorf("no %s condition", scheduler.ConditionMembersLost)
+		return fmt.Errorf("no %s condition", vocab.ConditionMembersLost)
 	})
 }
 

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,6 @@ func TestSchedulerSpreadsOverFewestDomains(t *testing.T) {
 		if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, note) {
 			return fmt.Errorf("condition: %+v", c)
 		}
-		return schedFindEvent(ctx, admin, ns, group, scheduler.EventScheduled, note)
+		return schedFindEvent(ctx, admin, ns, group, vocab.EventScheduled, note)
 	})
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"regexp"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func TestSchedulerStarvation(t *testing.T) {
 	createGang(t, admin, ns, "big", 2, 2)
 	var domain string
 	poll(t, "the big gang reserves a domain", 30*time.Second, func(ctx context.Context) error {
-		if err := schedFindEvent(ctx, admin, ns, "big", scheduler.EventReserved, "over the starvation bound"); err != nil {
+		if err := schedFindEvent(ctx, admin, ns, "big", vocab.EventReserved, "over the starvation bound"); err != nil {
 			return err
 		}
 		evs, err := admin.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
@@ -47,7 +48,7 @@ func TestSchedulerStarvation(t *testing.T) {
 			return err
 		}
 		for _, e := range evs.Items {
-			if m := regexp.MustCompile(`holding \S+ (dom-[ab])`).FindStringSubmatch(e.Note); e.Reason == scheduler.EventReserved && m != nil {
+			if m := regexp.MustCompile(`holding \S+ (dom-[ab])`).FindStringSubmatch(e.Note); e.Reason == vocab.EventReserved && m != nil {
 				domain = m[1]
 				return nil
 			}

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestSchedulerPlacesGangInOneDomain(t *testing.T) {
 		if c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled); c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("condition: %+v", c)
 		}
-		return schedFindEvent(ctx, admin, ns, "train", scheduler.EventScheduled, "dom-")
+		return schedFindEvent(ctx, admin, ns, "train", vocab.EventScheduled, "dom-")
 	})
 }
 

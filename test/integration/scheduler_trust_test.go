@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -136,10 +137,10 @@ func TestSchedulerTrust(t *testing.T) {
 		t.Errorf("records left after recovery: %v", after.records)
 	}
 	for _, e := range []struct{ group, reason, note string }{
-		{"malformed", scheduler.EventCommitRecordRejected, "parse record"},
-		{"oversized", scheduler.EventCommitRecordRejected, "over the limit"},
-		{"forged", scheduler.EventCommitRolledBack, "0 of 3 claims released"},
-		{"forward", scheduler.EventCommitRecovered, "forward-0: claim"},
+		{"malformed", vocab.EventCommitRecordRejected, "parse record"},
+		{"oversized", vocab.EventCommitRecordRejected, "over the limit"},
+		{"forged", vocab.EventCommitRolledBack, "0 of 3 claims released"},
+		{"forward", vocab.EventCommitRecovered, "forward-0: claim"},
 	} {
 		poll(t, "event "+e.reason+" on "+e.group, 20*time.Second, func(ctx context.Context) error {
 			return schedFindEvent(ctx, admin, ns, e.group, e.reason, e.note)
@@ -208,7 +209,7 @@ func mustJSON(t *testing.T, v any) string {
 func writeRecord(t *testing.T, c kubernetes.Interface, uid types.UID, data string) {
 	t.Helper()
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: recordNamespace, Name: scheduler.RecordName(uid), Labels: map[string]string{scheduler.LabelCommitRecord: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: recordNamespace, Name: vocab.RecordName(uid), Labels: map[string]string{vocab.LabelCommitRecord: "true"}},
 		Data:       map[string]string{"record": data},
 	}
 	_, err := c.CoreV1().ConfigMaps(recordNamespace).Create(t.Context(), cm, metav1.CreateOptions{})

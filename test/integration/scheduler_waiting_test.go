@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"io"
 	"net/http"
 	"strings"
@@ -52,7 +53,7 @@ func TestSchedulerWaitingWritesYield(t *testing.T) {
 	// The scheduler has seen all seven once it has told each that its
 	// PodGroup does not exist.
 	poll(t, "members told their PodGroup is missing", 30*time.Second, func(ctx context.Context) error {
-		return podsWithReason(ctx, admin, ns, scheduler.ReasonPodGroupNotFound, members-1)
+		return podsWithReason(ctx, admin, ns, vocab.ReasonPodGroupNotFound, members-1)
 	})
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: group},
 		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
@@ -138,7 +139,7 @@ func (h *waitingHold) wrap(rt http.RoundTripper) http.RoundTripper {
 		if podWrite {
 			h.podWrites++
 		}
-		if strings.Contains(r.URL.Path, "/podgroups/") && bytes.Contains(body, []byte(scheduler.ReasonWaitingForMembers)) {
+		if strings.Contains(r.URL.Path, "/podgroups/") && bytes.Contains(body, []byte(vocab.ReasonWaitingForMembers)) {
 			h.pgWrites++
 		}
 		h.mu.Unlock()

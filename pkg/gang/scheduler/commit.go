@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
 	"sync"
@@ -157,7 +158,7 @@ func (s *Scheduler) writeAll(ctx context.Context, c *commitRun) error {
 			})
 		}},
 		{phaseCondition, c.pg == nil, func(ctx context.Context) error {
-			return s.setCondition(ctx, c.pg, metav1.ConditionTrue, "Scheduled", placedMessage(c.gang, c.d))
+			return s.setCondition(ctx, c.pg, metav1.ConditionTrue, vocab.ReasonScheduled, placedMessage(c.gang, c.d))
 		}},
 		{phaseClearRecord, c.pg == nil, func(ctx context.Context) error {
 			return s.deleteRecord(ctx, record, c.pg.Namespace+"/"+c.pg.Name)
@@ -201,9 +202,9 @@ func (p phaseTimes) String() string {
 // adoptRecord reads a commit record that exists but was not in this term's
 // set, so that the gang's next attempt recovers it first.
 func (s *Scheduler) adoptRecord(ctx context.Context, uid types.UID) {
-	cm, err := s.cfg.Client.CoreV1().ConfigMaps(s.cfg.RecordNamespace).Get(ctx, RecordName(uid), metav1.GetOptions{})
+	cm, err := s.cfg.Client.CoreV1().ConfigMaps(s.cfg.RecordNamespace).Get(ctx, vocab.RecordName(uid), metav1.GetOptions{})
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Reading an unknown commit record", "record", RecordName(uid))
+		klog.FromContext(ctx).Error(err, "Reading an unknown commit record", "record", vocab.RecordName(uid))
 		return
 	}
 	s.records.put(cm)

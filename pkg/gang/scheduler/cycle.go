@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -246,10 +247,10 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	}
 	if errors.Is(buildErr, placement.ErrUnsupported) || errors.Is(buildErr, placement.ErrInvalid) {
 		// Until the pod changes (most of these fields are immutable).
-		return s.refuse(ctx, a, ReasonUnsupported, schedulingv1beta1.PodGroupReasonUnschedulable, buildErr.Error())
+		return s.refuse(ctx, a, ReasonUnsupported, vocab.ReasonUnschedulable, buildErr.Error())
 	}
 	if buildErr != nil {
-		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, buildErr.Error())
+		return s.refuse(ctx, a, ReasonSchedulerError, vocab.ReasonSchedulerError, buildErr.Error())
 	}
 	start := time.Now()
 	snap, err := s.snapshot(ctx, a)
@@ -261,7 +262,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	s.cfg.Metrics.observePlacement(time.Since(start).Seconds())
 	switch {
 	case err != nil:
-		return s.refuse(ctx, a, ReasonSchedulerError, schedulingv1beta1.PodGroupReasonSchedulerError, err.Error())
+		return s.refuse(ctx, a, ReasonSchedulerError, vocab.ReasonSchedulerError, err.Error())
 	case u != nil:
 		if len(s.heldNodes(a)) == 0 {
 			// Held nodes come back without a claim's event.
@@ -288,7 +289,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		if extra != "" {
 			msg += "\n" + extra
 		}
-		return s.refuse(ctx, a, ReasonUnschedulable, schedulingv1beta1.PodGroupReasonUnschedulable, msg)
+		return s.refuse(ctx, a, ReasonUnschedulable, vocab.ReasonUnschedulable, msg)
 	}
 	// attempt: since the attempt began (members read, gang built,
 	// snapshot, Place); duration: snapshot and Place.
@@ -337,7 +338,7 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		a.result = resultError
 		s.pending.set(a.key, ReasonCommitError)
 		s.cfg.Metrics.gangRefused(ReasonCommitError)
-		s.event(a.about(), v1.EventTypeWarning, EventFailedScheduling, "Binding", "commit failed: "+err.Error())
+		s.event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Binding", "commit failed: "+err.Error())
 		s.queue.parkError(a.key, a.cycle)
 		return err
 	}
@@ -350,9 +351,9 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 	}
 	s.forget(a.key)
 	s.cfg.Metrics.gangPlaced()
-	s.event(a.about(), v1.EventTypeNormal, EventScheduled, "Binding", placedMessage(g, d))
+	s.event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", placedMessage(g, d))
 	for _, w := range d.Warnings {
-		s.event(a.about(), v1.EventTypeWarning, EventPreferenceIgnored, "Scheduling", w)
+		s.event(a.about(), v1.EventTypeWarning, vocab.EventPreferenceIgnored, "Scheduling", w)
 	}
 	if left := len(g.Members) - len(d.Pods); left > 0 {
 		// The others wait for room in the same domain (minCount below the
@@ -383,7 +384,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 		backoff = s.queue.park(a.key, a.cycle)
 	}
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
-	s.event(a.about(), v1.EventTypeWarning, EventFailedScheduling, "Scheduling", message)
+	s.event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Scheduling", message)
 	s.markUnschedulable(ctx, a, message)
 	if a.pg == nil {
 		return nil

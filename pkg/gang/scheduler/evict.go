@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -41,7 +42,7 @@ func (s *Scheduler) advanceNomination(ctx context.Context, a *attempt, nm *nomin
 	live, left, err := s.evictNominated(ctx, a, nm)
 	if errors.Is(err, errEvictionRefused) {
 		s.cfg.Metrics.preemption(preemptRefused, -1)
-		s.event(a.about(), v1.EventTypeWarning, EventPreemptionBlocked, "Preempting", err.Error())
+		s.event(a.about(), v1.EventTypeWarning, vocab.EventPreemptionBlocked, "Preempting", err.Error())
 		s.unnominatePods(ctx, a)
 		return "", false, s.endNomination(ctx, nm)
 	}
@@ -153,9 +154,9 @@ func (s *Scheduler) markVictimUnit(ctx context.Context, a *attempt, nm *nominati
 		return
 	}
 	msg := preemptedMessage(a, nm)
-	s.event(pg, v1.EventTypeWarning, EventPreempted, "Preempting", msg)
+	s.event(pg, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
 	err = s.setPodGroupCondition(ctx, pg, metav1.Condition{
-		Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue, Reason: ReasonPreemptionByScheduler, Message: msg,
+		Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue, Reason: vocab.ReasonPreemptionByScheduler, Message: msg,
 	})
 	if err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrAborted) {
 		klog.FromContext(ctx).Error(err, "Setting DisruptionTarget on a preempted PodGroup", "podgroup", klog.KObj(pg))
@@ -184,10 +185,10 @@ func (s *Scheduler) evictVictim(ctx context.Context, a *attempt, nm *nomination,
 		return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	msg := preemptedMessage(a, nm)
-	s.event(p, v1.EventTypeWarning, EventPreempted, "Preempting", msg)
+	s.event(p, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
 	if ours(p) {
 		s.patchPodStatus(ctx, p, map[string]any{"conditions": []v1.PodCondition{{
-			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: ReasonPreemptionByScheduler,
+			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: vocab.ReasonPreemptionByScheduler,
 			Message: msg, LastTransitionTime: metav1.Now(),
 		}}})
 	}

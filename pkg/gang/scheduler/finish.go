@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
 
@@ -67,12 +68,12 @@ func (s *Scheduler) finishCommit(ctx context.Context, rec *commitRecord, live *l
 	msg := fmt.Sprintf("placed %d pods in %s (commit finished by recovery)", bound, where(rec.TopologyKey, rec.Domain))
 	klog.FromContext(ctx).Info("Finished a half-done commit", "podgroup", klog.KObj(live.pg), "bound", bound, "skipped", len(skipped))
 	if len(skipped) > 0 {
-		s.event(live.pg, v1.EventTypeWarning, EventCommitRecovered, "Recovering",
+		s.event(live.pg, v1.EventTypeWarning, vocab.EventCommitRecovered, "Recovering",
 			fmt.Sprintf("%s; %d of %d pods not bound: %s", msg, len(skipped), len(rec.Pods), strings.Join(skipped, "; ")))
 	} else {
-		s.event(live.pg, v1.EventTypeNormal, EventCommitRecovered, "Recovering", msg)
+		s.event(live.pg, v1.EventTypeNormal, vocab.EventCommitRecovered, "Recovering", msg)
 	}
-	return s.setCondition(ctx, live.pg, metav1.ConditionTrue, "Scheduled", msg)
+	return s.setCondition(ctx, live.pg, metav1.ConditionTrue, vocab.ReasonScheduled, msg)
 }
 
 // unbindable says why record pod i must not be bound by recovery, "" when

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
 
@@ -22,32 +23,10 @@ import (
 // makes kube-scheduler forget a device the kept claim still holds, and it
 // gives the device away again: repair and re-allocation would loop.
 //
-// So whenever a claim gives up a device another claim still holds, the
-// scheduler creates a hold: a ResourceClaim in its own namespace
-// (Config.RecordNamespace) with the holder's spec and allocation and no
-// consumer. Its allocation is an insert in kube-scheduler's set, after the
-// removal (watch events of one resource arrive in resourceVersion order).
-// A hold is deleted once the claim it is for no longer holds devices; if
-// that deletion makes kube-scheduler forget a device some third claim was
-// given meanwhile, that claim gets a hold in turn. gpufabric's own
-// accounting leaves holds out (they duplicate their claim's devices).
-// Holds carry the label HoldLabel (the held-for claim's UID) and the
-// annotation HoldForAnnotation (its namespace/name); only the scheduler's
-// identity may write claims named gpufabric-hold-* there (the chart's
-// admission policies).
-const (
-	// HoldLabel marks a hold claim; its value is the UID of the claim it is
-	// for.
-	HoldLabel = "gpufabric.dev/device-hold"
-	// HoldForAnnotation names the claim a hold is for (namespace/name).
-	HoldForAnnotation = "gpufabric.dev/hold-for"
-	// HoldPrefix starts every hold claim's name.
-	HoldPrefix = "gpufabric-hold-"
-)
 
 // isHold reports whether c is one of this scheduler's hold claims.
 func (s *Scheduler) isHold(c *resourceapi.ResourceClaim) bool {
-	return c != nil && c.Namespace == s.cfg.RecordNamespace && strings.HasPrefix(c.Name, HoldPrefix) && c.Labels[HoldLabel] != ""
+	return c != nil && c.Namespace == s.cfg.RecordNamespace && strings.HasPrefix(c.Name, vocab.HoldPrefix) && c.Labels[vocab.HoldLabel] != ""
 }
 
 // holdSet tracks the hold claims by the claim they are for. Safe for
@@ -77,7 +56,7 @@ func newHoldSet() *holdSet {
 func (r *repairer) holdChanged(old, c *resourceapi.ResourceClaim) {
 	h := r.holds
 	if c != nil {
-		target := types.UID(c.Labels[HoldLabel])
+		target := types.UID(c.Labels[vocab.HoldLabel])
 		h.mu.Lock()
 		if h.byTarget[target] == nil {
 			h.byTarget[target] = map[string]types.UID{}
@@ -86,7 +65,7 @@ func (r *repairer) holdChanged(old, c *resourceapi.ResourceClaim) {
 		h.mu.Unlock()
 		h.queue.Add(target) // deleted when its claim is gone
 	} else {
-		target := types.UID(old.Labels[HoldLabel])
+		target := types.UID(old.Labels[vocab.HoldLabel])
 		h.mu.Lock()
 		delete(h.byTarget[target], old.Name)
 		if len(h.byTarget[target]) == 0 {
@@ -205,9 +184,9 @@ func (r *repairer) createHold(ctx context.Context, target *resourceapi.ResourceC
 	hold := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:    r.s.cfg.RecordNamespace,
-			GenerateName: HoldPrefix,
-			Labels:       map[string]string{HoldLabel: string(target.UID)},
-			Annotations:  map[string]string{HoldForAnnotation: target.Namespace + "/" + target.Name},
+			GenerateName: vocab.HoldPrefix,
+			Labels:       map[string]string{vocab.HoldLabel: string(target.UID)},
+			Annotations:  map[string]string{vocab.HoldForAnnotation: target.Namespace + "/" + target.Name},
 		},
 		Spec: *target.Spec.DeepCopy(),
 	}

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -65,7 +66,7 @@ func TestHoldLifecycle(t *testing.T) {
 		}
 		out := map[string][]string{}
 		for _, h := range list.Items {
-			out[h.Name] = []string{h.Labels[HoldLabel], h.Annotations[HoldForAnnotation]}
+			out[h.Name] = []string{h.Labels[vocab.HoldLabel], h.Annotations[vocab.HoldForAnnotation]}
 			if h.Status.Allocation != nil {
 				for _, d := range allocatedDevices(&h) {
 					out[h.Name] = append(out[h.Name], d.String())

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
 	"sync"
@@ -13,25 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
-
-	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // A gang's life after it was placed, and the status of pods the scheduler
 // will not place.
 const (
-	// ConditionMembersLost is True on a placed PodGroup while fewer of its
-	// members run than it had: pods deleted, evicted, failed, or on a node
-	// that was deleted. It goes back to False when enough members run again.
-	ConditionMembersLost = topology.DriverName + "/MembersLost"
-	ReasonMembersLost    = "MembersLost"
-	ReasonAllMembersRun  = "AllMembersRunning"
-	// EventMembersLost / EventMembersRestored go with its transitions.
-	EventMembersLost     = "MembersLost"
-	EventMembersRestored = "MembersRestored"
-	// ReasonPodGroupNotFound is the PodScheduled reason of a pod whose
-	// PodGroup does not exist (not created yet, or deleted).
-	ReasonPodGroupNotFound = "PodGroupNotFound"
 	// gatedMessage is kube-scheduler's message for a gated pod.
 	gatedMessage = "Scheduling is blocked due to non-empty scheduling gates"
 )
@@ -54,13 +41,13 @@ func (p *peaks) observe(uid types.UID, running int) int {
 	return p.m[uid]
 }
 
-// checkMembers keeps ConditionMembersLost of a placed PodGroup up to date.
+// checkMembers keeps vocab.ConditionMembersLost of a placed PodGroup up to date.
 // Expected members: the most of minCount, the members that exist (running,
 // waiting, gated: a Job recreates lost pods), and the most seen running in
 // this term. A running member is bound, not finished, not terminating, on a
 // node that exists.
 func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) error {
-	placed := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
+	placed := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionInitiallyScheduled)
 	if placed == nil || placed.Status != metav1.ConditionTrue {
 		return nil
 	}
@@ -70,13 +57,13 @@ func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodG
 		minCount = int(g.MinCount)
 	}
 	expected := max(minCount, running+len(ms.pending)+len(ms.gated)+len(ms.lost), s.peaks.observe(pg.UID, running))
-	cond := metav1.Condition{Type: ConditionMembersLost, Status: metav1.ConditionFalse, Reason: ReasonAllMembersRun,
+	cond := metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionFalse, Reason: vocab.ReasonAllMembersRunning,
 		Message: fmt.Sprintf("all %d members run", running)}
 	if running < expected {
-		cond = metav1.Condition{Type: ConditionMembersLost, Status: metav1.ConditionTrue, Reason: ReasonMembersLost,
+		cond = metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionTrue, Reason: vocab.ReasonMembersLost,
 			Message: lostMessage(running, expected, minCount, ms)}
 	}
-	old := meta.FindStatusCondition(pg.Status.Conditions, ConditionMembersLost)
+	old := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionMembersLost)
 	if old == nil && cond.Status == metav1.ConditionFalse {
 		return nil // never lost any
 	}
@@ -87,9 +74,9 @@ func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodG
 		return err
 	}
 	if old == nil || old.Status != cond.Status {
-		typ, reason := v1.EventTypeWarning, EventMembersLost
+		typ, reason := v1.EventTypeWarning, vocab.EventMembersLost
 		if cond.Status == metav1.ConditionFalse {
-			typ, reason = v1.EventTypeNormal, EventMembersRestored
+			typ, reason = v1.EventTypeNormal, vocab.EventMembersRestored
 		}
 		s.event(pg, typ, reason, "Monitoring", cond.Message)
 	}
@@ -162,7 +149,7 @@ func (s *Scheduler) podGroupMissing(ctx context.Context, ns, name string) {
 			pods = append(pods, p)
 		}
 	}
-	s.setPods(ctx, pods, ReasonPodGroupNotFound,
+	s.setPods(ctx, pods, vocab.ReasonPodGroupNotFound,
 		fmt.Sprintf("pod group %s does not exist (not created yet, or deleted): the pod waits for it", name))
 }
 
@@ -172,7 +159,7 @@ func (s *Scheduler) podGroupDeleting(ctx context.Context, pg *schedulingv1beta1.
 	if err != nil {
 		return
 	}
-	s.setPods(ctx, append(ms.pending, ms.gated...), ReasonPodGroupNotFound,
+	s.setPods(ctx, append(ms.pending, ms.gated...), vocab.ReasonPodGroupNotFound,
 		fmt.Sprintf("pod group %s is being deleted: the pod will not be placed", pg.Name))
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,27 +15,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // A nomination record says that a gang is preempting: which workloads it
 // evicts and which nodes are held for it meanwhile. Like a commit record it
 // is a ConfigMap of the scheduler's namespace that only the scheduler's
-// identity may write, named NominationName(<gang UID>). It is written
+// identity may write, named vocab.NominationName(<gang UID>). It is written
 // before the first eviction and deleted once the gang is placed (or gives
 // up); a scheduler that restarts in between evicts exactly the victims it
 // names, never others, and keeps holding the nodes.
 const (
-	NominationPrefix = "gpufabric-nomination-"
-	// LabelNomination marks nomination records ("true").
-	LabelNomination   = topology.DriverName + "/nomination"
 	nominationVersion = 1
 	maxNominatedNodes = 10000
 )
-
-// NominationName is the nomination record of the gang with uid.
-func NominationName(uid types.UID) string { return NominationPrefix + string(uid) }
 
 // nominationRecord is the JSON of a nomination record.
 type nominationRecord struct {
@@ -81,7 +74,7 @@ func (r *nominationRecord) object(namespace string) (*v1.ConfigMap, error) {
 	if len(raw) > maxRecordBytes {
 		return nil, fmt.Errorf("nomination record of %d victims is %d bytes, over the limit of %d", len(r.Victims), len(raw), maxRecordBytes)
 	}
-	return recordConfigMap(namespace, NominationName(r.UID), LabelNomination, raw), nil
+	return recordConfigMap(namespace, vocab.NominationName(r.UID), vocab.LabelNomination, raw), nil
 }
 
 // decodeNomination reads and validates a nomination record: strict,
@@ -95,7 +88,7 @@ func decodeNomination(cm *v1.ConfigMap) (*nominationRecord, error) {
 		return nil, err
 	}
 	r.Created = metav1.NewTime(r.Created.Truncate(time.Second)) // as it encodes
-	if want := NominationName(r.UID); cm.Name != want {
+	if want := vocab.NominationName(r.UID); cm.Name != want {
 		return nil, fmt.Errorf("nomination %s names gang UID %q (expected object name %s)", cm.Name, r.UID, want)
 	}
 	return &r, nil
@@ -225,14 +218,14 @@ func (n *nominationSet) len() int {
 // An invalid record is reported (event, log) and deleted: it holds no
 // nodes and evicts nothing.
 func (s *Scheduler) loadNominations(ctx context.Context) error {
-	list, err := s.listLabeled(ctx, LabelNomination, NominationPrefix)
+	list, err := s.listLabeled(ctx, vocab.LabelNomination, vocab.NominationPrefix)
 	if err != nil {
 		return err
 	}
 	for _, cm := range list {
 		rec, err := decodeNomination(cm)
 		if err != nil {
-			s.rejectRecord(ctx, cm, "nomination record", types.UID(strings.TrimPrefix(cm.Name, NominationPrefix)), err)
+			s.rejectRecord(ctx, cm, "nomination record", types.UID(strings.TrimPrefix(cm.Name, vocab.NominationPrefix)), err)
 			if err := s.endNomination(ctx, &nomination{rec: &nominationRecord{Gang: cm.Name}, cm: cm}); err != nil {
 				return err
 			}

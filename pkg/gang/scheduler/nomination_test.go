@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"encoding/json"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestDecodeNomination(t *testing.T) {
 		}
 		return string(raw)
 	}
-	name := NominationName("uid-pg")
+	name := vocab.NominationName("uid-pg")
 	tests := []struct {
 		name, object, raw string
 		wantErr           string
@@ -45,7 +46,7 @@ func TestDecodeNomination(t *testing.T) {
 		{name: "valid", object: name, raw: encode(func(*nominationRecord) {})},
 		{name: "unknown field", object: name, raw: `{"v":1,"extra":true}`, wantErr: "unknown field"},
 		{name: "trailing data", object: name, raw: encode(func(*nominationRecord) {}) + "{}", wantErr: "trailing data"},
-		{name: "other gang's object", object: NominationName("uid-other"), raw: encode(func(*nominationRecord) {}), wantErr: "expected object name"},
+		{name: "other gang's object", object: vocab.NominationName("uid-other"), raw: encode(func(*nominationRecord) {}), wantErr: "expected object name"},
 		{name: "bad key", object: name, raw: encode(func(r *nominationRecord) { r.Gang = "team-a/train" }), wantErr: "not a gang key"},
 		{name: "no victims", object: name, raw: encode(func(r *nominationRecord) { r.Victims = nil }), wantErr: "0 victims"},
 		{name: "no nodes", object: name, raw: encode(func(r *nominationRecord) { r.Nodes = nil }), wantErr: "0 nodes"},
@@ -87,7 +88,7 @@ func FuzzDecodeNomination(f *testing.F) {
 	f.Add(`{"v":1,"gang":"pod:a/b","uid":"uid-pg","priority":-1,"key":"","domain":"","nodes":["n"],"victims":[{"ns":"a","n":"b","u":"c","unit":"pod:a/b"}],"created":"2026-01-01T00:00:00Z"}`)
 	f.Add(`{"v":1,"victims":null}`)
 	f.Fuzz(func(t *testing.T, raw string) {
-		rec, err := decodeNomination(nominationConfigMap(t, NominationName("uid-pg"), raw))
+		rec, err := decodeNomination(nominationConfigMap(t, vocab.NominationName("uid-pg"), raw))
 		if err != nil {
 			return
 		}
@@ -95,7 +96,7 @@ func FuzzDecodeNomination(f *testing.F) {
 			t.Fatalf("decoded record does not validate: %v", err)
 		}
 		if rec.UID != "uid-pg" {
-			t.Fatalf("nomination of %q accepted under %s", rec.UID, NominationName("uid-pg"))
+			t.Fatalf("nomination of %q accepted under %s", rec.UID, vocab.NominationName("uid-pg"))
 		}
 		cm, err := rec.object("gpufabric-system")
 		if err != nil {

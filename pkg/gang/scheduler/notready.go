@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
 	"time"
@@ -17,11 +18,6 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
-
-// ReasonWaitingForMembers is the PodGroupInitiallyScheduled reason of a
-// gang that cannot be tried yet: fewer than minCount members exist (or are
-// ungated), or a claim it needs does not exist yet.
-const ReasonWaitingForMembers = "WaitingForMembers"
 
 // notReadyWriteInterval: a gang that is not ready writes its status (the
 // PodGroup condition, an event, its pods' PodScheduled) at most this often.
@@ -122,8 +118,8 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 		s.queue.retryWhileWaiting(a.key, after)
 		return nil
 	}
-	old := meta.FindStatusCondition(a.pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
-	if old != nil && (old.Status == metav1.ConditionTrue || old.Reason == ReasonWaitingForMembers && old.Message == msg) {
+	old := meta.FindStatusCondition(a.pg.Status.Conditions, vocab.ConditionInitiallyScheduled)
+	if old != nil && (old.Status == metav1.ConditionTrue || old.Reason == vocab.ReasonWaitingForMembers && old.Message == msg) {
 		s.markUnschedulable(ctx, a, waitingPodMessage(a.pg))
 		return nil
 	}
@@ -139,8 +135,8 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 		klog.FromContext(ctx).V(3).Info("Waiting status cut short: the gang's members arrived", "members", len(a.members), "duration", time.Since(start))
 		return nil
 	}
-	s.event(a.pg, v1.EventTypeNormal, ReasonWaitingForMembers, "Scheduling", msg)
-	err := s.setCondition(ctx, a.pg, metav1.ConditionFalse, ReasonWaitingForMembers, msg)
+	s.event(a.pg, v1.EventTypeNormal, vocab.ReasonWaitingForMembers, "Scheduling", msg)
+	err := s.setCondition(ctx, a.pg, metav1.ConditionFalse, vocab.ReasonWaitingForMembers, msg)
 	klog.FromContext(ctx).V(3).Info("Wrote waiting status", "members", len(a.members), "duration", time.Since(start))
 	return err
 }
@@ -184,7 +180,7 @@ func (s *Scheduler) membersArrived(a *attempt) func() bool {
 // same while the gang waits, so a member is written once.
 func waitingPodMessage(pg *schedulingv1beta1.PodGroup) string {
 	return fmt.Sprintf("waiting for the gang's members or claims: PodGroup %s/%s's condition %s says what is missing",
-		pg.Namespace, pg.Name, schedulingv1beta1.PodGroupInitiallyScheduled)
+		pg.Namespace, pg.Name, vocab.ConditionInitiallyScheduled)
 }
 
 // groupPods counts a PodGroup's pods in the informers, whatever their

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
 	"time"
@@ -16,21 +17,6 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
-)
-
-// Events of preemption.
-const (
-	// EventPreempting: on the preemptor, what it evicts and where it goes.
-	EventPreempting = "Preempting"
-	// EventPreempted: on each victim (pod, and a whole PodGroup), naming the
-	// preemptor.
-	EventPreempted = "Preempted"
-	// EventPreemptionBlocked: an eviction was refused (a
-	// PodDisruptionBudget); the preemption ends.
-	EventPreemptionBlocked = "PreemptionBlocked"
-	// ReasonPreemptionByScheduler is the reason of the DisruptionTarget
-	// condition on victims (pods we schedule, and whole PodGroups).
-	ReasonPreemptionByScheduler = schedulingv1beta1.PodGroupReasonPreemptionByScheduler
 )
 
 // settleGrace bounds how long a gang whose victims are all gone may still
@@ -92,7 +78,7 @@ func (s *Scheduler) preempt(ctx context.Context, a *attempt, g *placement.Gang, 
 		return "", false, err
 	}
 	summary := preemptionSummary(plan)
-	s.event(a.about(), v1.EventTypeNormal, EventPreempting, "Preempting", summary)
+	s.event(a.about(), v1.EventTypeNormal, vocab.EventPreempting, "Preempting", summary)
 	s.nominatePods(ctx, plan.Decision)
 	if _, _, err := s.advanceNomination(ctx, a, nm); err != nil {
 		return "", true, err

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
 
@@ -20,22 +21,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
-	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // A commit record says what a PodGroup commit is about to write. It lives
 // in a ConfigMap of the scheduler's own namespace (Config.RecordNamespace),
-// named RecordName(<PodGroup UID>): only the scheduler's identity may write
+// named vocab.RecordName(<PodGroup UID>): only the scheduler's identity may write
 // there (RBAC, and the chart's admission policy refuses everyone else), so
 // no tenant can steer recovery. It is created before the first claim write
 // and deleted after the last write; its presence means "a commit of this
 // gang may be half done". Recovery still validates it against live objects
 // before it acts (see recover.go).
 const (
-	// RecordPrefix starts the name of every commit record.
-	RecordPrefix = "gpufabric-commit-"
-	// LabelCommitRecord marks commit records ("true").
-	LabelCommitRecord = topology.DriverName + "/commit-record"
 	// recordKey is the ConfigMap data key holding the record's JSON.
 	recordKey     = "record"
 	recordVersion = 1
@@ -45,9 +41,6 @@ const (
 	maxRecordClaims = 4 + 32*maxRecordPods
 	maxRecordText   = 256
 )
-
-// RecordName is the name of the commit record of the PodGroup with uid.
-func RecordName(uid types.UID) string { return RecordPrefix + string(uid) }
 
 // commitRecord is the JSON of a commit record.
 type commitRecord struct {
@@ -132,7 +125,7 @@ func recordObject(namespace string, rec *commitRecord) (*v1.ConfigMap, error) {
 	if len(raw) > maxRecordBytes {
 		return nil, fmt.Errorf("commit record of %d pods and %d claims is %d bytes, over the limit of %d", len(rec.Pods), len(rec.Claims), len(raw), maxRecordBytes)
 	}
-	return recordConfigMap(namespace, RecordName(rec.PodGroup.UID), LabelCommitRecord, raw), nil
+	return recordConfigMap(namespace, vocab.RecordName(rec.PodGroup.UID), vocab.LabelCommitRecord, raw), nil
 }
 
 // recordConfigMap is a scheduler-owned ConfigMap holding one record
@@ -181,7 +174,7 @@ func decodeRecord(cm *v1.ConfigMap) (*commitRecord, error) {
 	if err := rec.validate(); err != nil {
 		return nil, err
 	}
-	if want := RecordName(rec.PodGroup.UID); cm.Name != want {
+	if want := vocab.RecordName(rec.PodGroup.UID); cm.Name != want {
 		return nil, fmt.Errorf("record %s names podgroup UID %q (expected object name %s)", cm.Name, rec.PodGroup.UID, want)
 	}
 	return &rec, nil
@@ -344,7 +337,7 @@ type recordSet struct {
 func newRecordSet() *recordSet { return &recordSet{byUID: map[types.UID]*v1.ConfigMap{}} }
 
 func recordUID(cm *v1.ConfigMap) types.UID {
-	return types.UID(strings.TrimPrefix(cm.Name, RecordPrefix))
+	return types.UID(strings.TrimPrefix(cm.Name, vocab.RecordPrefix))
 }
 
 func (r *recordSet) put(cm *v1.ConfigMap) {

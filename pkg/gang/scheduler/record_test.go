@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"encoding/json"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 
@@ -35,7 +36,7 @@ func validRecord() *commitRecord {
 
 func rawRecordConfigMap(t testing.TB, raw string) *v1.ConfigMap {
 	t.Helper()
-	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: RecordName("uid-pg"), Namespace: "gpufabric-system"}, Data: map[string]string{recordKey: raw}}
+	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: vocab.RecordName("uid-pg"), Namespace: "gpufabric-system"}, Data: map[string]string{recordKey: raw}}
 }
 
 // TestRecordRoundTrip: a record written by a commit decodes to itself, with
@@ -47,7 +48,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cm.Name != "gpufabric-commit-uid-pg" || cm.Labels[LabelCommitRecord] != "true" {
+	if cm.Name != "gpufabric-commit-uid-pg" || cm.Labels[vocab.LabelCommitRecord] != "true" {
 		t.Errorf("object %s labels %v", cm.Name, cm.Labels)
 	}
 	got, err := decodeRecord(cm)
@@ -95,7 +96,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"claim twice", mutate(func(r *commitRecord) { r.Claims[2].Name = "fabric" }), `claim "fabric" listed twice`, ""},
 		{"claim uid", mutate(func(r *commitRecord) { r.Claims[0].UID = "" }), "claims[0].u", ""},
 		{"fingerprint", mutate(func(r *commitRecord) { r.Claims[0].Allocation = "all" }), `claims[0].alloc "all" is not a fingerprint`, ""},
-		{"record of another group", valid, "names podgroup UID", RecordName("uid-other")},
+		{"record of another group", valid, "names podgroup UID", vocab.RecordName("uid-other")},
 		{"no record key", "", `no "record" key`, ""},
 		{"oversized", `{"v":1,"domain":"` + strings.Repeat("x", maxRecordBytes) + `"}`, "over the limit", ""},
 	}
@@ -136,7 +137,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("decoded record does not validate: %v", err)
 		}
 		if rec.PodGroup.UID != "uid-pg" {
-			t.Fatalf("record of group %q accepted under %s", rec.PodGroup.UID, RecordName("uid-pg"))
+			t.Fatalf("record of group %q accepted under %s", rec.PodGroup.UID, vocab.RecordName("uid-pg"))
 		}
 		cm, err := recordObject("gpufabric-system", rec)
 		if err != nil {

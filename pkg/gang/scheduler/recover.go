@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -51,7 +52,7 @@ func (s *Scheduler) recoverAll(ctx context.Context) error {
 // succeeds or ctx is done: scheduling must not start before every record is
 // known.
 func (s *Scheduler) listRecords(ctx context.Context) ([]*v1.ConfigMap, error) {
-	out, err := s.listLabeled(ctx, LabelCommitRecord, RecordPrefix)
+	out, err := s.listLabeled(ctx, vocab.LabelCommitRecord, vocab.RecordPrefix)
 	for _, cm := range out {
 		s.records.put(cm)
 	}
@@ -137,12 +138,12 @@ func (s *Scheduler) rejectRecord(ctx context.Context, cm *v1.ConfigMap, what str
 	if pgs, lerr := s.podGroups.List(labels.Everything()); lerr == nil {
 		for _, pg := range pgs {
 			if pg.UID == uid {
-				s.event(pg, v1.EventTypeWarning, EventCommitRecordRejected, "Recovering", note)
+				s.event(pg, v1.EventTypeWarning, vocab.EventCommitRecordRejected, "Recovering", note)
 				return
 			}
 		}
 	}
-	s.event(cm, v1.EventTypeWarning, EventCommitRecordRejected, "Recovering", note)
+	s.event(cm, v1.EventTypeWarning, vocab.EventCommitRecordRejected, "Recovering", note)
 }
 
 // readCommit reads the record's PodGroup, pods and claims live (pods and
@@ -225,7 +226,7 @@ func (s *Scheduler) rollBack(ctx context.Context, rec *commitRecord, live *liveC
 	s.cfg.Metrics.recovery(RecoveryRolledBack)
 	klog.FromContext(ctx).Info("Rolled back a half-done commit", "podgroup", klog.KRef(rec.PodGroup.Namespace, rec.PodGroup.Name), "domain", rec.Domain, "claimsReleased", released.Load())
 	if live.pg != nil {
-		s.event(live.pg, v1.EventTypeNormal, EventCommitRolledBack, "Recovering",
+		s.event(live.pg, v1.EventTypeNormal, vocab.EventCommitRolledBack, "Recovering",
 			fmt.Sprintf("a half-done commit to %s was rolled back: %d of %d claims released, no pod was bound", where(rec.TopologyKey, rec.Domain), released.Load(), len(rec.Claims)))
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"sort"
 	"strings"
@@ -386,7 +387,7 @@ func (r *repairer) free(ctx context.Context, d deviceKey, u, keep *claimUse) err
 		return err
 	}
 	r.s.cfg.Metrics.doubleAllocation("released")
-	r.s.event(c, v1.EventTypeWarning, EventDeviceDoubleBooked, "Repairing", why+"; allocation released")
+	r.s.event(c, v1.EventTypeWarning, vocab.EventDeviceDoubleBooked, "Repairing", why+"; allocation released")
 	return nil
 }
 
@@ -423,9 +424,9 @@ func (r *repairer) evict(ctx context.Context, p *v1.Pod, why string) error {
 		return nil
 	}
 	if err != nil {
-		r.s.event(p, v1.EventTypeWarning, EventDeviceDoubleBooked, "Evicting", why+"; eviction failed, retrying: "+err.Error())
+		r.s.event(p, v1.EventTypeWarning, vocab.EventDeviceDoubleBooked, "Evicting", why+"; eviction failed, retrying: "+err.Error())
 		return fmt.Errorf("evict pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	r.s.event(p, v1.EventTypeWarning, EventDeviceDoubleBooked, "Evicting", why+"; pod evicted to be scheduled again")
+	r.s.event(p, v1.EventTypeWarning, vocab.EventDeviceDoubleBooked, "Evicting", why+"; pod evicted to be scheduled again")
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"sync"
 	"time"
 
@@ -30,17 +31,6 @@ import (
 // restart; the taint manager's reason is seen on the pod update that
 // precedes its deletion.
 const (
-	// ReasonMemberDisrupted: a member was deleted by a taint manager and
-	// the gang is being restarted whole.
-	ReasonMemberDisrupted = "MemberDisrupted"
-	// ReasonReplacingMembers: the old members are gone and the shared
-	// claims released; the members the controller creates again are placed
-	// as a new gang.
-	ReasonReplacingMembers = "ReplacingMembers"
-	// ReasonGangRestarted: the restarted gang runs again.
-	ReasonGangRestarted = "GangRestarted"
-	// EventGangRestart is the PodGroup's event when its restart starts.
-	EventGangRestart = "GangRestart"
 	// reasonDeviceTaintManager is kube-controller-manager's
 	// DisruptionTarget reason for a pod deleted for a device NoExecute
 	// taint (pkg/controller/devicetainteviction).
@@ -130,7 +120,7 @@ func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 	active := cond != nil && cond.Status == metav1.ConditionTrue
 	var boundary time.Time
 	switch {
-	case active && cond.Reason == ReasonMemberDisrupted:
+	case active && cond.Reason == vocab.ReasonMemberDisrupted:
 		boundary = cond.LastTransitionTime.Time
 	case cause != "":
 		var err error
@@ -138,7 +128,7 @@ func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 			s.inf.disrupted.restore(podGroupKey(pg.Namespace, pg.Name), cause)
 			return true, err
 		}
-	case active && cond.Reason == ReasonReplacingMembers:
+	case active && cond.Reason == vocab.ReasonReplacingMembers:
 		return false, s.replaced(ctx, pg, ms)
 	default:
 		return false, nil
@@ -153,7 +143,7 @@ func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 	}
 	// Same status: the boundary (lastTransitionTime) stays.
 	err = s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
-		Reason: ReasonReplacingMembers, Message: fmt.Sprintf("%s: the old members are gone; the group is placed again, whole, when its controller recreates them", schedulerName)})
+		Reason: vocab.ReasonReplacingMembers, Message: fmt.Sprintf("%s: the old members are gone; the group is placed again, whole, when its controller recreates them", schedulerName)})
 	if err != nil {
 		return true, err
 	}
@@ -168,7 +158,7 @@ func (s *Scheduler) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup
 		return nil
 	}
 	return s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
-		Reason: ReasonGangRestarted, Message: fmt.Sprintf("%s: the group was restarted whole and runs again", schedulerName)})
+		Reason: vocab.ReasonGangRestarted, Message: fmt.Sprintf("%s: the group was restarted whole and runs again", schedulerName)})
 }
 
 // startRestart marks the PodGroup DisruptionTarget=True/MemberDisrupted
@@ -178,7 +168,7 @@ func (s *Scheduler) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup
 func (s *Scheduler) startRestart(ctx context.Context, pg *schedulingv1beta1.PodGroup, active bool, cause string) (time.Time, error) {
 	if active {
 		err := s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
-			Reason: ReasonGangRestarted, Message: schedulerName + ": superseded by a new restart"})
+			Reason: vocab.ReasonGangRestarted, Message: schedulerName + ": superseded by a new restart"})
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -187,10 +177,10 @@ func (s *Scheduler) startRestart(ctx context.Context, pg *schedulingv1beta1.PodG
 		schedulerName, cause)
 	boundary := time.Now().Truncate(time.Second)
 	if err := s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
-		Reason: ReasonMemberDisrupted, Message: msg, LastTransitionTime: metav1.NewTime(boundary)}); err != nil {
+		Reason: vocab.ReasonMemberDisrupted, Message: msg, LastTransitionTime: metav1.NewTime(boundary)}); err != nil {
 		return time.Time{}, err
 	}
-	s.event(pg, v1.EventTypeWarning, EventGangRestart, "Restarting", msg)
+	s.event(pg, v1.EventTypeWarning, vocab.EventGangRestart, "Restarting", msg)
 	klog.FromContext(ctx).Info("Restarting a gang whole", "podgroup", klog.KObj(pg), "cause", cause)
 	return boundary, nil
 }
@@ -228,7 +218,7 @@ func (s *Scheduler) evictMember(ctx context.Context, p *v1.Pod) error {
 	case errors.Is(err, ErrAborted) || errors.Is(err, ErrFenced):
 		return err
 	case err == nil:
-		s.event(p, v1.EventTypeWarning, EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, podGroupName(p)))
+		s.event(p, v1.EventTypeWarning, vocab.EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, podGroupName(p)))
 		return nil
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return nil

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -35,7 +36,7 @@ func TestDisruptionLog(t *testing.T) {
 	}{
 		{"device taint", member("train-0", "n1", reasonDeviceTaintManager, v1.ConditionTrue), "train-0 on n1 (DeletionByDeviceTaintManager)"},
 		{"node taint", member("train-1", "n2", reasonNodeTaintManager, v1.ConditionTrue), "train-1 on n2 (DeletionByTaintManager)"},
-		{"preempted", member("train-0", "n1", ReasonPreemptionByScheduler, v1.ConditionTrue), ""},
+		{"preempted", member("train-0", "n1", vocab.ReasonPreemptionByScheduler, v1.ConditionTrue), ""},
 		{"evicted", member("train-0", "n1", "EvictionByEvictionAPI", v1.ConditionTrue), ""},
 		{"condition false", member("train-0", "n1", reasonDeviceTaintManager, v1.ConditionFalse), ""},
 		{"not bound", member("train-0", "", reasonDeviceTaintManager, v1.ConditionTrue), ""},

@@ -3,11 +3,11 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,9 +17,6 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 )
-
-// EventReserved: a gang past the starvation bound holds a domain.
-const EventReserved = "Reserved"
 
 // reservation is a starving gang's hold on a domain (in memory: a new
 // term reserves again on the gang's next refusal).
@@ -97,7 +94,7 @@ func (st *starvation) all() []*reservation {
 // before the object was created; now when it says nothing.
 func refusedSince(a *attempt) time.Time {
 	if a.pg != nil {
-		if c := meta.FindStatusCondition(a.pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled); c != nil && c.Status == "False" {
+		if c := meta.FindStatusCondition(a.pg.Status.Conditions, vocab.ConditionInitiallyScheduled); c != nil && c.Status == "False" {
 			return latest(c.LastTransitionTime.Time, a.pg.CreationTimestamp.Time)
 		}
 		return time.Now()
@@ -139,7 +136,7 @@ func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, 
 		r = &reservation{key: a.key, priority: a.priority, res: res, nodes: sets.New(res.Nodes...)}
 		s.cfg.Metrics.setReservations(s.starving.put(r))
 		klog.FromContext(ctx).V(2).Info("Reserving a domain for a starving gang", "domain", res.Domain, "key", res.TopologyKey, "waited", waited)
-		s.event(a.about(), v1.EventTypeNormal, EventReserved, "Scheduling", fmt.Sprintf(
+		s.event(a.about(), v1.EventTypeNormal, vocab.EventReserved, "Scheduling", fmt.Sprintf(
 			"waited %s, over the starvation bound of %s: holding %s (%d devices free, %d needed) against gangs of priority %d or lower that cannot finish before it has room",
 			waited.Round(time.Second), s.cfg.StarvationBound, where(res.TopologyKey, res.Domain), res.Free, res.Need, a.priority))
 	}

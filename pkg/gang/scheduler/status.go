@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,27 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
-)
-
-// Event reasons.
-const (
-	EventFailedScheduling = "FailedScheduling"
-	EventScheduled        = "Scheduled"
-	// EventCommitRecordRejected: recovery found a commit record it cannot
-	// trust and removed it without acting on it.
-	EventCommitRecordRejected = "CommitRecordRejected"
-	// EventCommitRolledBack / EventCommitRecovered: recovery rolled back or
-	// finished a half-done commit.
-	EventCommitRolledBack = "CommitRolledBack"
-	EventCommitRecovered  = "CommitRecovered"
-	// EventDeviceDoubleBooked: a device was allocated to two claims (by
-	// another scheduler); this pod or claim lost it and is evicted or
-	// released.
-	EventDeviceDoubleBooked = "DeviceDoubleBooked"
-	// EventPreferenceIgnored: a preference of the PodGroup (a preferred
-	// topology key no node carries) could not be used; the gang was placed
-	// without it.
-	EventPreferenceIgnored = "PreferenceIgnored"
 )
 
 // maxEventNote is the API's limit for an event's note.
@@ -58,7 +38,7 @@ func (s *Scheduler) setCondition(ctx context.Context, pg *schedulingv1beta1.PodG
 			}
 		}
 		first = false
-		old := meta.FindStatusCondition(cur.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
+		old := meta.FindStatusCondition(cur.Status.Conditions, vocab.ConditionInitiallyScheduled)
 		if old != nil && (old.Status == metav1.ConditionTrue && status != metav1.ConditionTrue ||
 			old.Status == status && old.Reason == reason && old.Message == message) {
 			return nil
@@ -68,7 +48,7 @@ func (s *Scheduler) setCondition(ctx context.Context, pg *schedulingv1beta1.PodG
 		}
 		next := cur.DeepCopy()
 		meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
-			Type: schedulingv1beta1.PodGroupInitiallyScheduled, Status: status, Reason: reason,
+			Type: vocab.ConditionInitiallyScheduled, Status: status, Reason: reason,
 			Message: message, ObservedGeneration: next.Generation,
 		})
 		_, err := s.cfg.Client.SchedulingV1beta1().PodGroups(pg.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: schedulerName})

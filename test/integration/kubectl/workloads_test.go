@@ -3,6 +3,7 @@ package kubectl
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/inspect"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
@@ -61,11 +61,11 @@ func createWorkloads(t *testing.T, c kubernetes.Interface) {
 		waitPod(t, c, "team-b", name, podScheduled(reason))
 	}
 	poll(t, "FailedScheduling event", 30*time.Second, func(ctx context.Context) error {
-		return findEvent(ctx, c, "team-b", "big", scheduler.EventFailedScheduling)
+		return findEvent(ctx, c, "team-b", "big", vocab.EventFailedScheduling)
 	})
 
 	createPod(t, c, "team-b", "ghost-0", "ghost", nil, 1)
-	waitPod(t, c, "team-b", "ghost-0", podScheduled(scheduler.ReasonPodGroupNotFound))
+	waitPod(t, c, "team-b", "ghost-0", podScheduled(vocab.ReasonPodGroupNotFound))
 }
 
 // createGroup creates a PodGroup in one NVLink domain with its shared
@@ -74,7 +74,7 @@ func createWorkloads(t *testing.T, c kubernetes.Interface) {
 func createGroup(t *testing.T, c kubernetes.Interface, ns, name string, minCount int32, pods []string) {
 	t.Helper()
 	for _, p := range pods {
-		waitPod(t, c, ns, p, podScheduled(scheduler.ReasonPodGroupNotFound))
+		waitPod(t, c, ns, p, podScheduled(vocab.ReasonPodGroupNotFound))
 	}
 	pg := &schedulingv1beta1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -142,7 +142,7 @@ func waitGroup(t *testing.T, c kubernetes.Interface, ns, name string, status met
 		if status != metav1.ConditionTrue {
 			return nil
 		}
-		if _, err := c.CoreV1().ConfigMaps(recordNamespace).Get(ctx, scheduler.RecordName(pg.UID), metav1.GetOptions{}); err == nil {
+		if _, err := c.CoreV1().ConfigMaps(recordNamespace).Get(ctx, vocab.RecordName(pg.UID), metav1.GetOptions{}); err == nil {
 			return fmt.Errorf("commit record still there")
 		}
 		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})

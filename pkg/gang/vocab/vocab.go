@@ -1,0 +1,140 @@
+// Package vocab is the one vocabulary of what gpufabric-scheduler writes to
+// the API: PodGroup condition types and reasons, pod reasons, event
+// reasons, and the names and labels of the objects it keeps in its own
+// namespace (commit records, nomination records, device holds). The
+// scheduler writes these words, pkg/inspect reads them back, and the chart
+// (its admission policy names the record prefixes) is tested against them.
+//
+// Rules:
+//   - A word the scheduler writes is declared here once; no other package
+//     spells it again as a literal.
+//   - Changing a value is an API change for users (kubectl, alerts, scripts):
+//     values never change once released.
+//   - This package imports nothing of gpufabric's but pkg/topology.
+package vocab
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// PodGroup conditions.
+const (
+	// ConditionInitiallyScheduled is upstream's PodGroupInitiallyScheduled:
+	// False while the gang waits (with one of the reasons below), True once
+	// it was placed; terminal once True.
+	ConditionInitiallyScheduled = schedulingv1beta1.PodGroupInitiallyScheduled
+	// ConditionMembersLost is True on a placed PodGroup while fewer of its
+	// members run than it had: pods deleted, evicted, failed, or on a node
+	// that was deleted. It goes back to False when enough members run again.
+	ConditionMembersLost = topology.DriverName + "/MembersLost"
+)
+
+// Reasons of ConditionInitiallyScheduled.
+const (
+	// ReasonScheduled: the gang was placed (status True).
+	ReasonScheduled = "Scheduled"
+	// ReasonUnschedulable: the gang does not fit (or a member uses a pod
+	// feature the engine does not model); the message says why.
+	ReasonUnschedulable = schedulingv1beta1.PodGroupReasonUnschedulable
+	// ReasonSchedulerError: the attempt failed for a reason of the
+	// scheduler's own (an informer, the engine).
+	ReasonSchedulerError = schedulingv1beta1.PodGroupReasonSchedulerError
+	// ReasonWaitingForMembers: fewer than minCount members (or their
+	// claims) exist yet; also the event reason that says so.
+	ReasonWaitingForMembers = "WaitingForMembers"
+)
+
+// Reasons of ConditionMembersLost, and of the restart of a whole gang.
+const (
+	ReasonMembersLost       = "MembersLost"
+	ReasonAllMembersRunning = "AllMembersRunning"
+	// ReasonMemberDisrupted: a member was deleted by a taint manager and
+	// the gang is being restarted whole.
+	ReasonMemberDisrupted = "MemberDisrupted"
+	// ReasonReplacingMembers: the old members are gone and the shared
+	// claims released; the members the controller creates again are placed
+	// as a new gang.
+	ReasonReplacingMembers = "ReplacingMembers"
+	// ReasonGangRestarted: the restarted gang runs again.
+	ReasonGangRestarted = "GangRestarted"
+	// ReasonPreemptionByScheduler is the reason of the DisruptionTarget
+	// condition on preemption victims (pods we schedule, and whole
+	// PodGroups).
+	ReasonPreemptionByScheduler = schedulingv1beta1.PodGroupReasonPreemptionByScheduler
+)
+
+// Reasons of a pod's PodScheduled condition besides the core ones.
+const (
+	// ReasonPodGroupNotFound: the pod names a PodGroup that does not exist
+	// (not created yet, or deleted).
+	ReasonPodGroupNotFound = "PodGroupNotFound"
+)
+
+// Event reasons.
+const (
+	EventFailedScheduling = "FailedScheduling"
+	EventScheduled        = "Scheduled"
+	// EventCommitRecordRejected: recovery found a commit record it cannot
+	// trust and removed it without acting on it.
+	EventCommitRecordRejected = "CommitRecordRejected"
+	// EventCommitRolledBack / EventCommitRecovered: recovery rolled back or
+	// finished a half-done commit.
+	EventCommitRolledBack = "CommitRolledBack"
+	EventCommitRecovered  = "CommitRecovered"
+	// EventDeviceDoubleBooked: a device was allocated to two claims (by
+	// another scheduler); this pod or claim lost it and is evicted or
+	// released.
+	EventDeviceDoubleBooked = "DeviceDoubleBooked"
+	// EventPreferenceIgnored: a preference of the PodGroup (a preferred
+	// topology key no node carries) could not be used; the gang was placed
+	// without it.
+	EventPreferenceIgnored = "PreferenceIgnored"
+	// EventMembersLost / EventMembersRestored go with ConditionMembersLost's
+	// transitions.
+	EventMembersLost     = "MembersLost"
+	EventMembersRestored = "MembersRestored"
+	// EventPreempting: on the preemptor, what it evicts and where it goes.
+	EventPreempting = "Preempting"
+	// EventPreempted: on each victim (pod, and a whole PodGroup), naming the
+	// preemptor.
+	EventPreempted = "Preempted"
+	// EventPreemptionBlocked: an eviction was refused (a
+	// PodDisruptionBudget); the preemption ends.
+	EventPreemptionBlocked = "PreemptionBlocked"
+	// EventReserved: a gang past the starvation bound holds a domain.
+	EventReserved = "Reserved"
+	// EventGangRestart is the PodGroup's event when its restart starts.
+	EventGangRestart = "GangRestart"
+)
+
+// The objects the scheduler keeps in its record namespace.
+const (
+	// RecordPrefix starts the name of every commit record (a ConfigMap).
+	RecordPrefix = "gpufabric-commit-"
+	// LabelCommitRecord marks commit records ("true").
+	LabelCommitRecord = topology.DriverName + "/commit-record"
+	// NominationPrefix starts the name of every nomination record (a
+	// ConfigMap).
+	NominationPrefix = "gpufabric-nomination-"
+	// LabelNomination marks nomination records ("true").
+	LabelNomination = topology.DriverName + "/nomination"
+	// HoldPrefix starts every device hold's name (a ResourceClaim).
+	HoldPrefix = "gpufabric-hold-"
+	// HoldLabel marks a hold claim; its value is the UID of the claim it is
+	// for.
+	HoldLabel = topology.DriverName + "/device-hold"
+	// HoldForAnnotation names the claim a hold is for (namespace/name).
+	HoldForAnnotation = topology.DriverName + "/hold-for"
+)
+
+// RecordName is the name of the commit record of the PodGroup (or pod)
+// with uid.
+func RecordName(uid types.UID) string { return RecordPrefix + string(uid) }
+
+// NominationName is the name of the nomination record of the gang with
+// uid.
+func NominationName(uid types.UID) string { return NominationPrefix + string(uid) }
