@@ -27,15 +27,17 @@ var rules = []struct {
 	{"pkg/gang/placement", []string{"pkg/topology"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
+	{"pkg/gang/gate", nil},
+	{"pkg/gang/report", nil},
 	{"pkg/gang/preemption", []string{"pkg/topology", "pkg/gang/placement"}},
-	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab"}},
+	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab"}},
 }
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/placement", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/placement", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +34,8 @@ func TestSchedulerAssumeCache(t *testing.T) {
 	for _, ns := range []string{"freed", "next", "doomed", "after"} {
 		gangNamespace(t, admin, ns, 4)
 	}
-	hook := func(step scheduler.Step, object string) error {
-		if step != scheduler.StepDone {
+	hook := func(step gate.Step, object string) error {
+		if step != gate.StepDone {
 			return nil
 		}
 		switch {

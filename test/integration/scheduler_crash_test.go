@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"strings"
 	"sync"
 	"testing"
@@ -38,14 +39,14 @@ func TestSchedulerCrashRecovery(t *testing.T) {
 	const writes = 1 + 2 + 2*pods + pods + 1 + 1
 	for k := 0; k <= writes; k++ {
 		t.Run(fmt.Sprintf("gang-killed-before-write-%d", k), func(t *testing.T) {
-			crashAndRecover(t, cp, client, crashCase{ns: fmt.Sprintf("crash-%d", k), k: k, pods: pods, claims: pods + 1, first: scheduler.StepRecord,
+			crashAndRecover(t, cp, client, crashCase{ns: fmt.Sprintf("crash-%d", k), k: k, pods: pods, claims: pods + 1, first: gate.StepRecord,
 				create: func(ns string) { createGang(t, admin, ns, "g", int32(pods), pods) }})
 		})
 	}
 	// A pod without a PodGroup: finalizer, claim status, binding.
 	for k := 0; k <= 3; k++ {
 		t.Run(fmt.Sprintf("single-pod-killed-before-write-%d", k), func(t *testing.T) {
-			crashAndRecover(t, cp, client, crashCase{ns: fmt.Sprintf("single-%d", k), k: k, pods: 1, claims: 1, first: scheduler.StepClaimFinalizer,
+			crashAndRecover(t, cp, client, crashCase{ns: fmt.Sprintf("single-%d", k), k: k, pods: 1, claims: 1, first: gate.StepClaimFinalizer,
 				create: func(ns string) { createSinglePod(t, admin, ns, "solo") }})
 		})
 	}
@@ -56,7 +57,7 @@ type crashCase struct {
 	ns           string
 	k            int // writes before the kill
 	pods, claims int
-	first        scheduler.Step // the commit's first write
+	first        gate.Step // the commit's first write
 	create       func(ns string)
 }
 
@@ -80,7 +81,7 @@ func crashAndRecover(t *testing.T, cp *framework.ControlPlane, client kubernetes
 	// First instance: dies before write k of this gang's commit.
 	var mu sync.Mutex
 	var steps []string
-	hook := func(step scheduler.Step, object string) error {
+	hook := func(step gate.Step, object string) error {
 		if !inNamespace(object, ns) {
 			return nil
 		}
@@ -101,14 +102,14 @@ func crashAndRecover(t *testing.T, cp *framework.ControlPlane, client kubernetes
 	case <-time.After(60 * time.Second):
 		t.Fatalf("first scheduler did not die; steps so far %v", steps)
 	}
-	if !errors.Is(first.err, scheduler.ErrAborted) {
+	if !errors.Is(first.err, gate.ErrAborted) {
 		t.Fatalf("first scheduler ended with %v, want ErrAborted", first.err)
 	}
 	t.Logf("killed after %d writes: %v", len(steps), steps)
 	if len(steps) != k {
 		t.Fatalf("killed after %d writes, want %d", len(steps), k)
 	}
-	if err := phaseOrder(steps, tc.first == scheduler.StepRecord); err != nil {
+	if err := phaseOrder(steps, tc.first == gate.StepRecord); err != nil {
 		t.Fatalf("writes out of phase order: %v", err)
 	}
 
@@ -169,14 +170,14 @@ func allOrNothing(st *gangState, pods int) error {
 // with a PodGroup the first claim written (the shared claim, steps 1 and 2)
 // is not written again by the per-pod phase.
 func phaseOrder(steps []string, withGroup bool) error {
-	rank := map[scheduler.Step]int{
-		scheduler.StepRecord: 0, scheduler.StepClaimFinalizer: 1, scheduler.StepClaimStatus: 1,
-		scheduler.StepBind: 2, scheduler.StepCondition: 3, scheduler.StepClearRecord: 4, scheduler.StepDone: 5,
+	rank := map[gate.Step]int{
+		gate.StepRecord: 0, gate.StepClaimFinalizer: 1, gate.StepClaimStatus: 1,
+		gate.StepBind: 2, gate.StepCondition: 3, gate.StepClearRecord: 4, gate.StepDone: 5,
 	}
 	last := -1
 	for i, s := range steps {
 		step, _, _ := strings.Cut(s, " ")
-		r, ok := rank[scheduler.Step(step)]
+		r, ok := rank[gate.Step(step)]
 		if !ok || r < last {
 			return fmt.Errorf("write %d %q after a later phase: %q", i, s, steps)
 		}

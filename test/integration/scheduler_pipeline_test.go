@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"strings"
 	"sync"
 	"testing"
@@ -32,8 +33,8 @@ func TestSchedulerPipelinedCommit(t *testing.T) {
 	}
 	atClaims, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	hook := func(step scheduler.Step, object string) error {
-		if (step == scheduler.StepClaimFinalizer || step == scheduler.StepClaimStatus) && strings.HasPrefix(object, "first/") {
+	hook := func(step gate.Step, object string) error {
+		if (step == gate.StepClaimFinalizer || step == gate.StepClaimStatus) && strings.HasPrefix(object, "first/") {
 			once.Do(func() { close(atClaims) })
 			select {
 			case <-release:

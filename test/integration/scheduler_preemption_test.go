@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"net/http"
 	"strings"
@@ -277,10 +278,10 @@ func TestSchedulerPreemptionCrash(t *testing.T) {
 
 	evictions := 0
 	var mu sync.Mutex
-	crashed := startScheduler(t, client, scheduler.Config{DomainChannels: 4, CommitHook: func(step scheduler.Step, _ string) error {
+	crashed := startScheduler(t, client, scheduler.Config{DomainChannels: 4, CommitHook: func(step gate.Step, _ string) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if step == scheduler.StepEvict {
+		if step == gate.StepEvict {
 			if evictions++; evictions == 2 {
 				return fmt.Errorf("crash before the second eviction")
 			}

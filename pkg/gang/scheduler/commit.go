@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
@@ -104,7 +105,7 @@ func (s *Scheduler) commit(ctx context.Context, pg *schedulingv1beta1.PodGroup, 
 	defer func() { s.cfg.Metrics.observeCommit(time.Since(start).Seconds()) }()
 	c := &commitRun{pg: pg, gang: g, d: d, writes: planWrites(pg, g, d), written: map[types.UID]string{}}
 	err := s.writeAll(ctx, c)
-	if err == nil || stops(err) {
+	if err == nil || gate.Stops(err) {
 		return c.written, err
 	}
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
@@ -119,7 +120,7 @@ func (s *Scheduler) commit(ctx context.Context, pg *schedulingv1beta1.PodGroup, 
 	} else {
 		rerr = s.releasePodClaims(ctx, g.Members[0].Pod, c.writes)
 	}
-	if stops(rerr) {
+	if gate.Stops(rerr) {
 		return nil, rerr
 	}
 	if rerr != nil {
@@ -178,7 +179,7 @@ func (s *Scheduler) writeAll(ctx context.Context, c *commitRun) error {
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Committed gang", "pods", len(c.d.Pods), "claimWrites", len(c.writes), "phases", took)
-	return s.step(StepDone, c.d.Gang)
+	return s.gate.Check(gate.StepDone, c.d.Gang)
 }
 
 // phaseTime is how long one commit phase took.
@@ -241,7 +242,7 @@ func (s *Scheduler) writeClaim(ctx context.Context, w claimWrite) (*resourceapi.
 	name := c.Namespace + "/" + c.Name
 	claims := s.cfg.Client.ResourceV1().ResourceClaims(c.Namespace)
 	if w.alloc != nil && !slices.Contains(c.Finalizers, resourceapi.Finalizer) {
-		if err := s.step(StepClaimFinalizer, name); err != nil {
+		if err := s.gate.Check(gate.StepClaimFinalizer, name); err != nil {
 			return nil, err
 		}
 		c = c.DeepCopy()
@@ -251,7 +252,7 @@ func (s *Scheduler) writeClaim(ctx context.Context, w claimWrite) (*resourceapi.
 			return nil, fmt.Errorf("add finalizer to claim %s: %w", name, err)
 		}
 	}
-	if err := s.step(StepClaimStatus, name); err != nil {
+	if err := s.gate.Check(gate.StepClaimStatus, name); err != nil {
 		return nil, err
 	}
 	c = c.DeepCopy()
@@ -272,7 +273,7 @@ func (s *Scheduler) writeClaim(ctx context.Context, w claimWrite) (*resourceapi.
 
 // bind binds a pod; the binding carries the pod's UID as a precondition.
 func (s *Scheduler) bind(ctx context.Context, namespace, name string, uid types.UID, node string) error {
-	if err := s.step(StepBind, namespace+"/"+name); err != nil {
+	if err := s.gate.Check(gate.StepBind, namespace+"/"+name); err != nil {
 		return err
 	}
 	b := &v1.Binding{

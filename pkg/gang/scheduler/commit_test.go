@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -92,8 +93,8 @@ func TestCommitPhases(t *testing.T) {
 	var inFlight, peak atomic.Int32 // hooks of bindings running at once
 	var mu sync.Mutex
 	var phases []int
-	hook := func(step Step, object string) error {
-		if step == StepBind {
+	hook := func(step gate.Step, object string) error {
+		if step == gate.StepBind {
 			n := inFlight.Add(1)
 			defer inFlight.Add(-1)
 			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -132,20 +133,20 @@ func TestCommitPhases(t *testing.T) {
 }
 
 // commitPhase numbers a step by its commit phase.
-func commitPhase(step Step, object string) int {
+func commitPhase(step gate.Step, object string) int {
 	switch step {
-	case StepRecord:
+	case gate.StepRecord:
 		return 0
-	case StepClaimFinalizer, StepClaimStatus:
+	case gate.StepClaimFinalizer, gate.StepClaimStatus:
 		if object == "ns/fabric" {
 			return 1
 		}
 		return 2
-	case StepBind:
+	case gate.StepBind:
 		return 3
-	case StepCondition:
+	case gate.StepCondition:
 		return 4
-	case StepClearRecord:
+	case gate.StepClearRecord:
 		return 5
 	default:
 		return 6

@@ -1,8 +1,8 @@
 package scheduler
 
 import (
-	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"strings"
 	"time"
 
@@ -12,15 +12,6 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
-
-// ErrAborted wraps the error of a CommitHook: the scheduler stops at once,
-// without cleaning up, as if the process had been killed.
-var ErrAborted = errors.New("scheduler aborted by commit hook")
-
-// ErrFenced wraps the error of Config.Fence: this replica may have lost the
-// Lease, so the scheduler stops at once without writing or undoing anything
-// (the next leader's recovery finishes or rolls back what it left).
-var ErrFenced = errors.New("fenced: not sure to hold the Lease")
 
 // DefaultCommitParallelism is Config.CommitParallelism's default.
 const DefaultCommitParallelism = 16
@@ -37,7 +28,7 @@ type Config struct {
 	RecordNamespace string
 	// Fence, when set, is called before every write; an error means this
 	// replica may no longer hold the Lease: the scheduler stops with
-	// ErrFenced. RunWithLeaderElection sets it.
+	// gate.ErrFenced. RunWithLeaderElection sets it.
 	Fence func() error
 	// Tree configures the node-label levels above the NVLink domain.
 	Tree topology.TreeConfig
@@ -93,38 +84,15 @@ type Config struct {
 	Placement placement.Config
 	// CommitHook, when set, is called before every write of a commit (and
 	// recovery) and once after the last write of a commit, with the step
-	// and the object. An error aborts the scheduler with ErrAborted and no
+	// and the object. An error aborts the scheduler with gate.ErrAborted and no
 	// cleanup: writes of the phase not yet started are skipped, started
 	// ones complete. Called concurrently from the writers of one phase.
 	// For crash tests.
-	CommitHook func(step Step, object string) error
+	CommitHook gate.Hook
 	// OnRecovered, when set, is called after recovery and before the first
 	// scheduling attempt of a leadership term. For tests.
 	OnRecovered func()
 }
-
-// Step names one kind of write of the commit protocol.
-type Step string
-
-// The steps of a commit, in order.
-const (
-	StepRecord         Step = "record"
-	StepClaimFinalizer Step = "claim-finalizer"
-	StepClaimStatus    Step = "claim-status"
-	StepBind           Step = "bind"
-	StepCondition      Step = "condition"
-	StepClearRecord    Step = "clear-record"
-	// StepEvict evicts a pod: a preemption victim, or the pod of a claim
-	// that lost a device allocated twice (repair).
-	StepEvict Step = "evict"
-	// StepNominate writes a nomination record (before the first eviction
-	// of a preemption); StepClearNomination deletes it.
-	StepNominate        Step = "nominate"
-	StepClearNomination Step = "clear-nomination"
-	// StepDone is reported after the last write; aborting there leaves a
-	// complete commit.
-	StepDone Step = "done"
-)
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Client == nil {

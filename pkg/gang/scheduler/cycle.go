@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"maps"
 	"math/rand/v2"
@@ -69,7 +70,7 @@ func (a *attempt) about() runtime.Object {
 }
 
 // scheduleKey runs one attempt for a gang key. Only an error wrapping
-// ErrAborted stops the worker.
+// gate.ErrAborted stops the worker.
 func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	cycle, begin := s.queue.cycle(), time.Now()
 	if s.assumed.waiting(key, s.visible) {
@@ -119,7 +120,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		// finish or roll it back first, then look again once the informers
 		// show it.
 		if err := s.recoverRecord(ctx, cm); err != nil {
-			if !stops(err) {
+			if !gate.Stops(err) {
 				s.queue.park(key, cycle)
 			}
 			return err
@@ -136,16 +137,16 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	}
 	s.markGated(ctx, ms.gated)
 	if err := s.checkMembers(ctx, pg, ms); err != nil {
-		if stops(err) {
+		if gate.Stops(err) {
 			return err
 		}
 		klog.FromContext(ctx).Error(err, "Updating the members-lost condition", "podgroup", klog.KObj(pg))
 	}
 	if restarting, err := s.restartGang(ctx, pg, ms); err != nil || restarting {
-		if err == nil || !stops(err) {
+		if err == nil || !gate.Stops(err) {
 			s.queue.retryAfter(key, time.Second)
 		}
-		if stops(err) {
+		if gate.Stops(err) {
 			return err
 		}
 		if err != nil {
@@ -279,7 +280,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		if err == nil {
 			extra, err = s.afterRefusal(ctx, a, g, in, a.members)
 		}
-		if stops(err) {
+		if gate.Stops(err) {
 			return err
 		}
 		if err != nil {
@@ -307,7 +308,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		written, err := s.commit(ctx, a.pg, g, d)
 		err = s.afterCommit(ctx, a, g, d, written, err)
 		s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds())
-		if err != nil && !stops(err) && ctx.Err() == nil {
+		if err != nil && !gate.Stops(err) && ctx.Err() == nil {
 			logger.Error(err, "Committing a placed gang failed")
 		}
 		return err
@@ -322,7 +323,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Gang, d *placement.Decision, written map[types.UID]string, err error) error {
 	logger := klog.FromContext(ctx)
 	switch {
-	case stops(err):
+	case gate.Stops(err):
 		return err // nothing may be undone; the entry goes with this term
 	case errors.Is(err, errConflict):
 		s.assumed.drop(a.key)
@@ -338,22 +339,22 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		a.result = resultError
 		s.pending.set(a.key, ReasonCommitError)
 		s.cfg.Metrics.gangRefused(ReasonCommitError)
-		s.event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Binding", "commit failed: "+err.Error())
+		s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Binding", "commit failed: "+err.Error())
 		s.queue.parkError(a.key, a.cycle)
 		return err
 	}
 	s.assumed.complete(a.key, written)
 	a.result = resultPlaced
-	if err := s.gangDone(ctx, a.key); stops(err) {
+	if err := s.gangDone(ctx, a.key); gate.Stops(err) {
 		return err
 	} else if err != nil {
 		logger.Error(err, "Ending the gang's nomination")
 	}
 	s.forget(a.key)
 	s.cfg.Metrics.gangPlaced()
-	s.event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", placedMessage(g, d))
+	s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", placedMessage(g, d))
 	for _, w := range d.Warnings {
-		s.event(a.about(), v1.EventTypeWarning, vocab.EventPreferenceIgnored, "Scheduling", w)
+		s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventPreferenceIgnored, "Scheduling", w)
 	}
 	if left := len(g.Members) - len(d.Pods); left > 0 {
 		// The others wait for room in the same domain (minCount below the
@@ -384,7 +385,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 		backoff = s.queue.park(a.key, a.cycle)
 	}
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
-	s.event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Scheduling", message)
+	s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Scheduling", message)
 	s.markUnschedulable(ctx, a, message)
 	if a.pg == nil {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"time"
 
@@ -42,7 +43,7 @@ func (s *Scheduler) advanceNomination(ctx context.Context, a *attempt, nm *nomin
 	live, left, err := s.evictNominated(ctx, a, nm)
 	if errors.Is(err, errEvictionRefused) {
 		s.cfg.Metrics.preemption(preemptRefused, -1)
-		s.event(a.about(), v1.EventTypeWarning, vocab.EventPreemptionBlocked, "Preempting", err.Error())
+		s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventPreemptionBlocked, "Preempting", err.Error())
 		s.unnominatePods(ctx, a)
 		return "", false, s.endNomination(ctx, nm)
 	}
@@ -154,11 +155,11 @@ func (s *Scheduler) markVictimUnit(ctx context.Context, a *attempt, nm *nominati
 		return
 	}
 	msg := preemptedMessage(a, nm)
-	s.event(pg, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
+	s.report.Event(pg, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
 	err = s.setPodGroupCondition(ctx, pg, metav1.Condition{
 		Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue, Reason: vocab.ReasonPreemptionByScheduler, Message: msg,
 	})
-	if err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrAborted) {
+	if err != nil && !errors.Is(err, gate.ErrFenced) && !errors.Is(err, gate.ErrAborted) {
 		klog.FromContext(ctx).Error(err, "Setting DisruptionTarget on a preempted PodGroup", "podgroup", klog.KObj(pg))
 	}
 }
@@ -175,7 +176,7 @@ func preemptedMessage(a *attempt, nm *nomination) string {
 func (s *Scheduler) evictVictim(ctx context.Context, a *attempt, nm *nomination, p *v1.Pod) error {
 	err := s.evict(ctx, p)
 	switch {
-	case errors.Is(err, ErrAborted) || errors.Is(err, ErrFenced):
+	case errors.Is(err, gate.ErrAborted) || errors.Is(err, gate.ErrFenced):
 		return err
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return nil
@@ -185,7 +186,7 @@ func (s *Scheduler) evictVictim(ctx context.Context, a *attempt, nm *nomination,
 		return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	msg := preemptedMessage(a, nm)
-	s.event(p, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
+	s.report.Event(p, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
 	if ours(p) {
 		s.patchPodStatus(ctx, p, map[string]any{"conditions": []v1.PodCondition{{
 			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: vocab.ReasonPreemptionByScheduler,
@@ -196,9 +197,9 @@ func (s *Scheduler) evictVictim(ctx context.Context, a *attempt, nm *nomination,
 }
 
 // evict asks the Eviction API to evict p, the pod with p's UID only (the
-// commit hook's StepEvict first). The API's error is returned as it is.
+// commit hook's gate.StepEvict first). The API's error is returned as it is.
 func (s *Scheduler) evict(ctx context.Context, p *v1.Pod) error {
-	if err := s.step(StepEvict, p.Namespace+"/"+p.Name); err != nil {
+	if err := s.gate.Check(gate.StepEvict, p.Namespace+"/"+p.Name); err != nil {
 		return err
 	}
 	ev := &policyv1.Eviction{
@@ -279,7 +280,7 @@ func (s *Scheduler) unnominatePods(ctx context.Context, a *attempt) {
 
 // patchPodStatus merge-patches a pod's status, best effort (logged).
 func (s *Scheduler) patchPodStatus(ctx context.Context, p *v1.Pod, status map[string]any) {
-	if err := s.fenced(); err != nil {
+	if err := s.gate.Fenced(); err != nil {
 		return
 	}
 	patch, err := json.Marshal(map[string]any{"status": status})

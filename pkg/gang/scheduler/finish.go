@@ -68,10 +68,10 @@ func (s *Scheduler) finishCommit(ctx context.Context, rec *commitRecord, live *l
 	msg := fmt.Sprintf("placed %d pods in %s (commit finished by recovery)", bound, where(rec.TopologyKey, rec.Domain))
 	klog.FromContext(ctx).Info("Finished a half-done commit", "podgroup", klog.KObj(live.pg), "bound", bound, "skipped", len(skipped))
 	if len(skipped) > 0 {
-		s.event(live.pg, v1.EventTypeWarning, vocab.EventCommitRecovered, "Recovering",
+		s.report.Event(live.pg, v1.EventTypeWarning, vocab.EventCommitRecovered, "Recovering",
 			fmt.Sprintf("%s; %d of %d pods not bound: %s", msg, len(skipped), len(rec.Pods), strings.Join(skipped, "; ")))
 	} else {
-		s.event(live.pg, v1.EventTypeNormal, vocab.EventCommitRecovered, "Recovering", msg)
+		s.report.Event(live.pg, v1.EventTypeNormal, vocab.EventCommitRecovered, "Recovering", msg)
 	}
 	return s.setCondition(ctx, live.pg, metav1.ConditionTrue, vocab.ReasonScheduled, msg)
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
@@ -120,14 +121,14 @@ func (r *repairer) runHolds(ctx context.Context) {
 		}
 		err := r.syncHolds(ctx, uid)
 		switch {
-		case err != nil && !stops(err) && ctx.Err() == nil:
+		case err != nil && !gate.Stops(err) && ctx.Err() == nil:
 			klog.FromContext(ctx).Error(err, "Syncing device holds, will retry", "claimUID", uid)
 			q.AddRateLimited(uid)
 		default:
 			q.Forget(uid)
 		}
 		q.Done(uid)
-		if stops(err) {
+		if gate.Stops(err) {
 			return
 		}
 	}
@@ -177,8 +178,8 @@ func (r *repairer) syncHolds(ctx context.Context, uid types.UID) error {
 // createHold writes a hold for target: created, then allocated (the
 // allocation is a status write).
 func (r *repairer) createHold(ctx context.Context, target *resourceapi.ResourceClaim) error {
-	if err := r.s.fenced(); err != nil {
-		return fmt.Errorf("%w: before holding claim %s/%s: %w", ErrFenced, target.Namespace, target.Name, err)
+	if err := r.s.gate.Fenced(); err != nil {
+		return fmt.Errorf("%w: before holding claim %s/%s: %w", gate.ErrFenced, target.Namespace, target.Name, err)
 	}
 	claims := r.s.cfg.Client.ResourceV1().ResourceClaims(r.s.cfg.RecordNamespace)
 	hold := &resourceapi.ResourceClaim{
@@ -206,8 +207,8 @@ func (r *repairer) createHold(ctx context.Context, target *resourceapi.ResourceC
 }
 
 func (r *repairer) deleteHold(ctx context.Context, name string, uid types.UID) error {
-	if err := r.s.fenced(); err != nil {
-		return fmt.Errorf("%w: before deleting hold %s: %w", ErrFenced, name, err)
+	if err := r.s.gate.Fenced(); err != nil {
+		return fmt.Errorf("%w: before deleting hold %s: %w", gate.ErrFenced, name, err)
 	}
 	err := r.s.cfg.Client.ResourceV1().ResourceClaims(r.s.cfg.RecordNamespace).Delete(ctx, name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +100,7 @@ func RunWithLeaderElection(ctx context.Context, cfg Config, le LeaderElection) e
 		}
 	}
 	switch {
-	case errors.Is(runErr, ErrFenced):
+	case errors.Is(runErr, gate.ErrFenced):
 		return fmt.Errorf("%w: %w", ErrLostLeadership, runErr)
 	case runErr != nil:
 		return runErr

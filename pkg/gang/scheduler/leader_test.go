@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"k8s.io/client-go/kubernetes/fake"
 	"strings"
 	"testing"
 	"time"
@@ -50,16 +52,21 @@ func TestObservedLockFence(t *testing.T) {
 	}
 }
 
-// TestStepFenced: a fenced scheduler refuses every write with ErrFenced
+// TestStepFenced: a fenced scheduler refuses every write with gate.ErrFenced
 // before the commit hook runs.
 func TestStepFenced(t *testing.T) {
 	hooked := false
-	s := &Scheduler{cfg: Config{
-		Fence:      func() error { return errors.New("lease lost") },
-		CommitHook: func(Step, string) error { hooked = true; return nil },
-	}}
-	err := s.step(StepBind, "ns/p")
-	if !errors.Is(err, ErrFenced) || !stops(err) || hooked {
-		t.Errorf("step: %v (stops %v), hook ran %v; want ErrFenced before the hook", err, stops(err), hooked)
+	s, err := New(Config{
+		Client:          fake.NewClientset(),
+		RecordNamespace: "gpufabric",
+		Fence:           func() error { return errors.New("lease lost") },
+		CommitHook:      func(gate.Step, string) error { hooked = true; return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.gate.Check(gate.StepBind, "ns/p")
+	if !errors.Is(err, gate.ErrFenced) || !gate.Stops(err) || hooked {
+		t.Errorf("step: %v (stops %v), hook ran %v; want gate.ErrFenced before the hook", err, gate.Stops(err), hooked)
 	}
 }

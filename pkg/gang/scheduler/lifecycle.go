@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
@@ -78,7 +79,7 @@ func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodG
 		if cond.Status == metav1.ConditionFalse {
 			typ, reason = v1.EventTypeNormal, vocab.EventMembersRestored
 		}
-		s.event(pg, typ, reason, "Monitoring", cond.Message)
+		s.report.Event(pg, typ, reason, "Monitoring", cond.Message)
 	}
 	return nil
 }
@@ -122,7 +123,7 @@ func (s *Scheduler) setPodGroupCondition(ctx context.Context, pg *schedulingv1be
 			old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
 			return nil
 		}
-		if err := s.step(StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
+		if err := s.gate.Check(gate.StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
 			return err
 		}
 		next := cur.DeepCopy()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
@@ -243,7 +244,7 @@ func (s *Scheduler) createNomination(ctx context.Context, rec *nominationRecord)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.step(StepNominate, rec.Gang); err != nil {
+	if err := s.gate.Check(gate.StepNominate, rec.Gang); err != nil {
 		return nil, err
 	}
 	out, err := s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: schedulerName})
@@ -265,7 +266,7 @@ func (s *Scheduler) createNomination(ctx context.Context, rec *nominationRecord)
 
 // endNomination deletes a nomination record and forgets it.
 func (s *Scheduler) endNomination(ctx context.Context, nm *nomination) error {
-	if err := s.step(StepClearNomination, nm.rec.Gang); err != nil {
+	if err := s.gate.Check(gate.StepClearNomination, nm.rec.Gang); err != nil {
 		return err
 	}
 	err := s.cfg.Client.CoreV1().ConfigMaps(nm.cm.Namespace).Delete(ctx, nm.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &nm.cm.UID}})

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"sync"
 	"sync/atomic"
 )
@@ -14,9 +15,9 @@ import (
 // never abandoned: they run to completion with ctx, and parallel returns
 // only once every started call has returned. So when the caller undoes a
 // failed phase, no write of it is still in flight, and a "killed" scheduler
-// (ErrAborted) leaves exactly the writes that got past the hook.
+// (gate.ErrAborted) leaves exactly the writes that got past the hook.
 //
-// It returns an error wrapping ErrAborted if any call aborted (the process
+// It returns an error wrapping gate.ErrAborted if any call aborted (the process
 // is "dead": nothing may be undone), else the first error.
 func parallel(ctx context.Context, workers, n int, fn func(ctx context.Context, i int) error) error {
 	workers = min(max(workers, 1), n)
@@ -34,7 +35,7 @@ func parallel(ctx context.Context, workers, n int, fn func(ctx context.Context, 
 		if first == nil {
 			first = err
 		}
-		if aborted == nil && errors.Is(err, ErrAborted) {
+		if aborted == nil && errors.Is(err, gate.ErrAborted) {
 			aborted = err
 		}
 		stopped.Store(true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,15 +65,15 @@ func TestParallelStopsAfterError(t *testing.T) {
 			return boom
 		case 2:
 			time.Sleep(10 * time.Millisecond)
-			return fmt.Errorf("%w: write 2", ErrAborted)
+			return fmt.Errorf("%w: write 2", gate.ErrAborted)
 		}
 		mu.Lock()
 		finished = append(finished, i)
 		mu.Unlock()
 		return nil
 	})
-	if !errors.Is(err, ErrAborted) {
-		t.Fatalf("error %v, want ErrAborted (an abort wins over boom)", err)
+	if !errors.Is(err, gate.ErrAborted) {
+		t.Fatalf("error %v, want gate.ErrAborted (an abort wins over boom)", err)
 	}
 	if len(started) != 3 || fmt.Sprint(finished) != "[0]" {
 		t.Errorf("started %v, finished %v; want 3 started, the one in flight finished", started, finished)

@@ -1,6 +1,10 @@
 package scheduler
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+)
 
 // commitPipeline runs the commits of placed gangs beside the worker, so the
 // placement of the next gang does not wait for the API writes of the last
@@ -35,7 +39,7 @@ func (p *commitPipeline) start(fn func() error) {
 	p.slots <- struct{}{}
 	p.wg.Go(func() {
 		defer func() { <-p.slots }()
-		if err := fn(); stops(err) {
+		if err := fn(); gate.Stops(err) {
 			p.stop(err)
 		}
 	})

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +17,7 @@ func TestCommitPipeline(t *testing.T) {
 	var stops atomic.Int32
 	p := newCommitPipeline(3, func() { stops.Add(1) })
 	var running, peak atomic.Int32
-	gate := make(chan struct{})
+	release := make(chan struct{})
 	var mu sync.Mutex
 	ended := 0
 	for i := range 10 {
@@ -29,7 +30,7 @@ func TestCommitPipeline(t *testing.T) {
 				}
 			}
 			if i < 3 {
-				<-gate // the first three hold their slots until released
+				<-release // the first three hold their slots until released
 			}
 			time.Sleep(time.Millisecond)
 			running.Add(-1)
@@ -40,7 +41,7 @@ func TestCommitPipeline(t *testing.T) {
 			case 4:
 				return errors.New("a commit error the commit handles itself")
 			case 6, 8:
-				return fmt.Errorf("commit %d: %w", i, ErrFenced)
+				return fmt.Errorf("commit %d: %w", i, gate.ErrFenced)
 			}
 			return nil
 		})
@@ -48,7 +49,7 @@ func TestCommitPipeline(t *testing.T) {
 			if got := running.Load(); got > 3 {
 				t.Fatalf("%d commits running, want at most 3", got)
 			}
-			close(gate)
+			close(release)
 		}
 	}
 	p.wait()
@@ -59,7 +60,7 @@ func TestCommitPipeline(t *testing.T) {
 		t.Errorf("peak %d commits at once, want at most 3", got)
 	}
 	err := p.stopped()
-	if !errors.Is(err, ErrFenced) || err.Error() != "commit 6: "+ErrFenced.Error() && err.Error() != "commit 8: "+ErrFenced.Error() {
+	if !errors.Is(err, gate.ErrFenced) || err.Error() != "commit 6: "+gate.ErrFenced.Error() && err.Error() != "commit 8: "+gate.ErrFenced.Error() {
 		t.Errorf("stopped() = %v, want the error of commit 6 or 8 (whichever ended first)", err)
 	}
 	if n := stops.Load(); n != 1 {

@@ -78,7 +78,7 @@ func (s *Scheduler) preempt(ctx context.Context, a *attempt, g *placement.Gang, 
 		return "", false, err
 	}
 	summary := preemptionSummary(plan)
-	s.event(a.about(), v1.EventTypeNormal, vocab.EventPreempting, "Preempting", summary)
+	s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventPreempting, "Preempting", summary)
 	s.nominatePods(ctx, plan.Decision)
 	if _, _, err := s.advanceNomination(ctx, a, nm); err != nil {
 		return "", true, err

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
@@ -265,7 +266,7 @@ func (s *Scheduler) createRecord(ctx context.Context, rec *commitRecord) (*v1.Co
 	if err != nil {
 		return nil, err
 	}
-	if err := s.step(StepRecord, rec.PodGroup.Namespace+"/"+rec.PodGroup.Name); err != nil {
+	if err := s.gate.Check(gate.StepRecord, rec.PodGroup.Namespace+"/"+rec.PodGroup.Name); err != nil {
 		return nil, err
 	}
 	out, err := s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: schedulerName})
@@ -279,7 +280,7 @@ func (s *Scheduler) createRecord(ctx context.Context, rec *commitRecord) (*v1.Co
 // deleteRecord removes a commit record (the commit is complete or undone).
 // The delete carries the record's UID; a record already gone is fine.
 func (s *Scheduler) deleteRecord(ctx context.Context, cm *v1.ConfigMap, object string) error {
-	if err := s.step(StepClearRecord, object); err != nil {
+	if err := s.gate.Check(gate.StepClearRecord, object); err != nil {
 		return err
 	}
 	err := s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}})
@@ -289,36 +290,6 @@ func (s *Scheduler) deleteRecord(ctx context.Context, cm *v1.ConfigMap, object s
 	s.records.remove(cm)
 	return nil
 }
-
-// step checks the leadership fence and runs the commit hook before a write.
-func (s *Scheduler) step(step Step, object string) error {
-	if err := s.pipe.stopped(); err != nil {
-		// Another commit stopped the scheduler: no write starts after it.
-		return fmt.Errorf("before %s %s: %w", step, object, err)
-	}
-	if err := s.fenced(); err != nil {
-		return fmt.Errorf("%w: before %s %s: %w", ErrFenced, step, object, err)
-	}
-	if s.cfg.CommitHook == nil {
-		return nil
-	}
-	if err := s.cfg.CommitHook(step, object); err != nil {
-		return fmt.Errorf("%w at %s %s: %w", ErrAborted, step, object, err)
-	}
-	return nil
-}
-
-// fenced returns an error when this replica may have lost the Lease.
-func (s *Scheduler) fenced() error {
-	if s.cfg.Fence == nil {
-		return nil
-	}
-	return s.cfg.Fence()
-}
-
-// stops reports whether err must stop the worker without undoing anything:
-// a hook abort (a simulated crash) or a lost Lease.
-func stops(err error) bool { return errors.Is(err, ErrAborted) || errors.Is(err, ErrFenced) }
 
 // isMember reports whether p is a member of pg that this scheduler places.
 func isMember(p *v1.Pod, pg *schedulingv1beta1.PodGroup) bool {

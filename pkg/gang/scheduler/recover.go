@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
@@ -39,7 +40,7 @@ func (s *Scheduler) recoverAll(ctx context.Context) error {
 	}
 	for _, cm := range records {
 		if err := s.recoverRecord(ctx, cm); err != nil {
-			if stops(err) {
+			if gate.Stops(err) {
 				return err
 			}
 			logger.Error(err, "Recovering a half-done commit failed; the gang's next attempt retries", "record", klog.KObj(cm))
@@ -138,12 +139,12 @@ func (s *Scheduler) rejectRecord(ctx context.Context, cm *v1.ConfigMap, what str
 	if pgs, lerr := s.podGroups.List(labels.Everything()); lerr == nil {
 		for _, pg := range pgs {
 			if pg.UID == uid {
-				s.event(pg, v1.EventTypeWarning, vocab.EventCommitRecordRejected, "Recovering", note)
+				s.report.Event(pg, v1.EventTypeWarning, vocab.EventCommitRecordRejected, "Recovering", note)
 				return
 			}
 		}
 	}
-	s.event(cm, v1.EventTypeWarning, vocab.EventCommitRecordRejected, "Recovering", note)
+	s.report.Event(cm, v1.EventTypeWarning, vocab.EventCommitRecordRejected, "Recovering", note)
 }
 
 // readCommit reads the record's PodGroup, pods and claims live (pods and
@@ -226,7 +227,7 @@ func (s *Scheduler) rollBack(ctx context.Context, rec *commitRecord, live *liveC
 	s.cfg.Metrics.recovery(RecoveryRolledBack)
 	klog.FromContext(ctx).Info("Rolled back a half-done commit", "podgroup", klog.KRef(rec.PodGroup.Namespace, rec.PodGroup.Name), "domain", rec.Domain, "claimsReleased", released.Load())
 	if live.pg != nil {
-		s.event(live.pg, v1.EventTypeNormal, vocab.EventCommitRolledBack, "Recovering",
+		s.report.Event(live.pg, v1.EventTypeNormal, vocab.EventCommitRolledBack, "Recovering",
 			fmt.Sprintf("a half-done commit to %s was rolled back: %d of %d claims released, no pod was bound", where(rec.TopologyKey, rec.Domain), released.Load(), len(rec.Claims)))
 	}
 	return nil
@@ -248,7 +249,7 @@ func (s *Scheduler) releaseClaim(ctx context.Context, namespace, name string, ui
 		if len(kept) == len(c.Status.ReservedFor) && !clear {
 			return nil
 		}
-		if err := s.step(StepClaimStatus, namespace+"/"+name); err != nil {
+		if err := s.gate.Check(gate.StepClaimStatus, namespace+"/"+name); err != nil {
 			return err
 		}
 		c = c.DeepCopy()
@@ -320,7 +321,7 @@ func (s *Scheduler) releaseUnboundPods(ctx context.Context) error {
 			}
 			logger.Info("Releasing claim reserved for an unbound pod", "claim", klog.KObj(c), "pod", klog.KObj(live))
 			if _, err := s.releaseClaim(ctx, c.Namespace, c.Name, c.UID, map[types.UID]bool{r.UID: true}, anyAlloc); err != nil {
-				if stops(err) {
+				if gate.Stops(err) {
 					return err
 				}
 				logger.Error(err, "Releasing a claim of an unbound pod failed", "claim", klog.KObj(c))

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"sort"
@@ -248,14 +249,14 @@ func (r *repairer) run(ctx context.Context) {
 			return
 		}
 		err := r.repair(ctx, d)
-		if err != nil && !stops(err) && ctx.Err() == nil {
+		if err != nil && !gate.Stops(err) && ctx.Err() == nil {
 			klog.FromContext(ctx).Error(err, "Repairing a device allocated twice, will retry", "device", d.String())
 			r.queue.AddRateLimited(d)
 		} else {
 			r.queue.Forget(d)
 		}
 		r.queue.Done(d)
-		if stops(err) {
+		if gate.Stops(err) {
 			return
 		}
 	}
@@ -387,7 +388,7 @@ func (r *repairer) free(ctx context.Context, d deviceKey, u, keep *claimUse) err
 		return err
 	}
 	r.s.cfg.Metrics.doubleAllocation("released")
-	r.s.event(c, v1.EventTypeWarning, vocab.EventDeviceDoubleBooked, "Repairing", why+"; allocation released")
+	r.s.report.Event(c, v1.EventTypeWarning, vocab.EventDeviceDoubleBooked, "Repairing", why+"; allocation released")
 	return nil
 }
 
@@ -411,7 +412,7 @@ func (r *repairer) evict(ctx context.Context, p *v1.Pod, why string) error {
 	if p.DeletionTimestamp != nil {
 		return nil
 	}
-	if err := r.s.step(StepEvict, p.Namespace+"/"+p.Name); err != nil {
+	if err := r.s.gate.Check(gate.StepEvict, p.Namespace+"/"+p.Name); err != nil {
 		return err
 	}
 	opts := &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}
@@ -424,9 +425,9 @@ func (r *repairer) evict(ctx context.Context, p *v1.Pod, why string) error {
 		return nil
 	}
 	if err != nil {
-		r.s.event(p, v1.EventTypeWarning, vocab.EventDeviceDoubleBooked, "Evicting", why+"; eviction failed, retrying: "+err.Error())
+		r.s.report.Event(p, v1.EventTypeWarning, vocab.EventDeviceDoubleBooked, "Evicting", why+"; eviction failed, retrying: "+err.Error())
 		return fmt.Errorf("evict pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	r.s.event(p, v1.EventTypeWarning, vocab.EventDeviceDoubleBooked, "Evicting", why+"; pod evicted to be scheduled again")
+	r.s.report.Event(p, v1.EventTypeWarning, vocab.EventDeviceDoubleBooked, "Evicting", why+"; pod evicted to be scheduled again")
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"sync"
 	"time"
@@ -180,7 +181,7 @@ func (s *Scheduler) startRestart(ctx context.Context, pg *schedulingv1beta1.PodG
 		Reason: vocab.ReasonMemberDisrupted, Message: msg, LastTransitionTime: metav1.NewTime(boundary)}); err != nil {
 		return time.Time{}, err
 	}
-	s.event(pg, v1.EventTypeWarning, vocab.EventGangRestart, "Restarting", msg)
+	s.report.Event(pg, v1.EventTypeWarning, vocab.EventGangRestart, "Restarting", msg)
 	klog.FromContext(ctx).Info("Restarting a gang whole", "podgroup", klog.KObj(pg), "cause", cause)
 	return boundary, nil
 }
@@ -215,10 +216,10 @@ func (s *Scheduler) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.P
 func (s *Scheduler) evictMember(ctx context.Context, p *v1.Pod) error {
 	err := s.evict(ctx, p)
 	switch {
-	case errors.Is(err, ErrAborted) || errors.Is(err, ErrFenced):
+	case errors.Is(err, gate.ErrAborted) || errors.Is(err, gate.ErrFenced):
 		return err
 	case err == nil:
-		s.event(p, v1.EventTypeWarning, vocab.EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, podGroupName(p)))
+		s.report.Event(p, v1.EventTypeWarning, vocab.EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, podGroupName(p)))
 		return nil
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return nil

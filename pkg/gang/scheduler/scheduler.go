@@ -17,7 +17,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	resourceapi "k8s.io/api/resource/v1"
 )
 
@@ -51,7 +53,10 @@ type Scheduler struct {
 	pvs            corelisters.PersistentVolumeLister
 	storageClasses storagelisters.StorageClassLister
 	pdbs           policylisters.PodDisruptionBudgetLister
-	recorder       events.EventRecorder
+	// report records events (notes bounded); gate is checked before every
+	// write.
+	report *report.Reporter
+	gate   *gate.Gate
 	// cache is fed by the informers; snap is the snapshot it keeps up to
 	// date, used only by the worker.
 	cache *placement.Cache
@@ -83,13 +88,14 @@ func New(cfg Config) (*Scheduler, error) {
 		starving:    newStarvation(),
 	}
 	s.pipe = newCommitPipeline(cfg.CommitsInFlight, s.queue.shutDown)
+	s.gate = &gate.Gate{Stopped: s.pipe.stopped, Fence: cfg.Fence, Hook: cfg.CommitHook}
 	return s, nil
 }
 
 // Run starts the informers (and the fabric-domain publisher when
 // configured), waits for them, recovers half-done commits, then schedules
 // until ctx is done. It returns nil when ctx is done, an error wrapping
-// ErrAborted when a CommitHook aborted it, and one wrapping ErrFenced when
+// gate.ErrAborted when a CommitHook aborted it, and one wrapping gate.ErrFenced when
 // the Fence said the Lease may be lost.
 func (s *Scheduler) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
@@ -172,7 +178,7 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 		return fmt.Errorf("start event broadcaster: %w", err)
 	}
 	context.AfterFunc(ctx, broadcaster.Shutdown)
-	s.recorder = broadcaster.NewRecorder(scheme.Scheme, schedulerName)
+	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
 	if s.cfg.DomainChannels > 0 {
 		if _, err := domains.Start(ctx, domains.Config{Client: s.cfg.Client, Slices: inf.slices, Nodes: inf.nodes, Channels: s.cfg.DomainChannels}); err != nil {
 			return fmt.Errorf("start fabric-domain publisher: %w", err)
@@ -200,7 +206,7 @@ func (s *Scheduler) work(ctx context.Context) error {
 		if !s.handedOff {
 			s.queue.done(key)
 		}
-		if stops(err) {
+		if gate.Stops(err) {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {

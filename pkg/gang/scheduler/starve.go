@@ -136,7 +136,7 @@ func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, 
 		r = &reservation{key: a.key, priority: a.priority, res: res, nodes: sets.New(res.Nodes...)}
 		s.cfg.Metrics.setReservations(s.starving.put(r))
 		klog.FromContext(ctx).V(2).Info("Reserving a domain for a starving gang", "domain", res.Domain, "key", res.TopologyKey, "waited", waited)
-		s.event(a.about(), v1.EventTypeNormal, vocab.EventReserved, "Scheduling", fmt.Sprintf(
+		s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventReserved, "Scheduling", fmt.Sprintf(
 			"waited %s, over the starvation bound of %s: holding %s (%d devices free, %d needed) against gangs of priority %d or lower that cannot finish before it has room",
 			waited.Round(time.Second), s.cfg.StarvationBound, where(res.TopologyKey, res.Domain), res.Free, res.Need, a.priority))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 
 	v1 "k8s.io/api/core/v1"
@@ -17,12 +18,8 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 )
-
-// maxEventNote is the API's limit for an event's note.
-const maxEventNote = 1024
 
 // setCondition sets PodGroupInitiallyScheduled. Rules: an unchanged
 // condition is not rewritten; once True it never goes back to False (the
@@ -43,7 +40,7 @@ func (s *Scheduler) setCondition(ctx context.Context, pg *schedulingv1beta1.PodG
 			old.Status == status && old.Reason == reason && old.Message == message) {
 			return nil
 		}
-		if err := s.step(StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
+		if err := s.gate.Check(gate.StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
 			return err
 		}
 		next := cur.DeepCopy()
@@ -58,14 +55,6 @@ func (s *Scheduler) setCondition(ctx context.Context, pg *schedulingv1beta1.PodG
 		return fmt.Errorf("set condition on podgroup %s/%s: %w", pg.Namespace, pg.Name, err)
 	}
 	return nil
-}
-
-// event records an event about obj (a PodGroup or a Pod).
-func (s *Scheduler) event(obj runtime.Object, eventType, reason, action, note string) {
-	if len(note) > maxEventNote {
-		note = note[:maxEventNote-3] + "..."
-	}
-	s.recorder.Eventf(obj, nil, eventType, reason, action, "%s", note)
 }
 
 // markUnschedulable sets PodScheduled=False (reason Unschedulable) with
@@ -124,8 +113,8 @@ func (s *Scheduler) setPodScheduled(ctx context.Context, pod *v1.Pod, reason, me
 			return nil
 		}
 	}
-	if err := s.fenced(); err != nil {
-		return fmt.Errorf("%w: before setting PodScheduled on %s/%s: %w", ErrFenced, pod.Namespace, pod.Name, err)
+	if err := s.gate.Fenced(); err != nil {
+		return fmt.Errorf("%w: before setting PodScheduled on %s/%s: %w", gate.ErrFenced, pod.Namespace, pod.Name, err)
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{
 		Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: reason,
