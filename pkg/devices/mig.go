@@ -174,30 +174,3 @@ func migDevice(driverVersion string, g GPU, p MIGPartition) resourceapi.Device {
 		Taints:           g.Taints,
 	}
 }
-
-// MIGPartition returns the GPU and partition published under a device
-// name.
-func (inv *Inventory) MIGPartition(name string) (*GPU, *MIGPartition) {
-	for i := range inv.GPUs {
-		g := &inv.GPUs[i]
-		for j := range g.MIG {
-			if g.MIG[j].Name == name {
-				return g, &g.MIG[j]
-			}
-		}
-	}
-	return nil, nil
-}
-
-// MIGExcluded lists the MIG-enabled GPUs that are not published: all of
-// them with MIGExclude, else those whose partitions could not be read
-// (GPU.MIGError says why).
-func (inv *Inventory) MIGExcluded() []GPU {
-	var out []GPU
-	for _, g := range inv.GPUs {
-		if g.MIGEnabled && (inv.MIGMode == MIGExclude || len(g.MIG) == 0) {
-			out = append(out, g)
-		}
-	}
-	return out
-}

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -263,4 +264,66 @@ func (ix *index) count(c *GPUCounts, d *device) {
 	default:
 		c.Free++
 	}
+}
+
+// levelKeys are the keys of a member's Placement: the NVLink domain and
+// the label levels.
+func (ix *index) levelKeys() []string {
+	var out []string
+	for _, l := range ix.tree.Levels[:len(ix.tree.Levels)-1] {
+		out = append(out, l.Key)
+	}
+	return out
+}
+
+func (ix *index) nodeInfo(name string) NodeInfo {
+	n := NodeInfo{Name: name}
+	if d := ix.tree.Levels[0].DomainOf(name); d != nil {
+		n.NVLinkDomain = d.ID
+	}
+	for _, l := range ix.tree.Levels[1 : len(ix.tree.Levels)-1] {
+		v := ""
+		if d := l.DomainOf(name); d != nil {
+			v = d.ID
+		}
+		n.Levels = append(n.Levels, v)
+	}
+	gpuRails, taints := map[int64]bool{}, map[string]*DeviceTaint{}
+	for _, d := range ix.byNode[name] {
+		switch d.Type {
+		case topology.DeviceTypeGPU:
+			ix.count(&n.GPUs, d)
+			if d.Product != "" && !slices.Contains(n.Models, d.Product) {
+				n.Models = append(n.Models, d.Product)
+			}
+			if d.HasRail {
+				gpuRails[d.Rail] = true
+			}
+		case topology.DeviceTypeNIC:
+			nic := NICInfo{Name: d.Name, PortState: d.PortState, RateGbps: d.RateGbps}
+			if d.HasRail {
+				nic.Rail = &d.Rail
+			}
+			n.NICs = append(n.NICs, nic)
+		}
+		for _, t := range d.Taints {
+			k := fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+			if taints[k] == nil {
+				taints[k] = &DeviceTaint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)}
+			}
+			taints[k].Devices = append(taints[k].Devices, d.Name)
+		}
+	}
+	sort.Strings(n.Models)
+	n.GPURails = sortedKeys(gpuRails)
+	for _, k := range sortedKeys(taints) {
+		n.DeviceTaints = append(n.DeviceTaints, *taints[k])
+	}
+	if node := ix.nodes[name]; node != nil {
+		n.Unschedulable = node.Spec.Unschedulable
+		for _, t := range node.Spec.Taints {
+			n.NodeTaints = append(n.NodeTaints, taintString(t.Key, t.Value, string(t.Effect)))
+		}
+	}
+	return n
 }

@@ -59,16 +59,6 @@ func BuildExplain(c *Cluster, opts Options, namespace, name string, maxEvents in
 	return rep, nil
 }
 
-// levelKeys are the keys of a member's Placement: the NVLink domain and
-// the label levels.
-func (ix *index) levelKeys() []string {
-	var out []string
-	for _, l := range ix.tree.Levels[:len(ix.tree.Levels)-1] {
-		out = append(out, l.Key)
-	}
-	return out
-}
-
 func findGroup(groups []schedulingv1beta1.PodGroup, ns, name string) *schedulingv1beta1.PodGroup {
 	for i := range groups {
 		if groups[i].Namespace == ns && groups[i].Name == name {

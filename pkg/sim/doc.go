@@ -9,7 +9,8 @@
 // workload scheduling, Kueue TAS BestFit), engine.go (the gpufabric
 // placement engine as a policy), sim.go (the discrete-event loop),
 // metrics.go (per-policy results), report.go (markdown table), svg.go
-// (occupancy chart).
+// (occupancy chart), reserve.go (gpufabric-reserve: starvation
+// reservations as a policy), sizes.go (the large-gang table by gang size).
 //
 // Rules: pure and deterministic — no client-go, no clocks except to measure
 // decision latency, no randomness except the trace generator's seeded PCG.

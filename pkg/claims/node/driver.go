@@ -249,3 +249,16 @@ func (d *Driver) emit(ctx context.Context, ev Event) {
 		d.cfg.OnEvent(ctx, ev)
 	}
 }
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin. Without
+// Config.HealthUpdates it returns kubeletplugin.ErrHealthNotSupported.
+// Otherwise it sends the current health of all devices seen so far at once
+// (as soon as the first report arrived), again on every change, and at
+// least every Config.HealthResendInterval, until ctx is done. Several calls
+// may run at the same time (the kubelet reconnecting).
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	if d.health == nil {
+		return kubeletplugin.ErrHealthNotSupported
+	}
+	return d.health.watch(ctx, reports, d.cfg.HealthResendInterval)
+}

@@ -10,20 +10,15 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 )
 
-// WatchHealthStatus implements kubeletplugin.DRAPlugin. Without
-// Config.HealthUpdates it returns kubeletplugin.ErrHealthNotSupported.
-// Otherwise it sends the current health of all devices seen so far at once
-// (as soon as the first report arrived), again on every change, and at
-// least every Config.HealthResendInterval, until ctx is done. Several calls
-// may run at the same time (the kubelet reconnecting).
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	if d.health == nil {
-		return kubeletplugin.ErrHealthNotSupported
-	}
-	ticker := time.NewTicker(d.cfg.HealthResendInterval)
+// watch sends the current health of all devices seen so far at once (as
+// soon as the first report arrived), again on every change, and at least
+// every resend, until ctx is done. Several watches may run at the same time
+// (the kubelet reconnecting).
+func (h *healthHub) watch(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport, resend time.Duration) error {
+	ticker := time.NewTicker(resend)
 	defer ticker.Stop()
 	for {
-		report, ok, changed := d.health.snapshot()
+		report, ok, changed := h.snapshot()
 		if ok {
 			select {
 			case <-ctx.Done():
