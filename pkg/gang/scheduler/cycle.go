@@ -20,6 +20,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 )
 
 // attempt is one scheduling attempt of a gang.
@@ -72,20 +74,20 @@ func (a *attempt) about() runtime.Object {
 // scheduleKey runs one attempt for a gang key. Only an error wrapping
 // gate.ErrAborted stops the worker.
 func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
-	cycle, begin := s.queue.cycle(), time.Now()
+	cycle, begin := s.queue.Cycle(), time.Now()
 	if s.assumed.waiting(key, s.visible) {
 		// Committed; the informers do not show it all yet. Look again soon
 		// in case members were added meanwhile.
-		s.queue.retryAfter(key, time.Second)
+		s.queue.RetryAfter(key, time.Second)
 		return nil
 	}
-	isGroup, ns, name := splitKey(key)
+	isGroup, ns, name := queue.SplitKey(key)
 	if !isGroup {
 		pod, err := s.pods.Pods(ns).Get(name)
-		if err == nil && ours(pod) && pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 {
+		if err == nil && podstate.Ours(pod) && pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 {
 			s.markGated(ctx, []*v1.Pod{pod})
 		}
-		if apierrors.IsNotFound(err) || err == nil && !pending(pod) {
+		if apierrors.IsNotFound(err) || err == nil && !podstate.Pending(pod) {
 			s.forget(key)
 			return s.gangDone(ctx, key)
 		}
@@ -121,11 +123,11 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		// show it.
 		if err := s.recoverRecord(ctx, cm); err != nil {
 			if !gate.Stops(err) {
-				s.queue.park(key, cycle)
+				s.queue.Park(key, cycle)
 			}
 			return err
 		}
-		s.queue.retryAfter(key, time.Second)
+		s.queue.RetryAfter(key, time.Second)
 		return nil
 	}
 	if s.membersArriving(ctx, key, pg, cycle) {
@@ -144,7 +146,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	}
 	if restarting, err := s.restartGang(ctx, pg, ms); err != nil || restarting {
 		if err == nil || !gate.Stops(err) {
-			s.queue.retryAfter(key, time.Second)
+			s.queue.RetryAfter(key, time.Second)
 		}
 		if gate.Stops(err) {
 			return err
@@ -203,7 +205,7 @@ func (s *Scheduler) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) 
 	nodes := map[string]bool{}
 	for _, o := range objs {
 		p, ok := o.(*v1.Pod)
-		if !ok || !ours(p) {
+		if !ok || !podstate.Ours(p) {
 			continue
 		}
 		switch {
@@ -218,7 +220,7 @@ func (s *Scheduler) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) 
 			}
 			ms.running = append(ms.running, p)
 			nodes[p.Spec.NodeName] = true
-		case p.DeletionTimestamp != nil || terminated(p):
+		case p.DeletionTimestamp != nil || podstate.Terminated(p):
 		case len(p.Spec.SchedulingGates) > 0:
 			ms.gated = append(ms.gated, p)
 		default:
@@ -242,8 +244,8 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	ctx = klog.NewContext(ctx, logger)
 	if errors.Is(buildErr, placement.ErrNotReady) {
 		logger.V(3).Info("Gang not ready", "reason", buildErr.Error())
-		_, ns, _ := splitKey(a.key)
-		s.queue.wait(a.key, ns, a.cycle)
+		_, ns, _ := queue.SplitKey(a.key)
+		s.queue.Wait(a.key, ns, a.cycle)
 		return s.notReady(ctx, a, buildErr)
 	}
 	if errors.Is(buildErr, placement.ErrUnsupported) || errors.Is(buildErr, placement.ErrInvalid) {
@@ -304,7 +306,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	}
 	a.async, s.handedOff = true, true
 	s.pipe.start(func() error {
-		defer s.queue.done(a.key)
+		defer s.queue.Done(a.key)
 		written, err := s.commit(ctx, a.pg, g, d)
 		err = s.afterCommit(ctx, a, g, d, written, err)
 		s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds())
@@ -327,20 +329,20 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		return err // nothing may be undone; the entry goes with this term
 	case errors.Is(err, errConflict):
 		s.assumed.drop(a.key)
-		s.queue.flushParked() // the devices it assumed are free again
+		s.queue.FlushParked() // the devices it assumed are free again
 		a.result = resultConflict
 		logger.V(2).Info("Commit lost a race, retrying on a fresh snapshot", "err", err)
 		s.cfg.Metrics.gangRefused(ReasonConflict)
-		s.queue.retryAfter(a.key, time.Duration(50+rand.IntN(100))*time.Millisecond)
+		s.queue.RetryAfter(a.key, time.Duration(50+rand.IntN(100))*time.Millisecond)
 		return nil
 	case err != nil:
 		s.assumed.drop(a.key)
-		s.queue.flushParked() // the devices it assumed are free again
+		s.queue.FlushParked() // the devices it assumed are free again
 		a.result = resultError
 		s.pending.set(a.key, ReasonCommitError)
 		s.cfg.Metrics.gangRefused(ReasonCommitError)
 		s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Binding", "commit failed: "+err.Error())
-		s.queue.parkError(a.key, a.cycle)
+		s.queue.ParkError(a.key, a.cycle)
 		return err
 	}
 	s.assumed.complete(a.key, written)
@@ -376,13 +378,13 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	var backoff time.Duration
 	switch {
 	case metricReason == ReasonSchedulerError:
-		backoff = s.queue.parkError(a.key, a.cycle)
+		backoff = s.queue.ParkError(a.key, a.cycle)
 	case s.nominations.get(a.key) != nil:
-		backoff = s.queue.parkShort(a.key, a.cycle) // its victims are going
+		backoff = s.queue.ParkShort(a.key, a.cycle) // its victims are going
 	case a.short > 0:
-		backoff = s.queue.parkDevicesShort(a.key, a.cycle, a.short)
+		backoff = s.queue.ParkDevicesShort(a.key, a.cycle, a.short)
 	default:
-		backoff = s.queue.park(a.key, a.cycle)
+		backoff = s.queue.Park(a.key, a.cycle)
 	}
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
 	s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Scheduling", message)
@@ -395,7 +397,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 
 // forget drops a gang from the queue and from the pending metric.
 func (s *Scheduler) forget(key string) {
-	s.queue.forget(key)
+	s.queue.Forget(key)
 	s.pending.clear(key)
 	s.notReadyWrites.forget(key)
 }

@@ -4,15 +4,10 @@
 // crash left half done, status conditions, events, metrics and leader
 // election.
 //
-// Files: config.go (Config, defaults), scheduler.go (Scheduler, Run),
-// informers.go (informers and the events that requeue gangs), queue.go
-// (backoff and parking), cycle.go (one scheduling attempt), snapshot.go
-// (snapshots and the assume cache), cachefeed.go (the informers feeding
-// the placement cache), commit.go (the write protocol), pipeline.go
-// (commits beside the worker),
-// intent.go (the intent annotation), recover.go (finish or roll back),
-// parallel.go (the writers of one phase), status.go (conditions and
-// events), metrics.go, leader.go.
+// The loop wires rooms that never import it: pkg/gang/queue (the queue
+// of gangs: active, backoff, parked; gang keys) and pkg/gang/podstate (the
+// pod predicates every room shares). The loop computes a gang's rank for
+// the queue (priority.go) and feeds it informer events (informers.go).
 //
 // Rules:
 //   - One worker places one gang at a time; every attempt places the gang

@@ -20,6 +20,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 )
 
 func metav1Now() metav1.Time { return metav1.NewTime(time.Now().Truncate(time.Second)) }
@@ -88,7 +90,7 @@ func (s *Scheduler) evictNominated(ctx context.Context, a *attempt, nm *nominati
 	var first, rest []*v1.Pod
 	for _, vp := range nm.rec.Victims {
 		p, err := s.pods.Pods(vp.Namespace).Get(vp.Name)
-		if err != nil || p.UID != vp.UID || terminated(p) {
+		if err != nil || p.UID != vp.UID || podstate.Terminated(p) {
 			continue
 		}
 		live[p.UID] = true
@@ -145,7 +147,7 @@ func (s *Scheduler) coveredByBudget(p *v1.Pod) (bool, error) {
 // markVictimUnit reports a victim unit: the event once per unit, and for a
 // whole PodGroup its DisruptionTarget condition.
 func (s *Scheduler) markVictimUnit(ctx context.Context, a *attempt, nm *nomination, unit string) {
-	isGroup, ns, name := splitKey(unit)
+	isGroup, ns, name := queue.SplitKey(unit)
 	s.cfg.Metrics.victim(isGroup)
 	if !isGroup {
 		return
@@ -187,7 +189,7 @@ func (s *Scheduler) evictVictim(ctx context.Context, a *attempt, nm *nomination,
 	}
 	msg := preemptedMessage(a, nm)
 	s.report.Event(p, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
-	if ours(p) {
+	if podstate.Ours(p) {
 		s.patchPodStatus(ctx, p, map[string]any{"conditions": []v1.PodCondition{{
 			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: vocab.ReasonPreemptionByScheduler,
 			Message: msg, LastTransitionTime: metav1.Now(),

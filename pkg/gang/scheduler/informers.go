@@ -12,6 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 )
 
 // podGroupIndex indexes pods by "<namespace>/<podGroupName>"; nodeIndex
@@ -31,10 +34,10 @@ func indexByNode(obj any) ([]string, error) {
 
 func indexByPodGroup(obj any) ([]string, error) {
 	p, ok := obj.(*v1.Pod)
-	if !ok || podGroupName(p) == "" {
+	if !ok || queue.PodGroupName(p) == "" {
 		return nil, nil
 	}
-	return []string{p.Namespace + "/" + podGroupName(p)}, nil
+	return []string{p.Namespace + "/" + queue.PodGroupName(p)}, nil
 }
 
 // informerSet holds the shared informers of one leadership term.
@@ -101,7 +104,7 @@ type informerHandler struct {
 // handler of its informer, in one handler: separate handlers of an
 // informer run in no set order, and a gang woken before the cache has the
 // change that woke it would be refused on stale state and back off.
-func (s *informerSet) watch(q *gangQueue, first []informerHandler) error {
+func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 	handlers := []informerHandler{
 		{s.pods, cache.ResourceEventHandlerFuncs{
 			AddFunc: func(obj any) { podChanged(q, nil, obj) },
@@ -119,7 +122,7 @@ func (s *informerSet) watch(q *gangQueue, first []informerHandler) error {
 			UpdateFunc: func(old, obj any) { podGroupChanged(q, old, obj) },
 			DeleteFunc: func(obj any) {
 				if pg, ok := tombstone[*schedulingv1beta1.PodGroup](obj); ok {
-					q.add(podGroupKey(pg.Namespace, pg.Name)) // its waiting pods say so
+					q.Add(queue.PodGroupKey(pg.Namespace, pg.Name)) // its waiting pods say so
 				}
 			},
 		}},
@@ -129,12 +132,12 @@ func (s *informerSet) watch(q *gangQueue, first []informerHandler) error {
 			DeleteFunc: func(obj any) { claimDeleted(q, obj) },
 		}},
 		{s.slices, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { q.flushParked() },
-			UpdateFunc: func(any, any) { q.flushParked() },
+			AddFunc:    func(any) { q.FlushParked() },
+			UpdateFunc: func(any, any) { q.FlushParked() },
 		}},
 		{s.classes, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { q.flushParked() },
-			UpdateFunc: func(any, any) { q.flushParked() },
+			AddFunc:    func(any) { q.FlushParked() },
+			UpdateFunc: func(any, any) { q.FlushParked() },
 		}},
 		{s.pvcs, cache.ResourceEventHandlerFuncs{
 			// A claim created or bound may make a waiting gang of its namespace ready.
@@ -142,7 +145,7 @@ func (s *informerSet) watch(q *gangQueue, first []informerHandler) error {
 			UpdateFunc: func(_, obj any) { wakeNamespace(q, obj) },
 		}},
 		{s.nodes, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { q.flushParked() },
+			AddFunc:    func(any) { q.FlushParked() },
 			UpdateFunc: func(old, obj any) { nodeChanged(q, old, obj) },
 			DeleteFunc: func(obj any) { s.nodeDeleted(q, obj) },
 		}},
@@ -200,15 +203,15 @@ func tombstone[T any](obj any) (T, bool) {
 	return t, ok
 }
 
-func podChanged(q *gangQueue, oldObj, obj any) {
+func podChanged(q queue.Events, oldObj, obj any) {
 	p, ok := obj.(*v1.Pod)
 	if !ok {
 		return
 	}
 	old, _ := oldObj.(*v1.Pod)
-	if pending(p) || ours(p) && p.Spec.NodeName == "" && len(p.Spec.SchedulingGates) > 0 {
+	if podstate.Pending(p) || podstate.Ours(p) && p.Spec.NodeName == "" && len(p.Spec.SchedulingGates) > 0 {
 		if old == nil || podUpdated(old, p) {
-			q.add(gangKeyOf(p)) // to place, or to say it is gated
+			q.Add(queue.KeyOf(p)) // to place, or to say it is gated
 		}
 		return
 	}
@@ -216,16 +219,16 @@ func podChanged(q *gangQueue, oldObj, obj any) {
 		return
 	}
 	if old.Spec.NodeName == "" {
-		if p.Spec.NodeName != "" && ours(p) && podGroupName(p) != "" {
-			q.add(gangKeyOf(p)) // a member bound: its gang's status
+		if p.Spec.NodeName != "" && podstate.Ours(p) && queue.PodGroupName(p) != "" {
+			q.Add(queue.KeyOf(p)) // a member bound: its gang's status
 		}
 		return
 	}
-	if !terminated(old) && terminated(p) {
-		q.nodeResourcesFreed() // a bound pod finished: its node resources are free
+	if !podstate.Terminated(old) && podstate.Terminated(p) {
+		q.NodeResourcesFreed() // a bound pod finished: its node resources are free
 	}
-	if ours(p) && podGroupName(p) != "" && (old.Status.Phase != p.Status.Phase || old.DeletionTimestamp == nil && p.DeletionTimestamp != nil) {
-		q.add(gangKeyOf(p)) // a member stopped running: its gang's status
+	if podstate.Ours(p) && queue.PodGroupName(p) != "" && (old.Status.Phase != p.Status.Phase || old.DeletionTimestamp == nil && p.DeletionTimestamp != nil) {
+		q.Add(queue.KeyOf(p)) // a member stopped running: its gang's status
 	}
 }
 
@@ -249,41 +252,41 @@ func podUpdated(old, p *v1.Pod) bool {
 
 // nodeDeleted frees the node's capacity for parked gangs and looks at the
 // gangs that had members there.
-func (s *informerSet) nodeDeleted(q *gangQueue, obj any) {
+func (s *informerSet) nodeDeleted(q queue.Events, obj any) {
 	n, ok := tombstone[*v1.Node](obj)
 	if !ok {
 		return
 	}
-	q.flushParked()
+	q.FlushParked()
 	for _, o := range s.pods.GetStore().List() {
-		if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName == n.Name && ours(p) && podGroupName(p) != "" {
-			q.add(gangKeyOf(p))
+		if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName == n.Name && podstate.Ours(p) && queue.PodGroupName(p) != "" {
+			q.Add(queue.KeyOf(p))
 		}
 	}
 }
 
 // noteDisruption remembers a member deleted by a taint manager and queues
 // its gang (restart.go).
-func (s *informerSet) noteDisruption(q *gangQueue, obj any) {
+func (s *informerSet) noteDisruption(q queue.Events, obj any) {
 	if p, ok := tombstone[*v1.Pod](obj); ok && s.disrupted.note(p) {
-		q.add(gangKeyOf(p))
+		q.Add(queue.KeyOf(p))
 	}
 }
 
-func podDeleted(q *gangQueue, obj any) {
+func podDeleted(q queue.Events, obj any) {
 	p, ok := tombstone[*v1.Pod](obj)
 	if !ok {
 		return
 	}
 	if p.Spec.NodeName != "" {
-		q.nodeResourcesFreed() // its devices are freed with its claims
+		q.NodeResourcesFreed() // its devices are freed with its claims
 	}
-	if ours(p) && podGroupName(p) != "" {
-		q.add(gangKeyOf(p))
+	if podstate.Ours(p) && queue.PodGroupName(p) != "" {
+		q.Add(queue.KeyOf(p))
 	}
 }
 
-func podGroupChanged(q *gangQueue, oldObj, obj any) {
+func podGroupChanged(q queue.Events, oldObj, obj any) {
 	pg, ok := obj.(*schedulingv1beta1.PodGroup)
 	if !ok {
 		return
@@ -294,35 +297,35 @@ func podGroupChanged(q *gangQueue, oldObj, obj any) {
 		equality.Semantic.DeepEqual(old.Status.ResourceClaimStatuses, pg.Status.ResourceClaimStatuses) {
 		return // our own condition writes, mostly
 	}
-	q.add(podGroupKey(pg.Namespace, pg.Name))
+	q.Add(queue.PodGroupKey(pg.Namespace, pg.Name))
 }
 
-func claimChanged(q *gangQueue, oldObj, obj any) {
+func claimChanged(q queue.Events, oldObj, obj any) {
 	c, ok := obj.(*resourceapi.ResourceClaim)
 	if !ok {
 		return
 	}
 	old, ok := oldObj.(*resourceapi.ResourceClaim)
 	if !ok {
-		q.wakeWaiting(c.Namespace)
+		q.WakeWaiting(c.Namespace)
 		return
 	}
 	if old.Status.Allocation != nil && c.Status.Allocation == nil {
-		q.devicesFreed(len(old.Status.Allocation.Devices.Results))
+		q.DevicesFreed(len(old.Status.Allocation.Devices.Results))
 	}
 }
 
 // claimDeleted frees a deleted claim's devices for the parked gangs; any
 // other deletion wakes them all, as before devicesFreed.
-func claimDeleted(q *gangQueue, obj any) {
+func claimDeleted(q queue.Events, obj any) {
 	if c, ok := tombstone[*resourceapi.ResourceClaim](obj); ok && c.Status.Allocation != nil {
-		q.devicesFreed(len(c.Status.Allocation.Devices.Results))
+		q.DevicesFreed(len(c.Status.Allocation.Devices.Results))
 		return
 	}
-	q.flushParked()
+	q.FlushParked()
 }
 
-func nodeChanged(q *gangQueue, oldObj, obj any) {
+func nodeChanged(q queue.Events, oldObj, obj any) {
 	o, ok1 := oldObj.(*v1.Node)
 	n, ok2 := obj.(*v1.Node)
 	if !ok1 || !ok2 {
@@ -332,12 +335,12 @@ func nodeChanged(q *gangQueue, oldObj, obj any) {
 		!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
 		!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 		!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) {
-		q.flushParked()
+		q.FlushParked()
 	}
 }
 
-func wakeNamespace(q *gangQueue, obj any) {
+func wakeNamespace(q queue.Events, obj any) {
 	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok {
-		q.wakeWaiting(pvc.Namespace)
+		q.WakeWaiting(pvc.Namespace)
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -82,10 +84,11 @@ func TestPodChangedSkipsStatusOnly(t *testing.T) {
 		{"toleration added", func(p *v1.Pod) { p.Spec.Tolerations = []v1.Toleration{{Key: "k", Operator: v1.TolerationOpExists}} }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gq := newGangQueue(10*time.Millisecond, 10*time.Millisecond, time.Hour)
-			key := gangKeyOf(member())
-			gq.park(key, gq.cycle())
-			time.Sleep(30 * time.Millisecond) // backoff over, parked
+			clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+			gq := queue.New(queue.Config{InitialBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, MaxUnschedulableWait: time.Hour, Clock: clk})
+			key := queue.KeyOf(member())
+			gq.Park(key, gq.Cycle())
+			clk.Step(30 * time.Millisecond) // backoff over, parked
 			old, p := member(), member()
 			p.ResourceVersion = "11"
 			tc.change(p)
@@ -94,9 +97,28 @@ func TestPodChangedSkipsStatusOnly(t *testing.T) {
 			if tc.wake {
 				want, wait = key, time.Second
 			}
-			if k := next(t, gq, wait); k != want {
+			if k := nextKey(gq, wait); k != want {
 				t.Fatalf("got %q, want %q", k, want)
 			}
 		})
+	}
+}
+
+// nextKey returns the key the queue hands out within d, or "" (then the
+// queue is shut down).
+func nextKey(q queue.Interface, d time.Duration) string {
+	got := make(chan string, 1)
+	go func() {
+		k, _ := q.Get()
+		got <- k
+	}()
+	select {
+	case k := <-got:
+		q.Done(k)
+		return k
+	case <-time.After(d):
+		q.ShutDown() // unblocks the getter; the queue is not reused
+		<-got
+		return ""
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
@@ -146,7 +147,7 @@ func (s *Scheduler) podGroupMissing(ctx context.Context, ns, name string) {
 	}
 	var pods []*v1.Pod
 	for _, o := range objs {
-		if p, ok := o.(*v1.Pod); ok && ours(p) && p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+		if p, ok := o.(*v1.Pod); ok && podstate.Ours(p) && p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
 			pods = append(pods, p)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
@@ -143,11 +144,11 @@ func (r *nominationRecord) validate() error {
 
 // checkKey validates a queue key: pg:<namespace>/<name> or pod:<namespace>/<name>.
 func checkKey(bad func(string, ...any), field, key string) {
-	if !strings.HasPrefix(key, podGroupKeyPrefix) && !strings.HasPrefix(key, podKeyPrefix) {
+	if !strings.HasPrefix(key, queue.PodGroupKeyPrefix) && !strings.HasPrefix(key, queue.PodKeyPrefix) {
 		bad("%s %q is not a gang key", field, truncate(key, 64))
 		return
 	}
-	_, ns, name := splitKey(key)
+	_, ns, name := queue.SplitKey(key)
 	checkNamespace(bad, field+" namespace", ns)
 	checkName(bad, field+" name", name)
 }

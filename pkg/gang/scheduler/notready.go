@@ -17,6 +17,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 )
 
 // notReadyWriteInterval: a gang that is not ready writes its status (the
@@ -106,7 +108,7 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 	msg := strings.TrimPrefix(why.Error(), placement.ErrNotReady.Error()+": ")
 	var mc *placement.MissingClaim
 	if errors.As(why, &mc) && mc.Template != "" {
-		_, ns, _ := splitKey(a.key)
+		_, ns, _ := queue.SplitKey(a.key)
 		if _, err := s.templates.ResourceClaimTemplates(ns).Get(mc.Template); apierrors.IsNotFound(err) {
 			msg = fmt.Sprintf("%s: claim %s uses resource claim template %s, which does not exist in namespace %s: create it", mc.Owner, mc.Claim, mc.Template, ns)
 		}
@@ -115,7 +117,7 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 		return s.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
 	}
 	if ok, after := s.notReadyWrites.settled(a.key, s.groupPods(a.pg), time.Now()); !ok {
-		s.queue.retryWhileWaiting(a.key, after)
+		s.queue.RetryWhileWaiting(a.key, after)
 		return nil
 	}
 	old := meta.FindStatusCondition(a.pg.Status.Conditions, vocab.ConditionInitiallyScheduled)
@@ -124,7 +126,7 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 		return nil
 	}
 	if ok, after := s.notReadyWrites.due(a.key, time.Now()); !ok {
-		s.queue.retryWhileWaiting(a.key, after)
+		s.queue.RetryWhileWaiting(a.key, after)
 		return nil
 	}
 	start := time.Now()
@@ -168,7 +170,7 @@ func (s *Scheduler) membersArrived(a *attempt) func() bool {
 		}
 		n := 0
 		for _, o := range objs {
-			if p, ok := o.(*v1.Pod); ok && pending(p) {
+			if p, ok := o.(*v1.Pod); ok && podstate.Pending(p) {
 				n++
 			}
 		}
@@ -221,8 +223,8 @@ func (s *Scheduler) membersArriving(ctx context.Context, key string, pg *schedul
 		return false
 	}
 	s.pending.set(key, reasonNotReady)
-	s.queue.wait(key, pg.Namespace, cycle)
-	s.queue.retryWhileWaiting(key, after)
+	s.queue.Wait(key, pg.Namespace, cycle)
+	s.queue.RetryWhileWaiting(key, after)
 	s.cfg.Metrics.observeAttempt(resultNotReady, time.Since(begin).Seconds())
 	klog.FromContext(ctx).V(3).Info("Gang not ready", "gang", key, "reason", "members arriving", "pods", len(objs), "minCount", gp.MinCount)
 	return true

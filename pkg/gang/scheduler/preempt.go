@@ -16,7 +16,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 )
 
 // settleGrace bounds how long a gang whose victims are all gone may still
@@ -126,7 +128,7 @@ func (s *Scheduler) nominationOf(a *attempt, plan *preemption.Plan, in placement
 func preemptionSummary(plan *preemption.Plan) string {
 	names := make([]string, 0, len(plan.Victims))
 	for _, u := range plan.Victims {
-		names = append(names, strings.TrimPrefix(strings.TrimPrefix(u.Key, podGroupKeyPrefix), podKeyPrefix))
+		names = append(names, strings.TrimPrefix(strings.TrimPrefix(u.Key, queue.PodGroupKeyPrefix), queue.PodKeyPrefix))
 	}
 	return fmt.Sprintf("preempting %d workloads of priority %d or lower (%d pods, %d devices) to place the gang in %s: %s",
 		len(plan.Victims), plan.Cost.MaxPriority, plan.Cost.Pods, plan.Cost.Devices, where(plan.TopologyKey, plan.Domain), shortNames(names, 8))
@@ -141,7 +143,7 @@ func shortNames(names []string, n int) string {
 
 // podGroupUID returns the UID of the PodGroup of a unit key, "" if gone.
 func (s *Scheduler) podGroupUID(key string) types.UID {
-	_, ns, name := splitKey(key)
+	_, ns, name := queue.SplitKey(key)
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
 	if err != nil {
 		return ""
@@ -203,7 +205,7 @@ func (s *Scheduler) sweepNominations(ctx context.Context, interval time.Duration
 func (s *Scheduler) liveVictims(rec *nominationRecord) map[types.UID]bool {
 	live := map[types.UID]bool{}
 	for _, vp := range rec.Victims {
-		if p, err := s.pods.Pods(vp.Namespace).Get(vp.Name); err == nil && p.UID == vp.UID && !terminated(p) {
+		if p, err := s.pods.Pods(vp.Namespace).Get(vp.Name); err == nil && p.UID == vp.UID && !podstate.Terminated(p) {
 			live[p.UID] = true
 		}
 	}

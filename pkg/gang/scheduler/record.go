@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 )
 
 // A commit record says what a PodGroup commit is about to write. It lives
@@ -293,7 +295,7 @@ func (s *Scheduler) deleteRecord(ctx context.Context, cm *v1.ConfigMap, object s
 
 // isMember reports whether p is a member of pg that this scheduler places.
 func isMember(p *v1.Pod, pg *schedulingv1beta1.PodGroup) bool {
-	return p != nil && pg != nil && p.Namespace == pg.Namespace && podGroupName(p) == pg.Name && ours(p)
+	return p != nil && pg != nil && p.Namespace == pg.Namespace && queue.PodGroupName(p) == pg.Name && podstate.Ours(p)
 }
 
 // recordSet holds the commit records this term knows of, by PodGroup UID:

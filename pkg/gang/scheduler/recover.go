@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
@@ -312,7 +313,7 @@ func (s *Scheduler) releaseUnboundPods(ctx context.Context) error {
 			if r.APIGroup != "" || r.Resource != "pods" {
 				continue
 			}
-			if p, err := s.pods.Pods(c.Namespace).Get(r.Name); err != nil || p.UID != r.UID || !ours(p) || p.Spec.NodeName != "" {
+			if p, err := s.pods.Pods(c.Namespace).Get(r.Name); err != nil || p.UID != r.UID || !podstate.Ours(p) || p.Spec.NodeName != "" {
 				continue
 			}
 			live, err := s.cfg.Client.CoreV1().Pods(c.Namespace).Get(ctx, r.Name, metav1.GetOptions{})

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"sync"
 	"time"
@@ -63,7 +65,7 @@ type disruptionLog struct {
 // note records p when it is a bound member of ours that a taint manager
 // deletes; it reports whether it did.
 func (d *disruptionLog) note(p *v1.Pod) bool {
-	if !ours(p) || podGroupName(p) == "" || p.Spec.NodeName == "" {
+	if !podstate.Ours(p) || queue.PodGroupName(p) == "" || p.Spec.NodeName == "" {
 		return false
 	}
 	reason := taintDisruption(p)
@@ -75,7 +77,7 @@ func (d *disruptionLog) note(p *v1.Pod) bool {
 	if d.m == nil {
 		d.m = map[string]string{}
 	}
-	d.m[gangKeyOf(p)] = fmt.Sprintf("%s on %s (%s)", p.Name, p.Spec.NodeName, reason)
+	d.m[queue.KeyOf(p)] = fmt.Sprintf("%s on %s (%s)", p.Name, p.Spec.NodeName, reason)
 	return true
 }
 
@@ -113,7 +115,7 @@ func wholeDisruption(pg *schedulingv1beta1.PodGroup) bool {
 // that it leaves in ms only what was created after the boundary, so the
 // new members are placed as a gang.
 func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) (bool, error) {
-	cause := s.inf.disrupted.take(podGroupKey(pg.Namespace, pg.Name))
+	cause := s.inf.disrupted.take(queue.PodGroupKey(pg.Namespace, pg.Name))
 	if !wholeDisruption(pg) {
 		return false, nil
 	}
@@ -126,7 +128,7 @@ func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 	case cause != "":
 		var err error
 		if boundary, err = s.startRestart(ctx, pg, active, cause); err != nil {
-			s.inf.disrupted.restore(podGroupKey(pg.Namespace, pg.Name), cause)
+			s.inf.disrupted.restore(queue.PodGroupKey(pg.Namespace, pg.Name), cause)
 			return true, err
 		}
 	case active && cond.Reason == vocab.ReasonReplacingMembers:
@@ -196,7 +198,7 @@ func (s *Scheduler) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.P
 	left := 0
 	for _, o := range objs {
 		p, ok := o.(*v1.Pod)
-		if !ok || !ours(p) || p.Spec.NodeName == "" || p.CreationTimestamp.After(boundary) || terminated(p) {
+		if !ok || !podstate.Ours(p) || p.Spec.NodeName == "" || p.CreationTimestamp.After(boundary) || podstate.Terminated(p) {
 			continue
 		}
 		left++
@@ -219,7 +221,7 @@ func (s *Scheduler) evictMember(ctx context.Context, p *v1.Pod) error {
 	case errors.Is(err, gate.ErrAborted) || errors.Is(err, gate.ErrFenced):
 		return err
 	case err == nil:
-		s.report.Event(p, v1.EventTypeWarning, vocab.EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, podGroupName(p)))
+		s.report.Event(p, v1.EventTypeWarning, vocab.EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, queue.PodGroupName(p)))
 		return nil
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return nil

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -49,7 +50,7 @@ func TestDisruptionLog(t *testing.T) {
 			if noted := d.note(tc.pod); noted != (tc.want != "") {
 				t.Errorf("note = %v", noted)
 			}
-			key := podGroupKey("ns", "train")
+			key := queue.PodGroupKey("ns", "train")
 			if got := d.take(key); got != tc.want {
 				t.Errorf("take = %q, want %q", got, tc.want)
 			}

@@ -19,15 +19,21 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 	resourceapi "k8s.io/api/resource/v1"
 )
+
+// schedulerName is the reporting controller of events and the field manager
+// of writes.
+const schedulerName = topology.SchedulerName
 
 // Scheduler places gangs of pods with schedulerName gpufabric-scheduler.
 // One Scheduler serves one leadership term: call Run once.
 type Scheduler struct {
 	cfg     Config
-	queue   *gangQueue
+	queue   queue.Interface
 	assumed *assumeCache
 	records *recordSet
 	// nominations: gangs preempting, and the nodes held for them.
@@ -81,13 +87,13 @@ func New(cfg Config) (*Scheduler, error) {
 	cfg.Placement.Tree = cfg.Tree
 	s := &Scheduler{
 		cfg:         cfg,
-		queue:       newGangQueue(cfg.InitialBackoff, cfg.MaxBackoff, cfg.MaxUnschedulableWait),
+		queue:       queue.New(queue.Config{InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff, MaxUnschedulableWait: cfg.MaxUnschedulableWait}),
 		assumed:     newAssumeCache(),
 		records:     newRecordSet(),
 		nominations: newNominationSet(),
 		starving:    newStarvation(),
 	}
-	s.pipe = newCommitPipeline(cfg.CommitsInFlight, s.queue.shutDown)
+	s.pipe = newCommitPipeline(cfg.CommitsInFlight, s.queue.ShutDown)
 	s.gate = &gate.Gate{Stopped: s.pipe.stopped, Fence: cfg.Fence, Hook: cfg.CommitHook}
 	return s, nil
 }
@@ -103,7 +109,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, informers.WithTransform(trimObject))
 	defer func() {
 		cancel()
-		s.queue.shutDown()
+		s.queue.ShutDown()
 		factory.Shutdown()
 	}()
 	if err := s.setup(ctx, factory); err != nil {
@@ -115,7 +121,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	// Keys queued while the informers filled were ranked on what they
 	// showed then.
-	s.queue.order.reorder()
+	s.queue.Reorder()
 	logger.Info("Informers synced, recovering half-done commits")
 	if err := s.recoverAll(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
@@ -124,19 +130,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	for _, nm := range s.nominations.all() {
-		s.queue.add(nm.rec.Gang) // carried on (or ended) by its gang's next attempt
+		s.queue.Add(nm.rec.Gang) // carried on (or ended) by its gang's next attempt
 	}
 	s.warm(ctx)
 	if s.cfg.OnRecovered != nil {
 		s.cfg.OnRecovered()
 	}
-	s.cfg.Metrics.attach(func() (map[string]int, map[string]int) { return s.queue.counts(), s.pending.counts() })
+	s.cfg.Metrics.attach(func() (map[string]int, map[string]int) { return s.queue.Counts(), s.pending.counts() })
 	go s.metricsLoop(ctx)
 	go s.repair.run(ctx)
 	go s.sweepNominations(ctx, 2*time.Second)
 	go func() {
 		<-ctx.Done()
-		s.queue.shutDown()
+		s.queue.ShutDown()
 	}()
 	logger.Info("Scheduling")
 	return s.work(ctx)
@@ -159,7 +165,7 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	s.pvs = factory.Core().V1().PersistentVolumes().Lister()
 	s.storageClasses = factory.Storage().V1().StorageClasses().Lister()
 	s.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
-	s.queue.order.setRank(s.rankOf)
+	s.queue.SetRank(s.rankOf)
 	s.cache, s.snap = nil, nil
 	var feed []informerHandler
 	if !s.cfg.RebuildSnapshots {
@@ -196,7 +202,7 @@ func (s *Scheduler) work(ctx context.Context) error {
 		if err := s.pipe.stopped(); err != nil {
 			return err
 		}
-		key, quit := s.queue.get()
+		key, quit := s.queue.Get()
 		if quit {
 			s.pipe.wait()
 			return s.pipe.stopped()
@@ -204,7 +210,7 @@ func (s *Scheduler) work(ctx context.Context) error {
 		s.handedOff = false
 		err := s.scheduleKey(ctx, key)
 		if !s.handedOff {
-			s.queue.done(key)
+			s.queue.Done(key)
 		}
 		if gate.Stops(err) {
 			return err

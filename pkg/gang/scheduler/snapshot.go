@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -116,7 +117,7 @@ func (s *Scheduler) visible(e *assumed) bool {
 		if err == nil && p.UID == pp.UID && s.cache != nil && !s.cache.Caught(p.UID, p.ResourceVersion) {
 			return false
 		}
-		if err != nil || p.UID != pp.UID || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || terminated(p) {
+		if err != nil || p.UID != pp.UID || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || podstate.Terminated(p) {
 			continue
 		}
 		if _, err := s.nodes.Get(pp.Node); err == nil {
@@ -161,7 +162,7 @@ func (s *Scheduler) snapshotInput() (placement.SnapshotInput, error) {
 	}
 	in.Pods = make([]*v1.Pod, 0, len(pods))
 	for _, p := range pods {
-		if p.Spec.NodeName != "" && !terminated(p) {
+		if p.Spec.NodeName != "" && !podstate.Terminated(p) {
 			in.Pods = append(in.Pods, p)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 )
 
@@ -124,7 +125,7 @@ func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, 
 	waited := s.starving.waited(a.key, refusedSince(a))
 	if waited < s.cfg.StarvationBound {
 		// Look again when the bound passes, cluster change or not.
-		s.queue.retryAfter(a.key, s.cfg.StarvationBound-waited+100*time.Millisecond)
+		s.queue.RetryAfter(a.key, s.cfg.StarvationBound-waited+100*time.Millisecond)
 		return "", nil
 	}
 	r := s.starving.get(a.key)
@@ -182,7 +183,7 @@ func (s *Scheduler) releasesIn(nodes sets.Set[string]) []preemption.Release {
 		}
 		for _, o := range pods {
 			p, ok := o.(*v1.Pod)
-			if !ok || terminated(p) || devicesOf[p.UID] == 0 || p.Spec.ActiveDeadlineSeconds == nil {
+			if !ok || podstate.Terminated(p) || devicesOf[p.UID] == 0 || p.Spec.ActiveDeadlineSeconds == nil {
 				continue
 			}
 			end := startOf(p).Add(time.Duration(*p.Spec.ActiveDeadlineSeconds) * time.Second)

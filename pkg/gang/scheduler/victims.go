@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 )
 
 // mirrorAnnotation marks a static pod's mirror: evicting it does nothing.
@@ -39,7 +41,7 @@ func (s *Scheduler) gatherUnits(below int32) (*victimSet, error) {
 	unitOfPod := map[types.UID]string{}
 	groups := map[string]*schedulingv1beta1.PodGroup{}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || terminated(p) || p.DeletionTimestamp != nil || p.Annotations[mirrorAnnotation] != "" {
+		if p.Spec.NodeName == "" || podstate.Terminated(p) || p.DeletionTimestamp != nil || p.Annotations[mirrorAnnotation] != "" {
 			continue
 		}
 		key, prio, whole := s.unitOf(p, groups)
@@ -76,24 +78,24 @@ func (s *Scheduler) gatherUnits(below int32) (*victimSet, error) {
 // unitOf returns a running pod's unit key, its priority, and whether the
 // unit is a whole PodGroup.
 func (s *Scheduler) unitOf(p *v1.Pod, groups map[string]*schedulingv1beta1.PodGroup) (string, int32, bool) {
-	name := podGroupName(p)
+	name := queue.PodGroupName(p)
 	if name == "" {
-		return podKeyPrefix + p.Namespace + "/" + p.Name, podPriority(p), false
+		return queue.PodKeyPrefix + p.Namespace + "/" + p.Name, podPriority(p), false
 	}
-	key := podGroupKey(p.Namespace, name)
+	key := queue.PodGroupKey(p.Namespace, name)
 	pg, seen := groups[key]
 	if !seen {
 		pg, _ = s.podGroups.PodGroups(p.Namespace).Get(name)
 		groups[key] = pg
 	}
 	if pg == nil {
-		return podKeyPrefix + p.Namespace + "/" + p.Name, podPriority(p), false
+		return queue.PodKeyPrefix + p.Namespace + "/" + p.Name, podPriority(p), false
 	}
 	prio := podGroupPriority(pg, []*v1.Pod{p})
 	if dm := pg.Spec.DisruptionMode; dm != nil && dm.All != nil {
 		return key, prio, true
 	}
-	return podKeyPrefix + p.Namespace + "/" + p.Name, prio, false
+	return queue.PodKeyPrefix + p.Namespace + "/" + p.Name, prio, false
 }
 
 func startOf(p *v1.Pod) time.Time {
@@ -135,7 +137,7 @@ func consumerUnit(ns string, ref resourceapi.ResourceClaimConsumerReference, uni
 	case ref.APIGroup == "" && ref.Resource == "pods":
 		return unitOfPod[ref.UID]
 	case ref.Resource == "podgroups":
-		if u := byKey[podGroupKey(ns, ref.Name)]; u != nil && u.Group {
+		if u := byKey[queue.PodGroupKey(ns, ref.Name)]; u != nil && u.Group {
 			return u.Key
 		}
 	}

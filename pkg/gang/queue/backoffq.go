@@ -1,13 +1,15 @@
-package scheduler
+package queue
 
 import (
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // backoffQueue holds the gangs that an event woke before their backoff
 // ended (kube-scheduler's backoffQ): each leaves it for the active queue
 // when its backoff ends (a timer), or earlier when the worker finds
-// nothing else ready (gangQueue.get). It is guarded by gangQueue.mu.
+// nothing else ready (Queue.Get). It is guarded by Queue.mu.
 type backoffQueue struct {
 	entries map[string]backoffEntry
 	seq     uint64
@@ -16,7 +18,7 @@ type backoffQueue struct {
 type backoffEntry struct {
 	until time.Time
 	seq   uint64 // which timer is the entry's
-	timer *time.Timer
+	timer clock.Timer
 }
 
 func newBackoffQueue() backoffQueue { return backoffQueue{entries: map[string]backoffEntry{}} }
@@ -49,30 +51,30 @@ func (b *backoffQueue) popEarliest(skip map[string]bool) (string, bool) {
 
 // toBackoffQ puts a woken gang whose backoff ends at until into the
 // backoff queue, or straight into the active queue when the worker waits
-// with nothing ready (and the gang did not error). Called with gq.mu held.
-func (gq *gangQueue) toBackoffQ(key string, until time.Time) {
-	if gq.idle && gq.q.Len() == 0 && !gq.errored[key] {
-		gq.backoffQ.remove(key)
-		gq.q.Add(key)
+// with nothing ready (and the gang did not error). Called with q.mu held.
+func (q *Queue) toBackoffQ(key string, until time.Time) {
+	if q.idle && q.active.Len() == 0 && !q.errored[key] {
+		q.backoffQ.remove(key)
+		q.active.Add(key)
 		return
 	}
-	b := &gq.backoffQ
+	b := &q.backoffQ
 	if e, ok := b.entries[key]; ok && e.until.Equal(until) {
 		return
 	}
 	b.remove(key)
 	b.seq++
 	seq := b.seq
-	b.entries[key] = backoffEntry{until: until, seq: seq, timer: time.AfterFunc(until.Sub(gq.now()), func() { gq.backoffEnded(key, seq) })}
+	b.entries[key] = backoffEntry{until: until, seq: seq, timer: q.clock.AfterFunc(until.Sub(q.clock.Now()), func() { q.backoffEnded(key, seq) })}
 }
 
 // backoffEnded moves a gang from the backoff queue to the active queue
 // when its backoff ends, unless it left the queue meanwhile.
-func (gq *gangQueue) backoffEnded(key string, seq uint64) {
-	gq.mu.Lock()
-	defer gq.mu.Unlock()
-	if e, ok := gq.backoffQ.entries[key]; ok && e.seq == seq {
-		delete(gq.backoffQ.entries, key)
-		gq.q.Add(key)
+func (q *Queue) backoffEnded(key string, seq uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e, ok := q.backoffQ.entries[key]; ok && e.seq == seq {
+		delete(q.backoffQ.entries, key)
+		q.active.Add(key)
 	}
 }
