@@ -5,6 +5,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
 
@@ -35,13 +36,13 @@ func handlerOf[T any](set, remove func(T)) cache.ResourceEventHandlerFuncs {
 // it each cycle instead of being rebuilt from listers (placement.Cache).
 // informerSet.watch runs each of them before the queue's handler of the
 // same informer, so a gang woken by a change is tried on a cache that has
-// it. Holds (hold.go) are left out, as they duplicate their claims'
+// it. Holds (guard.IsHold) are left out, as they duplicate their claims'
 // devices. Claim and slice events count as capacity events once the cache
 // has them, so the free-GPU gauges (read from the cache) are refreshed
 // after the cache changed.
 func (s *Scheduler) cacheFeed(inf *informerSet, c *placement.Cache) []informerHandler {
 	claim := func(rc *resourceapi.ResourceClaim) {
-		if s.isHold(rc) {
+		if guard.IsHold(rc, s.cfg.RecordNamespace) {
 			c.DeleteClaim(rc.UID)
 		} else {
 			c.SetClaim(rc)

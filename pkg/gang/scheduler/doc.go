@@ -5,9 +5,13 @@
 // election.
 //
 // The loop wires rooms that never import it: pkg/gang/queue (the queue
-// of gangs: active, backoff, parked; gang keys) and pkg/gang/podstate (the
-// pod predicates every room shares). The loop computes a gang's rank for
-// the queue (priority.go) and feeds it informer events (informers.go).
+// of gangs: active, backoff, parked; gang keys), pkg/gang/guard (the
+// double-allocation guard and device holds, a controller with its own
+// goroutines) and pkg/gang/podstate (the pod predicates every room
+// shares). The loop computes a gang's rank for the queue (priority.go),
+// feeds it informer events (informers.go), and hands the guard its
+// listers, the gate, the reporter, the metrics and a claim releaser
+// (rooms.go).
 //
 // Rules:
 //   - One worker places one gang at a time; every attempt places the gang

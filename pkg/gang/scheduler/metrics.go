@@ -228,7 +228,9 @@ func (m *Metrics) setAssumed(n int) {
 	}
 }
 
-func (m *Metrics) doubleAllocation(action string) {
+// DoubleAllocation counts one action of the double-allocation guard
+// (pkg/gang/guard): "evicted", "released" or "held".
+func (m *Metrics) DoubleAllocation(action string) {
 	if m != nil {
 		m.doubles.WithLabelValues(action).Inc()
 	}

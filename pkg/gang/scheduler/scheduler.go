@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -41,9 +42,11 @@ type Scheduler struct {
 	// starving: how long gangs wait, and the domains held for those past
 	// Config.StarvationBound.
 	starving *starvation
-	repair   *repairer
-	peaks    peaks
-	pending  pendingSet
+	// guard repairs double allocations and holds forgotten devices
+	// (rooms.go); set by Run.
+	guard   *guard.Guard
+	peaks   peaks
+	pending pendingSet
 
 	// Set by Run.
 	inf       *informerSet
@@ -138,7 +141,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.cfg.Metrics.attach(func() (map[string]int, map[string]int) { return s.queue.Counts(), s.pending.counts() })
 	go s.metricsLoop(ctx)
-	go s.repair.run(ctx)
+	go s.guard.Run(ctx)
 	go s.sweepNominations(ctx, 2*time.Second)
 	go func() {
 		<-ctx.Done()
@@ -175,16 +178,16 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	if err := inf.watch(s.queue, feed); err != nil {
 		return err
 	}
-	s.repair = newRepairer(s)
-	if err := s.repair.watch(inf.claims); err != nil {
-		return err
-	}
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: s.cfg.Client.EventsV1()})
 	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
 		return fmt.Errorf("start event broadcaster: %w", err)
 	}
 	context.AfterFunc(ctx, broadcaster.Shutdown)
 	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
+	s.guard = s.newGuard(inf)
+	if err := s.guard.Watch(inf.claims); err != nil {
+		return err
+	}
 	if s.cfg.DomainChannels > 0 {
 		if _, err := domains.Start(ctx, domains.Config{Client: s.cfg.Client, Slices: inf.slices, Nodes: inf.nodes, Channels: s.cfg.DomainChannels}); err != nil {
 			return fmt.Errorf("start fabric-domain publisher: %w", err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
@@ -176,8 +177,8 @@ func (s *Scheduler) snapshotInput() (placement.SnapshotInput, error) {
 	if err != nil {
 		return in, fmt.Errorf("list resource claims: %w", err)
 	}
-	// Holds (hold.go) duplicate their claims' devices.
-	in.ResourceClaims = slices.DeleteFunc(claims, s.isHold)
+	// Holds (guard.IsHold) duplicate their claims' devices.
+	in.ResourceClaims = slices.DeleteFunc(claims, func(c *resourceapi.ResourceClaim) bool { return guard.IsHold(c, s.cfg.RecordNamespace) })
 	return in, nil
 }
 

@@ -1,4 +1,4 @@
-package scheduler
+package guard
 
 import (
 	"testing"
@@ -11,6 +11,21 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
+
+func claim(name string, allocated bool, reservedFor ...types.UID) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+	if allocated {
+		c.Status.Allocation = &resourceapi.AllocationResult{}
+	}
+	for _, u := range reservedFor {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{UID: u})
+	}
+	return c
+}
+
+func pod(name string) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+}
 
 func allocated(name string, devs ...string) *resourceapi.ResourceClaim {
 	c := claim(name, true)

@@ -1,4 +1,4 @@
-package scheduler
+package guard
 
 import (
 	"fmt"
@@ -33,14 +33,9 @@ func TestHoldLifecycle(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	s, err := New(Config{Client: client, RecordNamespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	s.claims = resourcelisters.NewResourceClaimLister(indexer)
-	r := newRepairer(s)
-	r.synced.Store(true)
+	g := New(Config{Client: client, RecordNamespace: ns, Claims: resourcelisters.NewResourceClaimLister(indexer)})
+	g.synced.Store(true)
 	event := func(old, c *resourceapi.ResourceClaim) {
 		t.Helper()
 		if c != nil {
@@ -50,11 +45,11 @@ func TestHoldLifecycle(t *testing.T) {
 		} else if err := indexer.Delete(old); err != nil {
 			t.Fatal(err)
 		}
-		r.claimChanged(old, c)
+		g.claimChanged(old, c)
 	}
 	sync := func(uid types.UID) {
 		t.Helper()
-		if err := r.syncHolds(ctx, uid); err != nil {
+		if err := g.syncHolds(ctx, uid); err != nil {
 			t.Fatalf("sync holds of %s: %v", uid, err)
 		}
 	}
@@ -80,8 +75,8 @@ func TestHoldLifecycle(t *testing.T) {
 	event(nil, kept)
 	event(nil, lost)
 	event(lost, nil) // the repair's loser goes: kube-scheduler forgets gpu-1
-	if !r.holds.want[kept.UID] {
-		t.Fatalf("no hold wanted for the kept claim: %v", r.holds.want)
+	if !g.holds.want[kept.UID] {
+		t.Fatalf("no hold wanted for the kept claim: %v", g.holds.want)
 	}
 	sync(kept.UID)
 	got := holds()
@@ -100,7 +95,7 @@ func TestHoldLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.isHold(hold) {
+	if !IsHold(hold, ns) {
 		t.Fatalf("hold %s not recognized as one", holdName)
 	}
 	event(nil, hold)
@@ -120,8 +115,8 @@ func TestHoldLifecycle(t *testing.T) {
 		t.Fatalf("holds %v after the kept claim was deallocated, want none", got)
 	}
 	event(hold, nil)
-	if !r.holds.want[next.UID] {
-		t.Fatalf("no hold wanted for the claim given gpu-1: %v", r.holds.want)
+	if !g.holds.want[next.UID] {
+		t.Fatalf("no hold wanted for the claim given gpu-1: %v", g.holds.want)
 	}
 	sync(next.UID)
 	got = holds()

@@ -1,10 +1,8 @@
-package scheduler
+package guard
 
 import (
 	"context"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/gate"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
 
@@ -14,21 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
-
-// Device holds. kube-scheduler (v1.37) keeps the devices allocated in the
-// cluster as a set fed by claim events: a claim's allocation inserts its
-// devices, its deallocation or deletion removes them, whatever other
-// claims hold. Once one device has been held by two claims (a race between
-// the two schedulers, repaired in repair.go), the loser's deallocation
-// makes kube-scheduler forget a device the kept claim still holds, and it
-// gives the device away again: repair and re-allocation would loop.
-//
-
-// isHold reports whether c is one of this scheduler's hold claims.
-func (s *Scheduler) isHold(c *resourceapi.ResourceClaim) bool {
-	return c != nil && c.Namespace == s.cfg.RecordNamespace && strings.HasPrefix(c.Name, vocab.HoldPrefix) && c.Labels[vocab.HoldLabel] != ""
-}
 
 // holdSet tracks the hold claims by the claim they are for. Safe for
 // concurrent use.
@@ -54,8 +41,8 @@ func newHoldSet() *holdSet {
 // holdChanged tracks a hold claim (c nil: deleted). A hold that loses its
 // allocation makes kube-scheduler forget its devices: their other holders
 // are re-asserted.
-func (r *repairer) holdChanged(old, c *resourceapi.ResourceClaim) {
-	h := r.holds
+func (g *Guard) holdChanged(old, c *resourceapi.ResourceClaim) {
+	h := g.holds
 	if c != nil {
 		target := types.UID(c.Labels[vocab.HoldLabel])
 		h.mu.Lock()
@@ -75,41 +62,41 @@ func (r *repairer) holdChanged(old, c *resourceapi.ResourceClaim) {
 		h.mu.Unlock()
 	}
 	if old != nil && old.Status.Allocation != nil && (c == nil || c.Status.Allocation == nil) {
-		r.reassert(r.index.holdersOf(allocatedDevices(old)))
+		g.reassert(g.index.holdersOf(allocatedDevices(old)))
 	}
 }
 
 // reassert queues a hold for each claim whose devices another scheduler
 // has just forgotten.
-func (r *repairer) reassert(uids []types.UID) {
+func (g *Guard) reassert(uids []types.UID) {
 	if len(uids) == 0 {
 		return
 	}
-	r.holds.mu.Lock()
+	g.holds.mu.Lock()
 	for _, uid := range uids {
-		r.holds.want[uid] = true
+		g.holds.want[uid] = true
 	}
-	r.holds.mu.Unlock()
+	g.holds.mu.Unlock()
 	for _, uid := range uids {
-		r.holds.queue.Add(uid)
+		g.holds.queue.Add(uid)
 	}
 }
 
 // targetGone queues the deletion of the holds of a claim that no longer
 // holds devices.
-func (r *repairer) targetGone(uid types.UID) {
-	r.holds.mu.Lock()
-	_, ok := r.holds.byTarget[uid]
-	r.holds.mu.Unlock()
+func (g *Guard) targetGone(uid types.UID) {
+	g.holds.mu.Lock()
+	_, ok := g.holds.byTarget[uid]
+	g.holds.mu.Unlock()
 	if ok {
-		r.holds.queue.Add(uid)
+		g.holds.queue.Add(uid)
 	}
 }
 
 // runHolds creates and deletes holds until ctx is done. Call it after the
 // claim informer has synced.
-func (r *repairer) runHolds(ctx context.Context) {
-	q := r.holds.queue
+func (g *Guard) runHolds(ctx context.Context) {
+	q := g.holds.queue
 	go func() {
 		<-ctx.Done()
 		q.ShutDown()
@@ -119,7 +106,7 @@ func (r *repairer) runHolds(ctx context.Context) {
 		if quit {
 			return
 		}
-		err := r.syncHolds(ctx, uid)
+		err := g.syncHolds(ctx, uid)
 		switch {
 		case err != nil && !gate.Stops(err) && ctx.Err() == nil:
 			klog.FromContext(ctx).Error(err, "Syncing device holds, will retry", "claimUID", uid)
@@ -136,14 +123,12 @@ func (r *repairer) runHolds(ctx context.Context) {
 
 // syncHolds makes the holds of one claim right: a new one when its
 // devices were forgotten, none once it holds no devices.
-func (r *repairer) syncHolds(ctx context.Context, uid types.UID) error {
-	h := r.holds
-	r.mu.Lock()
-	key := r.uids[uid]
-	r.mu.Unlock()
+func (g *Guard) syncHolds(ctx context.Context, uid types.UID) error {
+	h := g.holds
+	key := g.claimKey(uid)
 	var target *resourceapi.ResourceClaim
-	if ns, name, ok := strings.Cut(key, "/"); ok && r.index.allocated(uid) {
-		if c, err := r.s.claims.ResourceClaims(ns).Get(name); err == nil && c.UID == uid && c.Status.Allocation != nil {
+	if ns, name, ok := strings.Cut(key, "/"); ok && g.index.allocated(uid) {
+		if c, err := g.cfg.Claims.ResourceClaims(ns).Get(name); err == nil && c.UID == uid && c.Status.Allocation != nil {
 			target = c
 		}
 	}
@@ -157,7 +142,7 @@ func (r *repairer) syncHolds(ctx context.Context, uid types.UID) error {
 	h.mu.Unlock()
 	if target == nil {
 		for name, hu := range holds {
-			if err := r.deleteHold(ctx, name, hu); err != nil {
+			if err := g.deleteHold(ctx, name, hu); err != nil {
 				return err
 			}
 		}
@@ -166,7 +151,7 @@ func (r *repairer) syncHolds(ctx context.Context, uid types.UID) error {
 	if !want {
 		return nil
 	}
-	if err := r.createHold(ctx, target); err != nil {
+	if err := g.createHold(ctx, target); err != nil {
 		h.mu.Lock()
 		h.want[uid] = true
 		h.mu.Unlock()
@@ -177,14 +162,14 @@ func (r *repairer) syncHolds(ctx context.Context, uid types.UID) error {
 
 // createHold writes a hold for target: created, then allocated (the
 // allocation is a status write).
-func (r *repairer) createHold(ctx context.Context, target *resourceapi.ResourceClaim) error {
-	if err := r.s.gate.Fenced(); err != nil {
+func (g *Guard) createHold(ctx context.Context, target *resourceapi.ResourceClaim) error {
+	if err := g.cfg.Gate.Fenced(); err != nil {
 		return fmt.Errorf("%w: before holding claim %s/%s: %w", gate.ErrFenced, target.Namespace, target.Name, err)
 	}
-	claims := r.s.cfg.Client.ResourceV1().ResourceClaims(r.s.cfg.RecordNamespace)
+	claims := g.cfg.Client.ResourceV1().ResourceClaims(g.cfg.RecordNamespace)
 	hold := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:    r.s.cfg.RecordNamespace,
+			Namespace:    g.cfg.RecordNamespace,
 			GenerateName: vocab.HoldPrefix,
 			Labels:       map[string]string{vocab.HoldLabel: string(target.UID)},
 			Annotations:  map[string]string{vocab.HoldForAnnotation: target.Namespace + "/" + target.Name},
@@ -200,21 +185,21 @@ func (r *repairer) createHold(ctx context.Context, target *resourceapi.ResourceC
 		// Unallocated, it holds nothing; tracked, it goes with its claim.
 		return fmt.Errorf("allocate hold %s for claim %s/%s: %w", hold.Name, target.Namespace, target.Name, err)
 	}
-	r.s.cfg.Metrics.doubleAllocation("held")
+	g.cfg.Metrics.DoubleAllocation("held")
 	klog.FromContext(ctx).Info("Holding devices another scheduler forgot", "claim", klog.KObj(target), "hold", klog.KObj(hold),
 		"devices", len(allocatedDevices(target)))
 	return nil
 }
 
-func (r *repairer) deleteHold(ctx context.Context, name string, uid types.UID) error {
-	if err := r.s.gate.Fenced(); err != nil {
+func (g *Guard) deleteHold(ctx context.Context, name string, uid types.UID) error {
+	if err := g.cfg.Gate.Fenced(); err != nil {
 		return fmt.Errorf("%w: before deleting hold %s: %w", gate.ErrFenced, name, err)
 	}
-	err := r.s.cfg.Client.ResourceV1().ResourceClaims(r.s.cfg.RecordNamespace).Delete(ctx, name,
+	err := g.cfg.Client.ResourceV1().ResourceClaims(g.cfg.RecordNamespace).Delete(ctx, name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete hold %s: %w", name, err)
 	}
-	klog.FromContext(ctx).V(2).Info("Deleted a device hold: its claim holds no devices", "hold", klog.KRef(r.s.cfg.RecordNamespace, name))
+	klog.FromContext(ctx).V(2).Info("Deleted a device hold: its claim holds no devices", "hold", klog.KRef(g.cfg.RecordNamespace, name))
 	return nil
 }
