@@ -7,14 +7,14 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
-	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // usage is what the gang's earlier members take on one node.
 type usage struct {
-	res  resList
+	res  index.ResList
 	pods int64
 	dev  map[string]int
 }
@@ -22,28 +22,34 @@ type usage struct {
 // attempt is a (partial) placement of the gang in one domain.
 type attempt struct {
 	dom      *topology.Domain
-	inflight map[poolID][]structured.DeviceID
-	used     map[*nodeState]*usage
+	inflight index.InFlight
+	used     map[*index.NodeState]*usage
 	shared   []resourceapi.AllocationResult
 	// members[i] is the gang index of the i-th placed member; memberNode,
 	// memberRes and memberClm are parallel to it.
 	members    []int
-	memberNode []*nodeState
+	memberNode []*index.NodeState
 	memberRes  [][]resourceapi.AllocationResult
 	memberClm  [][]*resourceapi.ResourceClaim
 	score      Score
 }
 
-func (att *attempt) addDevices(results []resourceapi.AllocationResult) {
-	for _, r := range results {
-		for _, d := range r.Devices.Results {
-			if d.AdminAccess != nil && *d.AdminAccess {
-				continue
-			}
-			pid := poolID{d.Driver, d.Pool}
-			att.inflight[pid] = append(att.inflight[pid], structured.MakeDeviceID(d.Driver, d.Pool, d.Device))
-		}
+// allocate runs one Allocate call (index.Snapshot.Allocate), counted in
+// the Place's Stats; it returns nil and the failed check when the claims
+// do not fit.
+func (p *placer) allocate(ctx context.Context, ns *index.NodeState, claims []*resourceapi.ResourceClaim, classes []string, inflight index.InFlight) ([]resourceapi.AllocationResult, string, error) {
+	a, err := p.s.Allocate(ctx, ns, claims, classes, inflight)
+	if err != nil {
+		return nil, "", err
 	}
+	p.stats.record(a.Took)
+	switch {
+	case a.TimedOut:
+		return nil, CheckAllocatorTime, nil
+	case a.Results == nil:
+		return nil, CheckAllocator, nil
+	}
+	return a.Results, "", nil
 }
 
 func (p *placer) refuse(check string, node string) {
@@ -78,10 +84,10 @@ func (p *placer) verify(ctx context.Context, d *topology.Domain, need int) (*att
 		if refusedViews[view] || matchesAny(failed, ns) {
 			continue
 		}
-		if anchors++; anchors > p.s.cfg.MaxSharedAnchors {
+		if anchors++; anchors > p.cfg.MaxSharedAnchors {
 			break
 		}
-		res, why, err := p.s.allocate(ctx, ns, p.sharedClaims, p.sharedClasses, nil, &p.stats)
+		res, why, err := p.allocate(ctx, ns, p.sharedClaims, p.sharedClasses, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +100,7 @@ func (p *placer) verify(ctx context.Context, d *topology.Domain, need int) (*att
 		if err != nil {
 			return nil, err
 		}
-		var sub []*nodeState
+		var sub []*index.NodeState
 		for _, n := range nodes {
 			if matchesAll(sels, n) {
 				sub = append(sub, n)
@@ -112,20 +118,15 @@ func (p *placer) verify(ctx context.Context, d *topology.Domain, need int) (*att
 // sharedView names the cluster-level slices of the shared claims' classes
 // that a node sees. Nodes with the same view get the same answer for the
 // shared claims, so after a refusal the engine skips them.
-func (p *placer) sharedView(ctx context.Context, ns *nodeState) (string, error) {
-	cluster, err := p.s.clusterSlicesFor(ctx, ns, p.sharedClasses)
+func (p *placer) sharedView(ctx context.Context, ns *index.NodeState) (string, error) {
+	cluster, err := p.s.ClusterSliceNames(ctx, ns, p.sharedClasses)
 	if err != nil {
 		return "", err
 	}
-	names := make([]string, 0, len(cluster)+1)
-	names = append(names, ns.node.Name) // node-local slices differ per node
-	for _, cs := range cluster {
-		names = append(names, cs.slice.Name)
+	if len(cluster) == 0 {
+		return ns.Name(), nil // node-local slices differ per node
 	}
-	if len(cluster) > 0 {
-		names = names[1:] // the shared classes live in cluster-level pools
-	}
-	return strings.Join(names, "\x00"), nil
+	return strings.Join(cluster, "\x00"), nil // the shared classes live in cluster-level pools
 }
 
 func selectorsOf(results []resourceapi.AllocationResult) ([]*nodeaffinity.NodeSelector, error) {
@@ -143,16 +144,16 @@ func selectorsOf(results []resourceapi.AllocationResult) ([]*nodeaffinity.NodeSe
 	return out, nil
 }
 
-func matchesAll(sels []*nodeaffinity.NodeSelector, ns *nodeState) bool {
+func matchesAll(sels []*nodeaffinity.NodeSelector, ns *index.NodeState) bool {
 	for _, s := range sels {
-		if !s.Match(ns.node) {
+		if !s.Match(ns.Node()) {
 			return false
 		}
 	}
 	return true
 }
 
-func matchesAny(sets [][]*nodeaffinity.NodeSelector, ns *nodeState) bool {
+func matchesAny(sets [][]*nodeaffinity.NodeSelector, ns *index.NodeState) bool {
 	for _, sels := range sets {
 		if matchesAll(sels, ns) {
 			return true
@@ -167,14 +168,14 @@ func matchesAny(sets [][]*nodeaffinity.NodeSelector, ns *nodeState) bool {
 // placement found and, for one found by demoting alternatives, how to
 // place the gang again on one rail set (rails.go; nil: the greedy refill).
 // A balanced fill that fails falls back to packed (fillSpread) instead.
-func (p *placer) fillHarder(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, railRefill, error) {
+func (p *placer) fillHarder(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, shared []resourceapi.AllocationResult, need int) (*attempt, railRefill, error) {
 	if p.quota != nil {
 		return nil, nil, nil
 	}
 	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
 	att, err := p.fillAlternatives(ctx, d, nodes, shared, need, own)
 	if att != nil || err != nil {
-		return att, func(_ string, nodes []*nodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
+		return att, func(_ string, nodes []*index.NodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
 			return p.fillAlternatives(ctx, d, nodes, shared, need, claimsOf)
 		}, err
 	}
@@ -193,10 +194,10 @@ func (p *placer) fillHarder(ctx context.Context, d *topology.Domain, nodes []*no
 // whose claims differ (variant, nil: none do) keep separate cursors. When
 // need is less than the gang's size, a member that fits nowhere is left
 // out; the attempt succeeds with at least need members.
-func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult,
+func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, shared []resourceapi.AllocationResult,
 	claimsOf func(int) []*resourceapi.ResourceClaim, variant []int, need int) (*attempt, error) {
-	att := &attempt{dom: d, inflight: map[poolID][]structured.DeviceID{}, used: map[*nodeState]*usage{}, shared: shared}
-	att.addDevices(shared)
+	att := &attempt{dom: d, inflight: index.InFlight{}, used: map[*index.NodeState]*usage{}, shared: shared}
+	att.inflight.Add(shared)
 	quota := p.quota.start()
 	cursors := map[[2]int]int{}
 	for mi, sh := range p.per {
@@ -220,7 +221,7 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 				continue
 			}
 			if p.antiFailExisting(mi, ns) || p.antiFailPlaced(att, mi, ns) {
-				p.refuse(CheckPodAntiAffinity, ns.node.Name)
+				p.refuse(CheckPodAntiAffinity, ns.Name())
 				continue
 			}
 			claims := claimsOf(mi)
@@ -232,7 +233,7 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 					return nil, err
 				}
 				if res == nil {
-					p.refuse(why, ns.node.Name)
+					p.refuse(why, ns.Name())
 					continue
 				}
 			}
@@ -252,18 +253,18 @@ func (p *placer) fill(ctx context.Context, d *topology.Domain, nodes []*nodeStat
 	return att, nil
 }
 
-func (att *attempt) place(mi int, ns *nodeState, sh *shape, claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult) {
+func (att *attempt) place(mi int, ns *index.NodeState, sh *shape, claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult) {
 	u := att.used[ns]
 	if u == nil {
-		u = &usage{res: resList{}, dev: map[string]int{}}
+		u = &usage{res: index.ResList{}, dev: map[string]int{}}
 		att.used[ns] = u
 	}
-	u.res.add(sh.req, 1)
+	u.res.Add(sh.req, 1)
 	u.pods++
 	for c, n := range sh.need {
 		u.dev[c] += n
 	}
-	att.addDevices(res)
+	att.inflight.Add(res)
 	att.members = append(att.members, mi)
 	att.memberNode = append(att.memberNode, ns)
 	att.memberRes = append(att.memberRes, res)

@@ -5,6 +5,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -27,7 +28,7 @@ const maxAlternativeFills = 128
 // fillAlternatives returns a placement with some members' alternatives
 // demoted, or nil when none is found within the budget. base gives the
 // claims to demote (the members' own, or their rail-limited copies).
-func (p *placer) fillAlternatives(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int,
+func (p *placer) fillAlternatives(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, shared []resourceapi.AllocationResult, need int,
 	base func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
 	alts := make([]int, len(p.per))
 	most := 0

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -59,7 +60,7 @@ func ParsePackOrder(s string) (PackOrder, error) {
 
 // packNode is a node where some member fits.
 type packNode struct {
-	ns   *nodeState
+	ns   *index.NodeState
 	free int // free devices of the main class
 	cap  int // usable capacity, in the main class's devices (or pods)
 	pods int // members of the best-fitting shape that fit
@@ -75,7 +76,7 @@ type packGroup struct {
 
 // packOrder returns the domain's nodes in pack order for placing need
 // members, and sets p.balance for a balanced gang.
-func (p *placer) packOrder(ctx context.Context, d *topology.Domain, need int) ([]*nodeState, error) {
+func (p *placer) packOrder(ctx context.Context, d *topology.Domain, need int) ([]*index.NodeState, error) {
 	cands, err := p.packCandidates(ctx, d)
 	if err != nil {
 		return nil, err
@@ -84,12 +85,12 @@ func (p *placer) packOrder(ctx context.Context, d *topology.Domain, need int) ([
 	if need >= len(p.per) && p.class != "" {
 		demand = p.need
 	}
-	levels := p.s.sublevels(d)
-	if p.s.cfg.PackOrder == PackFullestNodes {
+	levels := sublevels(p.s.Tree(), d)
+	if p.cfg.PackOrder == PackFullestNodes {
 		levels = nil
 	}
 	p.balance = nil
-	out := make([]*nodeState, 0, len(cands))
+	out := make([]*index.NodeState, 0, len(cands))
 	if len(levels) == 0 {
 		return orderNodes(cands, nil, demand, out), nil
 	}
@@ -111,7 +112,7 @@ func (p *placer) packOrder(ctx context.Context, d *topology.Domain, need int) ([
 func (p *placer) packCandidates(ctx context.Context, d *topology.Domain) ([]packNode, error) {
 	var out []packNode
 	for _, n := range d.Nodes {
-		ns := p.s.byName[n]
+		ns := p.s.Node(n)
 		pn := packNode{ns: ns}
 		for id, sh := range p.distinct {
 			c, _, err := p.fitOn(ctx, ns, id, nil)
@@ -129,7 +130,7 @@ func (p *placer) packCandidates(ctx context.Context, d *topology.Domain) ([]pack
 			continue
 		}
 		if p.class != "" {
-			f, err := p.s.freeDevices(ctx, ns, p.class)
+			f, err := p.s.FreeDevices(ctx, ns, p.class)
 			if err != nil {
 				return nil, err
 			}
@@ -143,7 +144,7 @@ func (p *placer) packCandidates(ctx context.Context, d *topology.Domain) ([]pack
 // orderNodes appends nodes to out in pack order: grouped by levels
 // (outermost first) with the groups for demand first, fullest node first
 // inside the innermost groups.
-func orderNodes(nodes []packNode, levels []*topology.Level, demand int, out []*nodeState) []*nodeState {
+func orderNodes(nodes []packNode, levels []*topology.Level, demand int, out []*index.NodeState) []*index.NodeState {
 	if len(levels) == 0 {
 		sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].free < nodes[j].free })
 		for _, n := range nodes {
@@ -167,7 +168,7 @@ func groupNodes(nodes []packNode, l *topology.Level) []packGroup {
 	at := map[string]int{}
 	for _, n := range nodes {
 		id := ""
-		if dom := l.DomainOf(n.ns.node.Name); dom != nil {
+		if dom := l.DomainOf(n.ns.Name()); dom != nil {
 			id = dom.ID
 		}
 		gi, ok := at[id]
@@ -246,14 +247,14 @@ func fullestFeasible(groups []packGroup, avail []int, after, left int) int {
 // sublevels returns the tree levels below a domain's, outermost first,
 // down to the NVLink domain: for a domain of a label level that is not in
 // the tree (Level -1), every level below the cluster.
-func (s *Snapshot) sublevels(d *topology.Domain) []*topology.Level {
+func sublevels(t *topology.Tree, d *topology.Domain) []*topology.Level {
 	n := d.Level
-	if n < 0 || n >= len(s.tree.Levels) {
-		n = len(s.tree.Levels) - 1
+	if n < 0 || n >= len(t.Levels) {
+		n = len(t.Levels) - 1
 	}
 	out := make([]*topology.Level, 0, n)
 	for i := n - 1; i >= 0; i-- {
-		out = append(out, s.tree.Levels[i])
+		out = append(out, t.Levels[i])
 	}
 	return out
 }

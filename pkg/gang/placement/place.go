@@ -9,14 +9,16 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
-// Place decides where a gang goes on this snapshot: a Decision, or an
+// Place decides where a gang goes on a snapshot: a Decision, or an
 // Unschedulable that says why with numbers. An error means bad input (an
-// invalid CEL expression, a missing DeviceClass) or a cancelled context.
+// invalid CEL expression, a missing DeviceClass, an unknown pack order) or
+// a cancelled context.
 //
-// Rules: levels are tried in the order of levelsFor; at a level, domains
+// Rules: levels are tried in the order of Snapshot.LevelsFor; at a level, domains
 // with enough free devices of the gang's main class are tried from the
 // smallest leftover up (best fit), each verified node by node with the
 // allocator; among verified domains with the same leftover (at most
@@ -27,15 +29,19 @@ import (
 // (members already running) goes only to the domain that holds all those
 // nodes, at the smallest of its levels that has one. Place does not change
 // what the snapshot considers allocated; call Assume.
-func (s *Snapshot) Place(ctx context.Context, g *Gang) (*Decision, *Unschedulable, error) {
+func Place(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*Decision, *Unschedulable, error) {
+	cfg = cfg.withDefaults()
+	if _, err := ParsePackOrder(string(cfg.PackOrder)); err != nil {
+		return nil, nil, err
+	}
 	if len(g.Members) == 0 || len(g.Members) < g.MinCount {
 		return nil, nil, fmt.Errorf("%w: %d members, minCount %d", ErrNotReady, len(g.Members), g.MinCount)
 	}
-	p, err := s.newPlacer(ctx, g)
+	p, err := newPlacer(ctx, cfg, s, g)
 	if err != nil {
 		return nil, nil, err
 	}
-	levels := s.levelsFor(g)
+	levels := s.LevelsFor(g.TopologyKey, g.PreferredTopologyKey)
 	if len(g.BoundNodes) > 0 {
 		l, why := p.pinTo(levels)
 		if l == nil {
@@ -44,7 +50,7 @@ func (s *Snapshot) Place(ctx context.Context, g *Gang) (*Decision, *Unschedulabl
 		}
 		levels = []*topology.Level{l}
 	}
-	if key := g.PreferredTopologyKey; key != "" && len(s.level(key).Domains) == 0 {
+	if key := g.PreferredTopologyKey; key != "" && len(s.Level(key).Domains) == 0 {
 		p.warnings = append(p.warnings, fmt.Sprintf("preferred topology key %s: no node carries it, so it was ignored", key))
 	}
 	for _, l := range levels {
@@ -99,7 +105,8 @@ func (p *placer) pinTo(levels []*topology.Level) (*topology.Level, string) {
 
 // placer holds one Place call's state.
 type placer struct {
-	s      *Snapshot
+	cfg    Config
+	s      *index.Snapshot
 	g      *Gang
 	logger klog.Logger
 	// per is each member's shape; distinct the distinct ones.
@@ -142,12 +149,12 @@ type staticCache struct {
 	why  []string
 }
 
-func (s *Snapshot) newPlacer(ctx context.Context, g *Gang) (*placer, error) {
+func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*placer, error) {
 	per, distinct, err := gangShapes(g)
 	if err != nil {
 		return nil, err
 	}
-	p := &placer{s: s, g: g, logger: klog.FromContext(ctx), per: per, distinct: distinct,
+	p := &placer{cfg: cfg, s: s, g: g, logger: klog.FromContext(ctx), per: per, distinct: distinct,
 		static: map[int]*staticCache{}, refused: map[string]map[string]bool{}}
 	for _, sh := range per {
 		for i, d := range distinct {
@@ -158,7 +165,7 @@ func (s *Snapshot) newPlacer(ctx context.Context, g *Gang) (*placer, error) {
 		}
 	}
 	p.class, p.need = primaryClass(per)
-	p.searchable = needsSearch(distinct) && !s.greedyOnly
+	p.searchable = needsSearch(distinct) && !cfg.greedyOnly
 	p.searchLeft = searchCallsPerPlace + 2*len(per)
 	p.perPod = p.need
 	for _, sh := range per {
@@ -183,29 +190,29 @@ func (s *Snapshot) newPlacer(ctx context.Context, g *Gang) (*placer, error) {
 
 // staticFail caches staticCheck per shape and node, adding the shared
 // claims' selectors.
-func (p *placer) staticFail(ns *nodeState, shape int) string {
+func (p *placer) staticFail(ns *index.NodeState, shape int) string {
 	c := p.static[shape]
 	if c == nil {
-		c = &staticCache{done: make([]bool, len(p.s.nodes)), why: make([]string, len(p.s.nodes))}
+		c = &staticCache{done: make([]bool, len(p.s.Nodes())), why: make([]string, len(p.s.Nodes()))}
 		p.static[shape] = c
 	}
-	if c.done[ns.idx] {
-		return c.why[ns.idx]
+	if c.done[ns.Index()] {
+		return c.why[ns.Index()]
 	}
 	v := staticCheck(p.logger, ns, p.distinct[shape])
 	for _, sel := range p.sharedPins {
-		if v == "" && !sel.Match(ns.node) {
+		if v == "" && !sel.Match(ns.Node()) {
 			v = CheckSharedSelector
 		}
 	}
-	c.done[ns.idx], c.why[ns.idx] = true, v
+	c.done[ns.Index()], c.why[ns.Index()] = true, v
 	return v
 }
 
 // fitOn returns how many copies of a shape fit on a node by the cheap
 // checks, given the usage u of the gang's earlier members (may be nil),
 // and the failed check when none.
-func (p *placer) fitOn(ctx context.Context, ns *nodeState, shape int, u *usage) (int, string, error) {
+func (p *placer) fitOn(ctx context.Context, ns *index.NodeState, shape int, u *usage) (int, string, error) {
 	if why := p.staticFail(ns, shape); why != "" {
 		return 0, why, nil
 	}
@@ -217,7 +224,7 @@ func (p *placer) fitOn(ctx context.Context, ns *nodeState, shape int, u *usage) 
 	if rf == 0 {
 		return 0, why, nil
 	}
-	df, why, err := p.s.deviceFit(ctx, ns, sh, u.dev)
+	df, why, err := deviceFit(ctx, p.s, ns, sh, u.dev)
 	if err != nil || df == 0 {
 		return 0, why, err
 	}
@@ -237,7 +244,7 @@ func (p *placer) countFit(ctx context.Context, d *topology.Domain) (bool, int, e
 	for id := range p.distinct {
 		got := 0
 		for _, n := range d.Nodes {
-			c, _, err := p.fitOn(ctx, p.s.byName[n], id, nil)
+			c, _, err := p.fitOn(ctx, p.s.Node(n), id, nil)
 			if err != nil {
 				return false, 0, err
 			}
@@ -255,15 +262,15 @@ func (p *placer) countFit(ctx context.Context, d *topology.Domain) (bool, int, e
 
 // entries returns the level's domains to try in best-fit order: those with
 // at least need free devices, or only the pinned domain.
-func (p *placer) entries(li *levelIndex, need int) []*domEntry {
+func (p *placer) entries(li *index.LevelIndex, need int) []*index.DomainEntry {
 	if p.pin == nil {
-		return li.entries[li.from(need):]
+		return li.From(need)
 	}
 	if len(p.pin.Nodes) == 0 {
 		return nil
 	}
-	if e := li.byNode[p.pin.Nodes[0]]; e != nil && e.free >= need {
-		return []*domEntry{e}
+	if e := li.Of(p.pin.Nodes[0]); e != nil && e.Free() >= need {
+		return []*index.DomainEntry{e}
 	}
 	return nil
 }
@@ -271,22 +278,22 @@ func (p *placer) entries(li *levelIndex, need int) []*domEntry {
 // placeAtLevel tries the level's domains in best-fit order and returns the
 // winning attempt for the whole gang, or nil after recording a LevelReport.
 func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt, error) {
-	li, err := p.s.index(ctx, l, p.class)
+	li, err := p.s.LevelIndex(ctx, l, p.class)
 	if err != nil {
 		return nil, err
 	}
-	rep := LevelReport{TopologyKey: l.Key, Domains: len(li.entries)}
+	rep := LevelReport{TopologyKey: l.Key, Domains: len(li.Entries())}
 	var best *attempt
 	compared := 0
 	for _, e := range p.entries(li, p.need) {
-		left := e.free - p.need
-		if best != nil && (left > best.score.LeftoverDevices || compared >= p.s.cfg.CompareDomains || best.score.RailSets <= 1) {
+		left := e.Free() - p.need
+		if best != nil && (left > best.score.LeftoverDevices || compared >= p.cfg.CompareDomains || best.score.RailSets <= 1) {
 			break
 		}
-		if e.podsBound(p.perPod) < len(p.per) {
+		if e.PodsBound(p.perPod) < len(p.per) {
 			continue
 		}
-		ok, _, err := p.countFit(ctx, e.dom)
+		ok, _, err := p.countFit(ctx, e.Domain())
 		if err != nil {
 			return nil, err
 		}
@@ -296,7 +303,7 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 		rep.Candidates++
 		rep.Verified++
 		p.stats.DomainsVerified++
-		att, err := p.verify(ctx, e.dom, len(p.per))
+		att, err := p.verify(ctx, e.Domain(), len(p.per))
 		if err != nil {
 			return nil, err
 		}
@@ -321,23 +328,23 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 
 // report fills a level's Best: the pinned domain, or the one with the most
 // free devices.
-func (p *placer) report(ctx context.Context, li *levelIndex, rep *LevelReport) error {
-	var e *domEntry
+func (p *placer) report(ctx context.Context, li *index.LevelIndex, rep *LevelReport) error {
+	var e *index.DomainEntry
 	switch {
 	case p.pin != nil && len(p.pin.Nodes) > 0:
-		e = li.byNode[p.pin.Nodes[0]]
+		e = li.Of(p.pin.Nodes[0])
 		rep.Pinned = true
-	case len(li.entries) > 0:
-		e = li.entries[len(li.entries)-1]
+	case len(li.Entries()) > 0:
+		e = li.Entries()[len(li.Entries())-1]
 	}
 	if e == nil {
 		return nil
 	}
-	_, fit, err := p.countFit(ctx, e.dom)
+	_, fit, err := p.countFit(ctx, e.Domain())
 	if err != nil {
 		return err
 	}
-	rep.Best = &DomainReport{ID: e.dom.ID, FreeDevices: e.free, PodsFit: fit}
+	rep.Best = &DomainReport{ID: e.Domain().ID, FreeDevices: e.Free(), PodsFit: fit}
 	return nil
 }
 
@@ -346,20 +353,20 @@ func (p *placer) report(ctx context.Context, li *levelIndex, rep *LevelReport) e
 // members are verified (at most Config.CompareDomains of them); more
 // members win, then the smaller leftover, then fewer rail sets.
 func (p *placer) placePartial(ctx context.Context, l *topology.Level) (*attempt, error) {
-	li, err := p.s.index(ctx, l, p.class)
+	li, err := p.s.LevelIndex(ctx, l, p.class)
 	if err != nil {
 		return nil, err
 	}
 	type cand struct {
-		e   *domEntry
+		e   *index.DomainEntry
 		fit int
 	}
 	var cands []cand
 	for _, e := range p.entries(li, p.perPod*p.g.MinCount) {
-		if e.podsBound(p.perPod) < p.g.MinCount {
+		if e.PodsBound(p.perPod) < p.g.MinCount {
 			continue
 		}
-		fit, err := p.countMembers(ctx, e.dom)
+		fit, err := p.countMembers(ctx, e.Domain())
 		if err != nil {
 			return nil, err
 		}
@@ -371,19 +378,19 @@ func (p *placer) placePartial(ctx context.Context, l *topology.Level) (*attempt,
 		if cands[i].fit != cands[j].fit {
 			return cands[i].fit > cands[j].fit
 		}
-		return less(cands[i].e, cands[j].e)
+		return cands[i].e.Before(cands[j].e)
 	})
 	var best *attempt
-	for _, c := range cands[:min(len(cands), p.s.cfg.CompareDomains)] {
+	for _, c := range cands[:min(len(cands), p.cfg.CompareDomains)] {
 		p.stats.DomainsVerified++
-		att, err := p.verify(ctx, c.e.dom, p.g.MinCount)
+		att, err := p.verify(ctx, c.e.Domain(), p.g.MinCount)
 		if err != nil {
 			return nil, err
 		}
 		if att == nil {
 			continue
 		}
-		att.score.LeftoverDevices = c.e.free - p.devicesOf(att)
+		att.score.LeftoverDevices = c.e.Free() - p.devicesOf(att)
 		if best == nil || betterPartial(att, best) {
 			best = att
 		}
@@ -421,7 +428,7 @@ func (p *placer) countMembers(ctx context.Context, d *topology.Domain) (int, err
 	for id := range p.distinct {
 		got := 0
 		for _, n := range d.Nodes {
-			c, _, err := p.fitOn(ctx, p.s.byName[n], id, nil)
+			c, _, err := p.fitOn(ctx, p.s.Node(n), id, nil)
 			if err != nil {
 				return 0, err
 			}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -88,7 +89,7 @@ func (rc railCounts) sum(rails []int64) int {
 
 // least is the fewest free devices on one of the rails.
 func (rc railCounts) least(rails []int64) int {
-	m := unbounded
+	m := index.Unbounded
 	for _, r := range rails {
 		m = min(m, rc.by[r])
 	}
@@ -105,40 +106,39 @@ type nodeRails struct {
 // follows reports whether member mi's claims ask for a class other than
 // the main one.
 func (p *placer) follows(mi int) bool {
-	if p.s.oldRails || p.class == "" {
+	if p.cfg.oldRails || p.class == "" {
 		return false
 	}
 	return slices.ContainsFunc(p.per[mi].allClasses, func(c string) bool { return c != p.class })
 }
 
 // leadSet returns the node's devices of the main class.
-func (p *placer) leadSet(ctx context.Context, ns *nodeState) (sets.Set[structured.DeviceID], error) {
+func (p *placer) leadSet(ctx context.Context, ns *index.NodeState) (sets.Set[structured.DeviceID], error) {
 	rs := p.railState()
-	if s, ok := rs.lead[ns.idx]; ok {
+	if s, ok := rs.lead[ns.Index()]; ok {
 		return s, nil
 	}
-	ids, err := p.s.matching(ctx, ns, p.class)
+	ids, err := p.s.Matching(ctx, ns, p.class)
 	if err != nil {
 		return nil, err
 	}
 	s := sets.New(ids...)
-	rs.lead[ns.idx] = s
+	rs.lead[ns.Index()] = s
 	return s, nil
 }
 
 // memberRails returns the sorted distinct rails of a member's node-local
 // devices in res: of its lead devices, and of all of them.
-func (p *placer) memberRails(ctx context.Context, ns *nodeState, res []resourceapi.AllocationResult) ([]int64, []int64, error) {
+func (p *placer) memberRails(ctx context.Context, ns *index.NodeState, res []resourceapi.AllocationResult) ([]int64, []int64, error) {
 	lead, err := p.leadSet(ctx, ns)
 	if err != nil {
 		return nil, nil, err
 	}
-	devs := p.s.devicesOf(ns)
 	var leadRails, all []int64
 	for _, r := range res {
 		for _, d := range r.Devices.Results {
 			id := structured.MakeDeviceID(d.Driver, d.Pool, d.Device)
-			dev := devs.byID[id]
+			dev := ns.Device(id)
 			if dev == nil {
 				continue
 			}
@@ -162,18 +162,17 @@ func distinct(v []int64) []int64 {
 
 // freeRails counts the node's free devices of a class by rail: matching,
 // not allocated, not in taken.
-func (p *placer) freeRails(ctx context.Context, ns *nodeState, class string, taken sets.Set[structured.DeviceID]) (railCounts, error) {
-	ids, err := p.s.matching(ctx, ns, class)
+func (p *placer) freeRails(ctx context.Context, ns *index.NodeState, class string, taken sets.Set[structured.DeviceID]) (railCounts, error) {
+	ids, err := p.s.Matching(ctx, ns, class)
 	if err != nil {
 		return railCounts{}, err
 	}
-	devs := p.s.devicesOf(ns)
 	rc := railCounts{by: map[int64]int{}}
 	for _, id := range ids {
-		if ns.allocated.Has(id) || taken.Has(id) {
+		if ns.Allocated(id) || taken.Has(id) {
 			continue
 		}
-		if r, ok := topology.DeviceIBRail(devs.byID[id]); ok {
+		if r, ok := topology.DeviceIBRail(ns.Device(id)); ok {
 			rc.by[r]++
 		} else {
 			rc.none++
@@ -184,7 +183,7 @@ func (p *placer) freeRails(ctx context.Context, ns *nodeState, class string, tak
 
 // nodeRailsOf counts a node's free devices by rail for the main class and
 // the other node-local classes of the gang's members, minus taken.
-func (p *placer) nodeRailsOf(ctx context.Context, ns *nodeState, taken sets.Set[structured.DeviceID]) (nodeRails, error) {
+func (p *placer) nodeRailsOf(ctx context.Context, ns *index.NodeState, taken sets.Set[structured.DeviceID]) (nodeRails, error) {
 	lead, err := p.freeRails(ctx, ns, p.class, taken)
 	if err != nil {
 		return nodeRails{}, err
@@ -195,7 +194,7 @@ func (p *placer) nodeRailsOf(ctx context.Context, ns *nodeState, taken sets.Set[
 			if _, done := nr.other[c]; done || c == p.class {
 				continue
 			}
-			if inCluster, err := p.s.classInCluster(ctx, c); err != nil || inCluster {
+			if inCluster, err := p.s.ClassInCluster(ctx, c); err != nil || inCluster {
 				if err != nil {
 					return nodeRails{}, err
 				}
@@ -235,21 +234,21 @@ func (p *placer) memberFit(nr nodeRails, sh *shape, rails []int64, cheap int) in
 // allocMember allocates member mi's claims on a node next to inflight,
 // renames split requests back, and puts its NICs on its GPUs' rails (see
 // the rules above). It returns nil and the failed check when refused.
-func (p *placer) allocMember(ctx context.Context, ns *nodeState, mi int, claims []*resourceapi.ResourceClaim, inflight map[poolID][]structured.DeviceID) ([]resourceapi.AllocationResult, string, error) {
+func (p *placer) allocMember(ctx context.Context, ns *index.NodeState, mi int, claims []*resourceapi.ResourceClaim, inflight index.InFlight) ([]resourceapi.AllocationResult, string, error) {
 	classes := p.per[mi].allClasses
-	res, why, err := p.s.allocate(ctx, ns, claims, classes, inflight, &p.stats)
+	res, why, err := p.allocate(ctx, ns, claims, classes, inflight)
 	if res == nil || err != nil {
 		return nil, why, err
 	}
 	res = p.unsplit(claims, res)
-	return p.follow(ctx, ns, mi, claims, res, func() map[poolID][]structured.DeviceID { return inflight })
+	return p.follow(ctx, ns, mi, claims, res, func() index.InFlight { return inflight })
 }
 
 // follow keeps res when member mi's NICs on node ns are on its GPUs'
 // rails, or finds an allocation where they are (inflight: what the others
 // hold); see the rules above.
-func (p *placer) follow(ctx context.Context, ns *nodeState, mi int, claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult,
-	inflight func() map[poolID][]structured.DeviceID) ([]resourceapi.AllocationResult, string, error) {
+func (p *placer) follow(ctx context.Context, ns *index.NodeState, mi int, claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult,
+	inflight func() index.InFlight) ([]resourceapi.AllocationResult, string, error) {
 	if !p.follows(mi) {
 		return res, "", nil
 	}
@@ -275,13 +274,9 @@ func (p *placer) follow(ctx context.Context, ns *nodeState, mi int, claims []*re
 // claims base (first: the rails of its first result's lead devices) and
 // returns the first allocation whose following devices lie on its lead
 // devices' rails, or nil and whether the tries stopped at maxFollowCalls.
-func (p *placer) refollow(ctx context.Context, ns *nodeState, mi int, base []*resourceapi.ResourceClaim, first []int64,
-	inflight map[poolID][]structured.DeviceID) ([]resourceapi.AllocationResult, bool, error) {
-	taken := sets.New[structured.DeviceID]()
-	for _, sl := range ns.slices {
-		taken.Insert(inflight[poolID{sl.Spec.Driver, sl.Spec.Pool.Name}]...)
-	}
-	nr, err := p.nodeRailsOf(ctx, ns, taken)
+func (p *placer) refollow(ctx context.Context, ns *index.NodeState, mi int, base []*resourceapi.ResourceClaim, first []int64,
+	inflight index.InFlight) ([]resourceapi.AllocationResult, bool, error) {
+	nr, err := p.nodeRailsOf(ctx, ns, inflight.OnNode(ns))
 	if err != nil {
 		return nil, false, err
 	}
@@ -293,7 +288,7 @@ func (p *placer) refollow(ctx context.Context, ns *nodeState, mi int, base []*re
 		}
 		claims := p.railClaims(base, rails, true)
 		p.stats.RailFollowCalls++
-		res, _, err := p.s.allocate(ctx, ns, claims, p.per[mi].allClasses, inflight, &p.stats)
+		res, _, err := p.allocate(ctx, ns, claims, p.per[mi].allClasses, inflight)
 		if err != nil || res == nil {
 			if err != nil {
 				return nil, false, err
@@ -328,7 +323,7 @@ func (p *placer) followCandidates(nr nodeRails, sh *shape, first []int64) [][]in
 		if p.memberFit(nr, sh, rails, 1) == 0 {
 			return
 		}
-		spare := unbounded
+		spare := index.Unbounded
 		for c, rc := range nr.other {
 			if n := sh.need[c]; n > 0 {
 				spare = min(spare, rc.sum(rails)-n)

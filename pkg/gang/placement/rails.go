@@ -10,6 +10,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -67,22 +68,22 @@ const (
 // railRefill places the gang again on the nodes (in pack order) with
 // every member's claims given by claimsOf (variant names them for the
 // search's memo).
-type railRefill func(variant string, nodes []*nodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error)
+type railRefill func(variant string, nodes []*index.NodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error)
 
 // fillAligned fills the members (fillHarder when the greedy fill fails)
 // and scores rail alignment; with alignment required and a placement that
 // is not aligned, or none, it searches rail sets (alignRails), each
 // verified by the greedy fill (then the search when that fails; the
 // firstAvailable fills for a placement found by demoting alternatives).
-func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
+func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
 	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
 	att, err := p.fill(ctx, d, nodes, shared, own, nil, need)
 	if err != nil {
 		return nil, err
 	}
-	refill := railRefill(func(variant string, nodes []*nodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
+	refill := railRefill(func(variant string, nodes []*index.NodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
 		alt, err := p.fill(ctx, d, nodes, shared, claimsOf, nil, need)
-		if alt != nil || err != nil || p.s.oldRails || p.quota != nil { // balanced: greedy only (fillSpread)
+		if alt != nil || err != nil || p.cfg.oldRails || p.quota != nil { // balanced: greedy only (fillSpread)
 			return alt, err
 		}
 		return p.search(ctx, d, nodes, shared, variant, claimsOf, need)
@@ -104,8 +105,8 @@ func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*n
 // candidate rail sets (see the rules above), or nil after refusing the
 // domain. With att nil (no placement found) it searches the rail sets
 // only when alignment is required, and refuses nothing itself.
-func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*nodeState, att *attempt, need int, refill railRefill) (*attempt, error) {
-	if att == nil && (!p.g.RailAlignmentRequired || p.s.oldRails) {
+func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, att *attempt, need int, refill railRefill) (*attempt, error) {
+	if att == nil && (!p.g.RailAlignmentRequired || p.cfg.oldRails) {
 		return nil, nil
 	}
 	if att != nil {
@@ -117,7 +118,7 @@ func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*no
 		if !p.g.RailAlignmentRequired || len(sets) <= 1 {
 			return att, nil
 		}
-		if p.s.oldRails {
+		if p.cfg.oldRails {
 			return p.alignRailsOld(ctx, d, nodes, sets, refill)
 		}
 	}
@@ -141,7 +142,7 @@ func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*no
 
 // verifyRailSets refills the candidates in order, at most maxRailRefills
 // of them, and returns the first aligned placement and how many it tried.
-func (p *placer) verifyRailSets(ctx context.Context, nodes []*nodeState, cands []railCand, refill railRefill) (*attempt, int, error) {
+func (p *placer) verifyRailSets(ctx context.Context, nodes []*index.NodeState, cands []railCand, refill railRefill) (*attempt, int, error) {
 	for i, c := range cands {
 		if i == maxRailRefills {
 			p.stats.RailCutoffs++
@@ -158,9 +159,9 @@ func (p *placer) verifyRailSets(ctx context.Context, nodes []*nodeState, cands [
 // refillRails places the gang with every member limited to the rails, on
 // the nodes where a member fits by counts (memberFit), and returns the
 // placement when every member uses exactly them.
-func (p *placer) refillRails(ctx context.Context, nodes []*nodeState, rails []int64, refill railRefill) (*attempt, error) {
+func (p *placer) refillRails(ctx context.Context, nodes []*index.NodeState, rails []int64, refill railRefill) (*attempt, error) {
 	p.stats.RailRefills++
-	var fit []*nodeState
+	var fit []*index.NodeState
 	for _, ns := range nodes {
 		nr, err := p.freeRailsOf(ctx, ns)
 		if err != nil {
@@ -224,7 +225,7 @@ type railCand struct {
 
 // railCandidates returns the rail sets where the members needed fit by
 // counts, in try order, and why none when there is none (see the rules).
-func (p *placer) railCandidates(ctx context.Context, nodes []*nodeState, need int) ([]railCand, string, error) {
+func (p *placer) railCandidates(ctx context.Context, nodes []*index.NodeState, need int) ([]railCand, string, error) {
 	groups, universe, err := p.railGroups(ctx, nodes)
 	if err != nil {
 		return nil, "", err
@@ -234,7 +235,7 @@ func (p *placer) railCandidates(ctx context.Context, nodes []*nodeState, need in
 		perRail = max(perRail, g.rails.lead.most()+g.rails.lead.none)
 	}
 	want := make([]int, len(p.distinct))
-	most, least := unbounded, 1
+	most, least := index.Unbounded, 1
 	for mi, id := range p.ids {
 		want[id]++
 		if g := p.per[mi].need[p.class]; g > 0 {
@@ -302,7 +303,7 @@ type railGroup struct {
 
 // railGroups groups the nodes for railRoom (by signature, sorted) and
 // returns the rails with a free lead device on some node.
-func (p *placer) railGroups(ctx context.Context, nodes []*nodeState) ([]railGroup, []int64, error) {
+func (p *placer) railGroups(ctx context.Context, nodes []*index.NodeState) ([]railGroup, []int64, error) {
 	bySig := map[string]*railGroup{}
 	railSet := map[int64]bool{}
 	for _, ns := range nodes {
@@ -346,16 +347,16 @@ func (p *placer) railGroups(ctx context.Context, nodes []*nodeState) ([]railGrou
 }
 
 // freeRailsOf is nodeRailsOf without gang devices, cached per Place.
-func (p *placer) freeRailsOf(ctx context.Context, ns *nodeState) (nodeRails, error) {
+func (p *placer) freeRailsOf(ctx context.Context, ns *index.NodeState) (nodeRails, error) {
 	rs := p.railState()
-	if nr, ok := rs.free[ns.idx]; ok {
+	if nr, ok := rs.free[ns.Index()]; ok {
 		return nr, nil
 	}
 	nr, err := p.nodeRailsOf(ctx, ns, nil)
 	if err != nil {
 		return nodeRails{}, err
 	}
-	rs.free[ns.idx] = nr
+	rs.free[ns.Index()] = nr
 	return nr, nil
 }
 
@@ -393,7 +394,7 @@ func (nr nodeRails) signature(cheap []int) string {
 // kept for comparisons (OldRails in export_test.go): refills with the
 // main-class requests limited to one of the four most used sets of att,
 // without a device on every rail of the set.
-func (p *placer) alignRailsOld(ctx context.Context, d *topology.Domain, nodes []*nodeState, sets map[string]int, refill railRefill) (*attempt, error) {
+func (p *placer) alignRailsOld(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, sets map[string]int, refill railRefill) (*attempt, error) {
 	keys := make([]string, 0, len(sets))
 	for k := range sets {
 		keys = append(keys, k)

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -89,7 +89,7 @@ func needsSearch(distinct []*shape) bool {
 // search is one depth-first search in one domain.
 type search struct {
 	p        *placer
-	nodes    []*nodeState
+	nodes    []*index.NodeState
 	shared   []resourceapi.AllocationResult
 	claimsOf func(int) []*resourceapi.ResourceClaim
 	classes  []string // of every member's claims
@@ -114,13 +114,13 @@ type search struct {
 	memo    *searchMemo
 	nm      nodeMemo
 	// sharedOnly: the shared claims' devices, as in-flight devices.
-	sharedOnly map[poolID][]structured.DeviceID
+	sharedOnly index.InFlight
 	out        bool // the budget ran out
 }
 
 // search returns a placement of at least need members in the domain's
 // nodes, or nil.
-func (p *placer) search(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult,
+func (p *placer) search(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, shared []resourceapi.AllocationResult,
 	variant string, claimsOf func(int) []*resourceapi.ResourceClaim, need int) (*attempt, error) {
 	s, err := p.newSearch(ctx, nodes, shared, claimsOf, need)
 	if err != nil {
@@ -147,11 +147,11 @@ func (p *placer) search(ctx context.Context, d *topology.Domain, nodes []*nodeSt
 	return s.attempt(d), nil
 }
 
-func (p *placer) newSearch(ctx context.Context, nodes []*nodeState, shared []resourceapi.AllocationResult,
+func (p *placer) newSearch(ctx context.Context, nodes []*index.NodeState, shared []resourceapi.AllocationResult,
 	claimsOf func(int) []*resourceapi.ResourceClaim, need int) (*search, error) {
 	s := &search{p: p, nodes: nodes, shared: shared, claimsOf: claimsOf, skips: max(0, len(p.per)-need),
 		left: make([]bool, len(p.distinct)), on: make([][]int, len(nodes)), res: make([][]resourceapi.AllocationResult, len(nodes)),
-		used: make([]*usage, len(nodes)), where: make([]int, len(p.per)), anti: len(p.s.antiIndex) > 0, nm: newNodeMemo(len(nodes), shared)}
+		used: make([]*usage, len(nodes)), where: make([]int, len(p.per)), anti: p.s.HasAntiTerms(), nm: newNodeMemo(len(nodes), shared)}
 	if p.memo == nil {
 		p.memo = newSearchMemo()
 	}
@@ -285,7 +285,7 @@ func (s *search) antiFail(mi, pos int) bool {
 	sh := s.p.per[mi]
 	for q, qp := range s.where {
 		o := s.p.per[q]
-		if qp >= 0 && (len(sh.anti) > 0 || len(o.anti) > 0) && antiConflict(sh.pod, sh.anti, ns.node, o.pod, o.anti, s.nodes[qp].node) {
+		if qp >= 0 && (len(sh.anti) > 0 || len(o.anti) > 0) && index.PodsConflict(sh.pod, sh.anti, ns.Node(), o.pod, o.anti, s.nodes[qp].Node()) {
 			return true
 		}
 	}
@@ -316,10 +316,10 @@ func (s *search) addUse(mi, pos, sign int) {
 	sh := s.p.per[mi]
 	u := s.used[pos]
 	if u == nil {
-		u = &usage{res: resList{}, dev: map[string]int{}}
+		u = &usage{res: index.ResList{}, dev: map[string]int{}}
 		s.used[pos] = u
 	}
-	u.res.add(sh.req, int64(sign))
+	u.res.Add(sh.req, int64(sign))
 	u.pods += int64(sign)
 	for c, n := range sh.need {
 		u.dev[c] += sign * n

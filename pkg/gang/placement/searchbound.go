@@ -4,6 +4,8 @@ import (
 	"context"
 	"sort"
 	"strconv"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 // searchCounts bounds what the members left can take, by main-class
@@ -30,7 +32,7 @@ type searchCounts struct {
 	tails [][][2]int
 }
 
-func (p *placer) newSearchCounts(ctx context.Context, nodes []*nodeState) (searchCounts, error) {
+func (p *placer) newSearchCounts(ctx context.Context, nodes []*index.NodeState) (searchCounts, error) {
 	c := searchCounts{bounded: p.class != "", demand: make([]int, len(p.per)), free: make([]int, len(nodes))}
 	for mi, sh := range p.per {
 		c.demand[mi] = sh.need[p.class]
@@ -40,12 +42,12 @@ func (p *placer) newSearchCounts(ctx context.Context, nodes []*nodeState) (searc
 		if !c.bounded {
 			return c, nil
 		}
-		free, err := p.s.freeDevices(ctx, ns, p.class)
+		free, err := p.s.FreeDevices(ctx, ns, p.class)
 		if err != nil {
 			return c, err
 		}
 		c.free[pos], c.room, most = free, c.room+free, max(most, free)
-		c.bounded = free < unbounded
+		c.bounded = free < index.Unbounded
 	}
 	if !c.bounded {
 		return c, nil

@@ -6,8 +6,8 @@ import (
 	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -22,7 +22,7 @@ func (s *search) resultsFor(ctx context.Context, pos int, members []int) ([]reso
 	if err != nil {
 		return nil, false, err
 	}
-	seq, set := keys(s.variant, s.nodes[pos].idx, dev, s.p.ids, members)
+	seq, set := keys(s.variant, s.nodes[pos].Index(), dev, s.p.ids, members)
 	if res, ok := s.memo.results[seq]; ok && dev >= 0 {
 		return res, true, nil
 	}
@@ -79,7 +79,7 @@ func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]r
 	s.p.searchLeft--
 	s.p.stats.SearchCalls++
 	inflight := s.inflight(pos, dev)
-	res, why, err := s.p.s.allocate(ctx, s.nodes[pos], claims, s.classes, inflight, &s.p.stats)
+	res, why, err := s.p.allocate(ctx, s.nodes[pos], claims, s.classes, inflight)
 	if res == nil || err != nil {
 		return nil, why, err
 	}
@@ -102,17 +102,17 @@ func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]r
 // follow puts each member's NICs on its GPUs' rails (railfollow.go), in
 // call order, the devices of the node's other members fixed; it replaces
 // the members' results in byMember, or returns the failed check.
-func (s *search) follow(ctx context.Context, pos int, order []int, byMember map[int][]resourceapi.AllocationResult, inflight map[poolID][]structured.DeviceID) (string, error) {
+func (s *search) follow(ctx context.Context, pos int, order []int, byMember map[int][]resourceapi.AllocationResult, inflight index.InFlight) (string, error) {
 	ns := s.nodes[pos]
 	for _, m := range order {
-		others := func() map[poolID][]structured.DeviceID {
-			tmp := &attempt{inflight: map[poolID][]structured.DeviceID{}}
+		others := func() index.InFlight {
+			tmp := &attempt{inflight: index.InFlight{}}
 			for pid, ids := range inflight {
 				tmp.inflight[pid] = slices.Clone(ids)
 			}
 			for _, q := range order {
 				if q != m {
-					tmp.addDevices(byMember[q])
+					tmp.inflight.Add(byMember[q])
 				}
 			}
 			return tmp.inflight
@@ -142,19 +142,19 @@ func constrained(sh *shape) bool {
 // inflight is the shared claims' devices and those of the members on the
 // other nodes. A node with a device class (searchmemo.go) sees no pool
 // those members use, so the shared claims' devices do there.
-func (s *search) inflight(pos, dev int) map[poolID][]structured.DeviceID {
+func (s *search) inflight(pos, dev int) index.InFlight {
 	if dev >= 0 && s.sharedOnly != nil {
 		return s.sharedOnly
 	}
-	tmp := &attempt{inflight: map[poolID][]structured.DeviceID{}}
-	tmp.addDevices(s.shared)
+	tmp := &attempt{inflight: index.InFlight{}}
+	tmp.inflight.Add(s.shared)
 	if dev >= 0 {
 		s.sharedOnly = tmp.inflight
 		return s.sharedOnly
 	}
 	for q, r := range s.res {
 		if q != pos {
-			tmp.addDevices(r)
+			tmp.inflight.Add(r)
 		}
 	}
 	return tmp.inflight
@@ -163,8 +163,8 @@ func (s *search) inflight(pos, dev int) map[poolID][]structured.DeviceID {
 // attempt turns the search's state into an attempt, members in member
 // order, splitting each node's joint results back per member.
 func (s *search) attempt(d *topology.Domain) *attempt {
-	att := &attempt{dom: d, inflight: map[poolID][]structured.DeviceID{}, used: map[*nodeState]*usage{}, shared: s.shared}
-	att.addDevices(s.shared)
+	att := &attempt{dom: d, inflight: index.InFlight{}, used: map[*index.NodeState]*usage{}, shared: s.shared}
+	att.inflight.Add(s.shared)
 	for mi, pos := range s.where {
 		if pos < 0 {
 			continue

@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 // shape is what the engine needs of one member; members with equal
@@ -15,7 +17,7 @@ import (
 type shape struct {
 	sig      string
 	pod      *v1.Pod
-	req      resList
+	req      index.ResList
 	resNames []v1.ResourceName // sorted
 	affinity nodeaffinity.RequiredNodeAffinity
 	// pinned are node selectors of the member's already allocated claims;
@@ -23,7 +25,7 @@ type shape struct {
 	pinned  []*nodeaffinity.NodeSelector
 	volumes []*nodeaffinity.NodeSelector
 	// anti are its required pod anti-affinity terms.
-	anti []*antiTerm
+	anti []*index.AntiTerm
 	// claims to allocate (unallocated), and all classes they use.
 	claims     []*resourceapi.ResourceClaim
 	allClasses []string
@@ -36,7 +38,7 @@ type shape struct {
 // exactCount requests without admin access; others only go through the
 // allocator.
 func newShape(m Member) (*shape, error) {
-	sh := &shape{pod: m.Pod, req: podRequests(m.Pod), affinity: nodeaffinity.GetRequiredNodeAffinity(m.Pod), need: map[string]int{}}
+	sh := &shape{pod: m.Pod, req: index.PodRequests(m.Pod), affinity: nodeaffinity.GetRequiredNodeAffinity(m.Pod), need: map[string]int{}}
 	for name := range sh.req {
 		sh.resNames = append(sh.resNames, name)
 	}
@@ -66,7 +68,7 @@ func newShape(m Member) (*shape, error) {
 		}
 		sh.volumes = append(sh.volumes, sel)
 	}
-	anti, err := antiTerms(m.Pod)
+	anti, err := index.AntiTerms(m.Pod)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +79,7 @@ func newShape(m Member) (*shape, error) {
 	sort.Strings(sh.classes)
 	sh.allClasses = claimClasses(sh.claims)
 	sig, err := json.Marshal(struct {
-		Req          resList
+		Req          index.ResList
 		Tolerations  []v1.Toleration
 		NodeSelector map[string]string
 		Affinity     *v1.NodeSelector
@@ -185,4 +187,25 @@ func primaryClass(per []*shape) (string, int) {
 		}
 	}
 	return best, bestN
+}
+
+// claimClasses returns the sorted class names the claims' requests use.
+func claimClasses(claims []*resourceapi.ResourceClaim) []string {
+	set := map[string]bool{}
+	for _, c := range claims {
+		for _, r := range c.Spec.Devices.Requests {
+			if r.Exactly != nil {
+				set[r.Exactly.DeviceClassName] = true
+			}
+			for _, sub := range r.FirstAvailable {
+				set[sub.DeviceClassName] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
 }
