@@ -1,6 +1,37 @@
 // Package placement is gpufabric's pure gang placement engine: one decision
-// per gang on one immutable view of the cluster (an index.Snapshot), with
-// no client-go.
+// per gang on one immutable view of the cluster (an index.Snapshot, from
+// the leaf package pkg/gang/placement/index), with no client-go.
+//
+// Place is one call; newPlacer makes its pieces, each given the small
+// structs it needs (the members' shapes, the cheap checks, the allocator
+// calls, the refusals), never the placer itself:
+//   - placer walks the levels and their domains in best-fit order and
+//     reports (place.go, decision.go);
+//   - fits answers the cheap per-node checks; allocator runs Allocate calls
+//     (nodes.go);
+//   - filler verifies one domain: shared claims, balanced quotas, the
+//     greedy fill and its fall-backs (fill.go, firstalt.go);
+//   - packer orders a domain's nodes (packorder.go);
+//   - searcher and search look for member → node assignments where the
+//     greedy fill dead-ends (search.go, searchbound.go, searchjoint.go,
+//     searchmemo.go);
+//   - aligner searches rail sets, follower puts NICs on their GPUs' rails,
+//     railCopies limits claims to rail sets (rails.go, railfollow.go,
+//     railclaims.go, railcount.go);
+//   - explainer says why the closest domains refused (explain.go).
+//
+// Files: config.go (Config), gang.go (Gang and its builders), rank.go
+// (member order), shape.go (members and their shapes), podaffinity.go
+// (Unsupported, the anti-affinity and volume checks' names), place.go
+// (Place, placer), decision.go (Decision and Unschedulable from a Place,
+// Assume), nodes.go (check names, fits, allocator), attempt.go (a
+// placement in progress), fill.go (filler), firstalt.go (firstAvailable
+// floors), packorder.go (PackOrder, packer), spread.go (balanced quotas,
+// Decision.Spread), search.go, searchbound.go, searchjoint.go and
+// searchmemo.go (the member search), rails.go (rail-set search),
+// railfollow.go (NICs follow GPUs), railclaims.go (rail-limited claim
+// copies), railcount.go (free devices by rail), explain.go (explainer),
+// result.go (Decision, Unschedulable, Stats, refusals).
 //
 // Rules:
 //   - Domains are chosen from free-device counts, which are upper bounds;
@@ -12,6 +43,8 @@
 //     budgets are counts, not clocks (index.Config.AllocateTimeout aside).
 //   - Place reads the snapshot and fills its caches; only Assume changes
 //     what it holds. A Snapshot is not safe for concurrent use.
+//   - The engine imports pkg/topology and its index, never what uses it
+//     (pkg/archtest); the index never imports the engine.
 //
 // See docs/design/placement.md.
 package placement

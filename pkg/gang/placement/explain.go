@@ -26,28 +26,45 @@ type DomainRefusal struct {
 	Action string
 }
 
+// explainer explains, for an Unschedulable, why the domains that came
+// closest refused the gang and what would help, from what the Place call
+// recorded (refusals, the rail searches' reasons).
+type explainer struct {
+	*members
+	s       *index.Snapshot
+	g       *Gang
+	fit     *fits
+	refused refusals
+	// shared are the gang's shared claims to allocate; pin the domain the
+	// gang is pinned to, or nil; railWhy, per domain id, why no rail set
+	// placed the gang there.
+	shared  []*resourceapi.ResourceClaim
+	pin     *topology.Domain
+	railWhy map[string]string
+}
+
 // maxExplained bounds Unschedulable.Domains.
 const maxExplained = 4
 
 // explain fills the refusal table: the first level tried (the required
 // one), its pinned domain or the domains with the most free devices.
-func (p *placer) explain(ctx context.Context, u *Unschedulable) error {
-	levels := p.s.LevelsFor(p.g.TopologyKey, p.g.PreferredTopologyKey)
+func (x *explainer) explain(ctx context.Context, u *Unschedulable) error {
+	levels := x.s.LevelsFor(x.g.TopologyKey, x.g.PreferredTopologyKey)
 	if len(levels) == 0 {
 		return nil
 	}
 	l := levels[0]
-	if p.pin != nil {
-		l = p.s.Level(p.pin.Key)
+	if x.pin != nil {
+		l = x.s.Level(x.pin.Key)
 	}
-	li, err := p.s.LevelIndex(ctx, l, p.class)
+	li, err := x.s.LevelIndex(ctx, l, x.class)
 	if err != nil {
 		return err
 	}
 	var entries []*index.DomainEntry
 	switch {
-	case p.pin != nil && len(p.pin.Nodes) > 0:
-		if e := li.Of(p.pin.Nodes[0]); e != nil {
+	case x.pin != nil && len(x.pin.Nodes) > 0:
+		if e := li.Of(x.pin.Nodes[0]); e != nil {
 			entries = []*index.DomainEntry{e}
 		}
 	default:
@@ -57,7 +74,7 @@ func (p *placer) explain(ctx context.Context, u *Unschedulable) error {
 	}
 	if len(li.Entries()) == 0 {
 		var keys []string
-		for _, tl := range p.s.Tree().Levels {
+		for _, tl := range x.s.Tree().Levels {
 			keys = append(keys, tl.Key)
 		}
 		u.Domains = append(u.Domains, DomainRefusal{TopologyKey: l.Key, Domain: "(none)",
@@ -66,7 +83,7 @@ func (p *placer) explain(ctx context.Context, u *Unschedulable) error {
 		return nil
 	}
 	for _, e := range entries {
-		r, err := p.refusal(ctx, l, e)
+		r, err := x.refusal(ctx, l, e)
 		if err != nil {
 			return err
 		}
@@ -76,14 +93,14 @@ func (p *placer) explain(ctx context.Context, u *Unschedulable) error {
 }
 
 // refusal explains one domain (see the rules in order below).
-func (p *placer) refusal(ctx context.Context, l *topology.Level, e *index.DomainEntry) (DomainRefusal, error) {
-	fit, err := p.countMembers(ctx, e.Domain())
+func (x *explainer) refusal(ctx context.Context, l *topology.Level, e *index.DomainEntry) (DomainRefusal, error) {
+	fit, err := x.fit.countMembers(ctx, e.Domain())
 	if err != nil {
 		return DomainRefusal{}, err
 	}
 	r := DomainRefusal{TopologyKey: l.Key, Domain: e.Domain().ID, FreeDevices: e.Free(), PodsFit: fit}
 	steps := []func(context.Context, *topology.Level, *index.DomainEntry, *DomainRefusal) (bool, error){
-		p.whySharedPin, p.whyChannels, p.whyTaintedDevices, p.whyFewDevices, p.whyNodes, p.whyVerify,
+		x.whySharedPin, x.whyChannels, x.whyTaintedDevices, x.whyFewDevices, x.whyNodes, x.whyVerify,
 	}
 	for _, step := range steps {
 		done, err := step(ctx, l, e, &r)
@@ -97,57 +114,57 @@ func (p *placer) refusal(ctx context.Context, l *topology.Level, e *index.Domain
 }
 
 // needPods is how many members a placement needs at least.
-func (p *placer) needPods() int {
-	if p.g.MinCount > 0 && p.g.MinCount < len(p.per) {
-		return p.g.MinCount
+func (x *explainer) needPods() int {
+	if x.g.MinCount > 0 && x.g.MinCount < len(x.per) {
+		return x.g.MinCount
 	}
-	return len(p.per)
+	return len(x.per)
 }
 
 // whySharedPin: a shared fabric-domain claim pins the gang to one NVLink
 // domain, which is smaller than the level asked for.
-func (p *placer) whySharedPin(ctx context.Context, l *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+func (x *explainer) whySharedPin(ctx context.Context, l *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
 	fabric := ""
-	for _, c := range p.sharedClaims {
+	for _, c := range x.shared {
 		for _, class := range claimClasses([]*resourceapi.ResourceClaim{c}) {
 			if class == topology.FabricDomainDeviceClass {
 				fabric = c.Name
 			}
 		}
 	}
-	if fabric == "" || l.Key == topology.TopologyKeyNVLinkDomain || len(p.s.Tree().Levels) == 0 {
+	if fabric == "" || l.Key == topology.TopologyKeyNVLinkDomain || len(x.s.Tree().Levels) == 0 {
 		return false, nil
 	}
 	best, seen := 0, map[*topology.Domain]bool{}
 	for _, n := range e.Domain().Nodes {
-		child := p.s.Tree().Levels[0].DomainOf(n)
+		child := x.s.Tree().Levels[0].DomainOf(n)
 		if child == nil || seen[child] {
 			continue
 		}
 		seen[child] = true
-		fit, err := p.countMembers(ctx, child)
+		fit, err := x.fit.countMembers(ctx, child)
 		if err != nil {
 			return false, err
 		}
 		best = max(best, fit)
 	}
-	if best >= p.needPods() {
+	if best >= x.needPods() {
 		return false, nil
 	}
 	r.Why = fmt.Sprintf("the shared claim %s (%s) pins the gang to one NVLink domain, and at most %d of %d pods fit in one here",
-		fabric, topology.FabricDomainDeviceClass, best, len(p.per))
+		fabric, topology.FabricDomainDeviceClass, best, len(x.per))
 	r.Action = fmt.Sprintf("use topology key %s, or drop the shared fabric-domain claim to spread over %s", topology.TopologyKeyNVLinkDomain, l.Key)
 	return true, nil
 }
 
 // whyChannels: the shared claims found no free device (a fabric-domain
 // pool's channels all in use) in the domain.
-func (p *placer) whyChannels(_ context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
-	if !p.refused[CheckAllocator+" for shared claims (domains)"][e.Domain().ID] {
+func (x *explainer) whyChannels(_ context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+	if !x.refused.has(CheckAllocator+" for shared claims (domains)", e.Domain().ID) {
 		return false, nil
 	}
 	pool := topology.FabricDomainPoolName(e.Domain().ID)
-	total, users := p.s.PoolUse(pool)
+	total, users := x.s.PoolUse(pool)
 	if total == 0 {
 		r.Why = fmt.Sprintf("no device for the shared claims is published for %s", e.Domain().ID)
 		r.Action = "check that the fabric-domain pools are published (gpufabric-scheduler --domain-channels > 0)"
@@ -160,15 +177,15 @@ func (p *placer) whyChannels(_ context.Context, _ *topology.Level, e *index.Doma
 
 // whyTaintedDevices: free devices of the class carry device taints the
 // claims do not tolerate.
-func (p *placer) whyTaintedDevices(ctx context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
-	if p.class == "" {
+func (x *explainer) whyTaintedDevices(ctx context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+	if x.class == "" {
 		return false, nil
 	}
 	tainted := map[string][]string{} // taint key → nodes
 	count := 0
 	for _, n := range e.Domain().Nodes {
-		ns := p.s.Node(n)
-		keys, k, err := p.s.TaintedFree(ctx, ns, p.class)
+		ns := x.s.Node(n)
+		keys, k, err := x.s.TaintedFree(ctx, ns, x.class)
 		if err != nil {
 			return false, err
 		}
@@ -177,7 +194,7 @@ func (p *placer) whyTaintedDevices(ctx context.Context, _ *topology.Level, e *in
 			tainted[key] = append(tainted[key], n)
 		}
 	}
-	if count == 0 || e.Free()-count >= p.need && !p.refusedIn(CheckAllocator, e.Domain()) {
+	if count == 0 || e.Free()-count >= x.need && !x.refused.in(CheckAllocator, e.Domain()) {
 		return false, nil
 	}
 	keys := make([]string, 0, len(tainted))
@@ -189,18 +206,18 @@ func (p *placer) whyTaintedDevices(ctx context.Context, _ *topology.Level, e *in
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s on %s", k, shortList(tainted[k], 3)))
 	}
-	r.Why = fmt.Sprintf("%d of %d free %s carry device taints: %s", count, e.Free(), p.class, strings.Join(parts, "; "))
+	r.Why = fmt.Sprintf("%d of %d free %s carry device taints: %s", count, e.Free(), x.class, strings.Join(parts, "; "))
 	r.Action = fmt.Sprintf("repair those devices, or tolerate %s in the claims' requests (exactly.tolerations)", strings.Join(keys, ", "))
 	return true, nil
 }
 
 // whyFewDevices: not enough free devices of the main class.
-func (p *placer) whyFewDevices(ctx context.Context, l *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
-	if p.class == "" || e.Free() >= p.need {
+func (x *explainer) whyFewDevices(ctx context.Context, l *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+	if x.class == "" || e.Free() >= x.need {
 		return false, nil
 	}
-	r.Why = fmt.Sprintf("free %s: %d of %d needed", p.class, e.Free(), p.need)
-	actions, err := p.hints(ctx, l, r.PodsFit)
+	r.Why = fmt.Sprintf("free %s: %d of %d needed", x.class, e.Free(), x.need)
+	actions, err := x.hints(ctx, l, r.PodsFit)
 	if err != nil {
 		return false, err
 	}
@@ -209,23 +226,23 @@ func (p *placer) whyFewDevices(ctx context.Context, l *topology.Level, e *index.
 }
 
 // hints: a lower minCount, or a wider topology key, that would fit.
-func (p *placer) hints(ctx context.Context, l *topology.Level, fit int) ([]string, error) {
+func (x *explainer) hints(ctx context.Context, l *topology.Level, fit int) ([]string, error) {
 	var out []string
-	if fit > 0 && fit < p.needPods() {
+	if fit > 0 && fit < x.needPods() {
 		out = append(out, fmt.Sprintf("lower minCount to %d", fit))
 	}
-	if p.g.TopologyKey == "" {
+	if x.g.TopologyKey == "" {
 		return out, nil
 	}
-	for _, wider := range p.s.Tree().Levels {
+	for _, wider := range x.s.Tree().Levels {
 		if wider.Index <= l.Index || l.Index < 0 {
 			continue
 		}
-		li, err := p.s.LevelIndex(ctx, wider, p.class)
+		li, err := x.s.LevelIndex(ctx, wider, x.class)
 		if err != nil {
 			return nil, err
 		}
-		if n := len(li.Entries()); n > 0 && li.Entries()[n-1].Free() >= p.need && li.Entries()[n-1].PodsBound(p.perPod) >= len(p.per) {
+		if n := len(li.Entries()); n > 0 && li.Entries()[n-1].Free() >= x.need && li.Entries()[n-1].PodsBound(x.perPod) >= len(x.per) {
 			out = append(out, fmt.Sprintf("use the wider topology key %s (%s has %d free)", wider.Key, li.Entries()[n-1].Domain().ID, li.Entries()[n-1].Free()))
 			break
 		}
@@ -234,13 +251,13 @@ func (p *placer) hints(ctx context.Context, l *topology.Level, fit int) ([]strin
 }
 
 // whyNodes: devices suffice, but node checks leave room for too few pods.
-func (p *placer) whyNodes(ctx context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
-	if r.PodsFit >= p.needPods() {
+func (x *explainer) whyNodes(ctx context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+	if r.PodsFit >= x.needPods() {
 		return false, nil
 	}
 	byCheck := map[string][]string{}
 	for _, n := range e.Domain().Nodes {
-		_, why, err := p.fitOn(ctx, p.s.Node(n), 0, nil)
+		_, why, err := x.fit.fitOn(ctx, x.s.Node(n), 0, nil)
 		if err != nil {
 			return false, err
 		}
@@ -257,8 +274,8 @@ func (p *placer) whyNodes(ctx context.Context, _ *topology.Level, e *index.Domai
 	if check == "" {
 		return false, nil
 	}
-	r.Why = fmt.Sprintf("room for %d of %d pods: %s on %d nodes (%s)", r.PodsFit, p.needPods(), check, len(nodes), shortList(nodes, 3))
-	r.Action = nodeAction(check, p.perPod)
+	r.Why = fmt.Sprintf("room for %d of %d pods: %s on %d nodes (%s)", r.PodsFit, x.needPods(), check, len(nodes), shortList(nodes, 3))
+	r.Action = nodeAction(check, x.perPod)
 	return true, nil
 }
 
@@ -281,51 +298,37 @@ func nodeAction(check string, perPod int) string {
 }
 
 // whyVerify: the per-node checks passed, the real placement did not.
-func (p *placer) whyVerify(_ context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+func (x *explainer) whyVerify(_ context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
 	switch {
-	case p.refused[CheckRailAlignment][e.Domain().ID]:
+	case x.refused.has(CheckRailAlignment, e.Domain().ID):
 		r.Why = "no placement keeps every member on one set of IB rails"
-		if p.rails != nil && p.rails.why[e.Domain().ID] != "" {
-			r.Why += ": " + p.rails.why[e.Domain().ID]
+		if why := x.railWhy[e.Domain().ID]; why != "" {
+			r.Why += ": " + why
 		}
 		r.Action = fmt.Sprintf("set %s: %s, or wait for aligned GPUs", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
-	case p.refusedIn(CheckRailFollow, e.Domain()):
-		r.Why = fmt.Sprintf("on %s no free NICs lie on the IB rails of the GPUs a member can get there", plural(p.countRefusedIn(CheckRailFollow, e.Domain()), "node"))
+	case x.refused.in(CheckRailFollow, e.Domain()):
+		r.Why = fmt.Sprintf("on %s no free NICs lie on the IB rails of the GPUs a member can get there", plural(x.refused.countIn(CheckRailFollow, e.Domain()), "node"))
 		r.Action = fmt.Sprintf("set %s: %s to accept NICs on other rails, or wait for NICs on those rails", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
-	case p.refusedIn(CheckRailFollowBudget, e.Domain()):
+	case x.refused.in(CheckRailFollowBudget, e.Domain()):
 		r.Why = fmt.Sprintf("on %s the engine stopped after %d tries to put a member's NICs on its GPUs' IB rails (the NICs the counts allow were refused: device taints, selectors)",
-			plural(p.countRefusedIn(CheckRailFollowBudget, e.Domain()), "node"), maxFollowCalls)
+			plural(x.refused.countIn(CheckRailFollowBudget, e.Domain()), "node"), maxFollowCalls)
 		r.Action = fmt.Sprintf("set %s: %s to accept NICs on other rails, or check the NICs' device taints", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
-	case p.refused[CheckSearchBudget][e.Domain().ID]:
+	case x.refused.has(CheckSearchBudget, e.Domain().ID):
 		r.Why = "the search over the members' nodes ran out of its budget of allocator calls"
 		r.Action = "give the members fewer distinct shapes, or retry when the cluster changes"
-	case p.refusedIn(CheckPodAntiAffinity, e.Domain()):
-		r.Why = fmt.Sprintf("required pod anti-affinity leaves too few nodes (refused on %d nodes)", p.countRefusedIn(CheckPodAntiAffinity, e.Domain()))
+	case x.refused.in(CheckPodAntiAffinity, e.Domain()):
+		r.Why = fmt.Sprintf("required pod anti-affinity leaves too few nodes (refused on %d nodes)", x.refused.countIn(CheckPodAntiAffinity, e.Domain()))
 		r.Action = "relax the pods' anti-affinity, or wait for the conflicting pods to finish"
-	case p.refusedIn(CheckAllocator, e.Domain()):
-		r.Why = fmt.Sprintf("the allocator refused the claims on %d nodes (their selectors or constraints)", p.countRefusedIn(CheckAllocator, e.Domain()))
+	case x.refused.in(CheckAllocator, e.Domain()):
+		r.Why = fmt.Sprintf("the allocator refused the claims on %d nodes (their selectors or constraints)", x.refused.countIn(CheckAllocator, e.Domain()))
 		r.Action = "check the claims' selectors and matchAttribute constraints"
-	case p.refused[CheckSearch][e.Domain().ID]:
+	case x.refused.has(CheckSearch, e.Domain().ID):
 		r.Why = "no assignment of the members to its nodes fits every member's devices and resources"
 		r.Action = "wait for devices to free up, or use a wider topology key"
 	default:
 		return false, nil
 	}
 	return true, nil
-}
-
-func (p *placer) refusedIn(check string, d *topology.Domain) bool {
-	return p.countRefusedIn(check, d) > 0
-}
-
-func (p *placer) countRefusedIn(check string, d *topology.Domain) int {
-	n := 0
-	for _, node := range d.Nodes {
-		if p.refused[check][node] {
-			n++
-		}
-	}
-	return n
 }
 
 // shortList joins at most n items, saying how many more there are.

@@ -5,10 +5,13 @@ import (
 	"math"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // Names of the per-node checks, as counted in Unschedulable.NodeChecks.
@@ -23,6 +26,133 @@ const (
 	CheckSharedSelector = "node outside the shared claims' node selector"
 	checkInsufficient   = "insufficient "
 )
+
+// fits answers one Place call's cheap per-node questions: how many members
+// of a shape a node can take by its static checks, resources and free
+// device counts, and whether required anti-affinity with a bound pod rules
+// a member out. The static checks are cached per shape and node.
+type fits struct {
+	*members
+	s      *index.Snapshot
+	logger klog.Logger
+	// pins are the node selectors of the gang's allocated shared claims.
+	pins   []*nodeaffinity.NodeSelector
+	static map[int]*staticCache
+}
+
+// staticCache holds staticFail's answers for one shape, by node index.
+type staticCache struct {
+	done []bool
+	why  []string
+}
+
+func newFits(ctx context.Context, m *members, s *index.Snapshot, pins []*nodeaffinity.NodeSelector) *fits {
+	return &fits{members: m, s: s, logger: klog.FromContext(ctx), pins: pins, static: map[int]*staticCache{}}
+}
+
+// staticFail caches staticCheck per shape and node, adding the shared
+// claims' selectors.
+func (f *fits) staticFail(ns *index.NodeState, shape int) string {
+	c := f.static[shape]
+	if c == nil {
+		c = &staticCache{done: make([]bool, len(f.s.Nodes())), why: make([]string, len(f.s.Nodes()))}
+		f.static[shape] = c
+	}
+	if c.done[ns.Index()] {
+		return c.why[ns.Index()]
+	}
+	v := staticCheck(f.logger, ns, f.distinct[shape])
+	for _, sel := range f.pins {
+		if v == "" && !sel.Match(ns.Node()) {
+			v = CheckSharedSelector
+		}
+	}
+	c.done[ns.Index()], c.why[ns.Index()] = true, v
+	return v
+}
+
+// fitOn returns how many copies of a shape fit on a node by the cheap
+// checks, given the usage u of the gang's earlier members (may be nil),
+// and the failed check when none.
+func (f *fits) fitOn(ctx context.Context, ns *index.NodeState, shape int, u *usage) (int, string, error) {
+	if why := f.staticFail(ns, shape); why != "" {
+		return 0, why, nil
+	}
+	if u == nil {
+		u = &usage{}
+	}
+	sh := f.distinct[shape]
+	rf, why := resourceFit(ns, sh, u.res, u.pods)
+	if rf == 0 {
+		return 0, why, nil
+	}
+	df, why, err := deviceFit(ctx, f.s, ns, sh, u.dev)
+	if err != nil || df == 0 {
+		return 0, why, err
+	}
+	return min(rf, df), "", nil
+}
+
+// countFit reports whether the domain passes the cheap filter: for every
+// shape, the copies that fit on its nodes add up to the members of that
+// shape. It also returns how many members of the first shape fit.
+func (f *fits) countFit(ctx context.Context, d *topology.Domain) (bool, int, error) {
+	want := make([]int, len(f.distinct))
+	for _, id := range f.ids {
+		want[id]++
+	}
+	ok := true
+	first := 0
+	for id := range f.distinct {
+		got := 0
+		for _, n := range d.Nodes {
+			c, _, err := f.fitOn(ctx, f.s.Node(n), id, nil)
+			if err != nil {
+				return false, 0, err
+			}
+			if got += c; got >= want[id] {
+				break
+			}
+		}
+		if id == 0 {
+			first = got
+		}
+		ok = ok && got >= want[id]
+	}
+	return ok, min(first, want[0]), nil
+}
+
+// countMembers is how many members fit in the domain by the cheap checks:
+// per shape, the copies that fit on its nodes, at most its members.
+func (f *fits) countMembers(ctx context.Context, d *topology.Domain) (int, error) {
+	want := make([]int, len(f.distinct))
+	for _, id := range f.ids {
+		want[id]++
+	}
+	total := 0
+	for id := range f.distinct {
+		got := 0
+		for _, n := range d.Nodes {
+			c, _, err := f.fitOn(ctx, f.s.Node(n), id, nil)
+			if err != nil {
+				return 0, err
+			}
+			if got += c; got >= want[id] {
+				got = want[id]
+				break
+			}
+		}
+		total += got
+	}
+	return total, nil
+}
+
+// antiExisting reports whether member mi on ns conflicts with a pod
+// already bound (index.Snapshot.ConflictsWithBound).
+func (f *fits) antiExisting(mi int, ns *index.NodeState) bool {
+	sh := f.per[mi]
+	return f.s.ConflictsWithBound(sh.pod, sh.anti, ns)
+}
 
 // staticCheck applies the checks that do not depend on load: unschedulable,
 // taints (NoSchedule, NoExecute), node selector and required node affinity,
@@ -103,4 +233,28 @@ func deviceFit(ctx context.Context, s *index.Snapshot, ns *index.NodeState, m *s
 		return 0, limit, nil
 	}
 	return fit, "", nil
+}
+
+// allocator runs one Place call's Allocate calls (index.Snapshot.Allocate),
+// counting them in its Stats.
+type allocator struct {
+	s     *index.Snapshot
+	stats *Stats
+}
+
+// allocate returns the claims' results on the node next to inflight, or
+// nil and the failed check when they do not fit.
+func (a allocator) allocate(ctx context.Context, ns *index.NodeState, claims []*resourceapi.ResourceClaim, classes []string, inflight index.InFlight) ([]resourceapi.AllocationResult, string, error) {
+	res, err := a.s.Allocate(ctx, ns, claims, classes, inflight)
+	if err != nil {
+		return nil, "", err
+	}
+	a.stats.record(res.Took)
+	switch {
+	case res.TimedOut:
+		return nil, CheckAllocatorTime, nil
+	case res.Results == nil:
+		return nil, CheckAllocator, nil
+	}
+	return res.Results, "", nil
 }

@@ -74,53 +74,64 @@ type packGroup struct {
 	pods  int
 }
 
-// packOrder returns the domain's nodes in pack order for placing need
-// members, and sets p.balance for a balanced gang.
-func (p *placer) packOrder(ctx context.Context, d *topology.Domain, need int) ([]*index.NodeState, error) {
-	cands, err := p.packCandidates(ctx, d)
+// packer orders a domain's nodes for one Place call (see the rules
+// above).
+type packer struct {
+	*members
+	s   *index.Snapshot
+	fit *fits
+	// order is Config.PackOrder; balanced is Gang.Balanced.
+	order    PackOrder
+	balanced bool
+}
+
+// nodes returns the domain's nodes in pack order for placing need members,
+// and a balanced gang's quota (nil for a packed one).
+func (pk *packer) nodes(ctx context.Context, d *topology.Domain, need int) ([]*index.NodeState, *spreadQuota, error) {
+	cands, err := pk.candidates(ctx, d)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	demand := need * max(p.perPod, 1)
-	if need >= len(p.per) && p.class != "" {
-		demand = p.need
+	demand := need * max(pk.perPod, 1)
+	if need >= len(pk.per) && pk.class != "" {
+		demand = pk.need
 	}
-	levels := sublevels(p.s.Tree(), d)
-	if p.cfg.PackOrder == PackFullestNodes {
+	levels := sublevels(pk.s.Tree(), d)
+	if pk.order == PackFullestNodes {
 		levels = nil
 	}
-	p.balance = nil
 	out := make([]*index.NodeState, 0, len(cands))
 	if len(levels) == 0 {
-		return orderNodes(cands, nil, demand, out), nil
+		return orderNodes(cands, nil, demand, out), nil, nil
 	}
 	groups := groupNodes(cands, levels[0])
 	order, chosen := leastSpread(groups, demand)
-	if p.g.Balanced && chosen > 1 && need >= len(p.per) { // a partial placement takes what fits, packed
-		p.balance = balancedQuota(groups, order[:chosen], need)
+	var balance *spreadQuota
+	if pk.balanced && chosen > 1 && need >= len(pk.per) { // a partial placement takes what fits, packed
+		balance = balancedQuota(groups, order[:chosen], need)
 	}
 	left := demand
 	for _, gi := range order {
 		out = orderNodes(groups[gi].nodes, levels[1:], max(min(left, groups[gi].cap), 0), out)
 		left -= groups[gi].cap
 	}
-	return out, nil
+	return out, balance, nil
 }
 
-// packCandidates returns the domain's nodes where some member fits by the
+// candidates returns the domain's nodes where some member fits by the
 // cheap checks, in the domain's (name) order, with their capacities.
-func (p *placer) packCandidates(ctx context.Context, d *topology.Domain) ([]packNode, error) {
+func (pk *packer) candidates(ctx context.Context, d *topology.Domain) ([]packNode, error) {
 	var out []packNode
 	for _, n := range d.Nodes {
-		ns := p.s.Node(n)
+		ns := pk.s.Node(n)
 		pn := packNode{ns: ns}
-		for id, sh := range p.distinct {
-			c, _, err := p.fitOn(ctx, ns, id, nil)
+		for id, sh := range pk.distinct {
+			c, _, err := pk.fit.fitOn(ctx, ns, id, nil)
 			if err != nil {
 				return nil, err
 			}
 			pn.pods = max(pn.pods, c)
-			if units := c * sh.need[p.class]; p.class == "" {
+			if units := c * sh.need[pk.class]; pk.class == "" {
 				pn.cap = max(pn.cap, c)
 			} else {
 				pn.cap = max(pn.cap, units)
@@ -129,8 +140,8 @@ func (p *placer) packCandidates(ctx context.Context, d *topology.Domain) ([]pack
 		if pn.pods == 0 {
 			continue
 		}
-		if p.class != "" {
-			f, err := p.s.FreeDevices(ctx, ns, p.class)
+		if pk.class != "" {
+			f, err := pk.s.FreeDevices(ctx, ns, pk.class)
 			if err != nil {
 				return nil, err
 			}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 // ErrUnsupported marks a pod that uses a scheduling feature the engine does
@@ -62,24 +60,4 @@ func Unsupported(p *v1.Pod) []string {
 		}
 	}
 	return out
-}
-
-// antiFailExisting reports whether member mi on ns conflicts with a pod
-// already bound (index.Snapshot.ConflictsWithBound).
-func (p *placer) antiFailExisting(mi int, ns *index.NodeState) bool {
-	sh := p.per[mi]
-	return p.s.ConflictsWithBound(sh.pod, sh.anti, ns)
-}
-
-// antiFailPlaced reports whether member mi on ns conflicts with a member
-// the attempt has placed.
-func (p *placer) antiFailPlaced(att *attempt, mi int, ns *index.NodeState) bool {
-	sh := p.per[mi]
-	for i, qi := range att.members {
-		q := p.per[qi]
-		if (len(sh.anti) > 0 || len(q.anti) > 0) && index.PodsConflict(sh.pod, sh.anti, ns.Node(), q.pod, q.anti, att.memberNode[i].Node()) {
-			return true
-		}
-	}
-	return false
 }

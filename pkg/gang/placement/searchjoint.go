@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -12,7 +13,8 @@ import (
 )
 
 // Checking a node for the search (search.go): the joint Allocate call of
-// the members assigned there, and the attempt the search's state makes.
+// the members assigned there (through the memo, searchmemo.go), the shapes
+// that fit alone on no node, and the attempt the search's state makes.
 
 // resultsFor allocates the members' claims jointly on the node at pos
 // (claims in member order), through the memo; false when refused or the
@@ -22,7 +24,7 @@ func (s *search) resultsFor(ctx context.Context, pos int, members []int) ([]reso
 	if err != nil {
 		return nil, false, err
 	}
-	seq, set := keys(s.variant, s.nodes[pos].Index(), dev, s.p.ids, members)
+	seq, set := keys(s.variant, s.nodes[pos].Index(), dev, s.sr.ids, members)
 	if res, ok := s.memo.results[seq]; ok && dev >= 0 {
 		return res, true, nil
 	}
@@ -58,7 +60,7 @@ func (s *search) resultsFor(ctx context.Context, pos int, members []int) ([]reso
 func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]resourceapi.AllocationResult, string, error) {
 	order := slices.Clone(members)
 	sort.SliceStable(order, func(i, j int) bool {
-		a, b := s.p.per[order[i]], s.p.per[order[j]]
+		a, b := s.sr.per[order[i]], s.sr.per[order[j]]
 		if ca, cb := constrained(a), constrained(b); ca != cb {
 			return ca
 		}
@@ -71,19 +73,19 @@ func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]r
 	if len(claims) == 0 {
 		return nil, "", nil
 	}
-	if s.p.budget.calls <= 0 {
+	if s.sr.budget.calls <= 0 {
 		s.out = true
 		return nil, CheckSearchBudget, nil
 	}
-	s.p.budget.calls--
-	s.p.searchLeft--
-	s.p.stats.SearchCalls++
+	s.sr.budget.calls--
+	s.sr.left--
+	s.sr.stats.SearchCalls++
 	inflight := s.inflight(pos, dev)
-	res, why, err := s.p.allocate(ctx, s.nodes[pos], claims, s.classes, inflight)
+	res, why, err := s.sr.alloc.allocate(ctx, s.nodes[pos], claims, s.classes, inflight)
 	if res == nil || err != nil {
 		return nil, why, err
 	}
-	res = s.p.unsplit(claims, res)
+	res = s.sr.copies.unsplit(claims, res)
 	byMember := map[int][]resourceapi.AllocationResult{}
 	for _, m := range order {
 		n := len(s.claimsOf(m))
@@ -117,7 +119,7 @@ func (s *search) follow(ctx context.Context, pos int, order []int, byMember map[
 			}
 			return tmp.inflight
 		}
-		res, why, err := s.p.follow(ctx, ns, m, s.claimsOf(m), byMember[m], others)
+		res, why, err := s.sr.follow.follow(ctx, ns, m, s.claimsOf(m), byMember[m], others)
 		if why != "" || err != nil {
 			return why, err
 		}
@@ -181,7 +183,50 @@ func (s *search) attempt(d *topology.Domain) *attempt {
 		if len(claims) > 0 {
 			res = s.res[pos][off : off+len(claims)]
 		}
-		att.place(mi, s.nodes[pos], s.p.per[mi], claims, res)
+		att.place(mi, s.nodes[pos], s.sr.per[mi], claims, res)
 	}
 	return att
+}
+
+// lonely marks, before the search, the shapes none of whose members fits
+// alone on any node (cheap checks, then Allocate on the empty node): their
+// members can only be left out.
+func (s *search) lonely(ctx context.Context) error {
+	seen := make([]bool, len(s.sr.distinct))
+	for mi, id := range s.sr.ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		found := false
+		for pos := 0; pos < len(s.nodes) && !found && !s.out; pos++ {
+			ns := s.nodes[pos]
+			c, _, err := s.sr.fit.fitOn(ctx, ns, id, nil)
+			if err != nil {
+				return err
+			}
+			if c == 0 || (s.anti && s.sr.fit.antiExisting(mi, ns)) {
+				continue
+			}
+			if _, found, err = s.resultsFor(ctx, pos, []int{mi}); err != nil {
+				return err
+			}
+		}
+		s.left[id] = !found && !s.out
+	}
+	return nil
+}
+
+// refusedAlone reports whether one of the members' shapes was refused
+// alone on the device class: then so is any set holding it.
+func (s *search) refusedAlone(dev int, members []int) bool {
+	if len(members) < 2 {
+		return false
+	}
+	for _, mi := range members {
+		if s.memo.refused[s.variant+"|"+strconv.Itoa(dev)+":"+strconv.Itoa(s.sr.ids[mi])] {
+			return true
+		}
+	}
+	return false
 }

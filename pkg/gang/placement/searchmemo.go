@@ -107,7 +107,7 @@ func (s *search) devClass(ctx context.Context, pos int) (int, error) {
 	if id := s.nm.devID[pos]; id != unknownClass {
 		return id, nil
 	}
-	key, err := s.p.s.FreeDeviceKey(ctx, s.nodes[pos], s.classes, s.nm.sharedIDs)
+	key, err := s.sr.s.FreeDeviceKey(ctx, s.nodes[pos], s.classes, s.nm.sharedIDs)
 	if err != nil {
 		return 0, err
 	}
@@ -131,8 +131,8 @@ func (s *search) eqClass(ctx context.Context, pos int) (int, error) {
 	ns := s.nodes[pos]
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d|%s|%s|%d", dev, resKey(ns.Allocatable()), resKey(ns.Requested()), ns.Pods())
-	for id := range s.p.distinct {
-		b.WriteString("|" + s.p.staticFail(ns, id))
+	for id := range s.sr.distinct {
+		b.WriteString("|" + s.sr.fit.staticFail(ns, id))
 	}
 	s.nm.eqID[pos] = s.memo.intern("eq\x00" + b.String())
 	return s.nm.eqID[pos], nil

@@ -12,6 +12,54 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
+// members is what a Place call knows of the gang's members. Immutable;
+// the pieces of one Place share it.
+type members struct {
+	// per is each member's shape; distinct the distinct ones, in order of
+	// first appearance; ids, per member, the index of its shape in
+	// distinct.
+	per      []*shape
+	distinct []*shape
+	ids      []int
+	// class is the main class (primaryClass); need the gang's devices of
+	// it; perPod the fewest any member needs.
+	class  string
+	need   int
+	perPod int
+}
+
+func newMembers(g *Gang) (*members, error) {
+	per, distinct, err := gangShapes(g)
+	if err != nil {
+		return nil, err
+	}
+	m := &members{per: per, distinct: distinct}
+	for _, sh := range per {
+		for i, d := range distinct {
+			if d.sig == sh.sig {
+				m.ids = append(m.ids, i)
+				break
+			}
+		}
+	}
+	m.class, m.need = primaryClass(per)
+	m.perPod = m.need
+	for _, sh := range per {
+		m.perPod = min(m.perPod, sh.need[m.class])
+	}
+	return m, nil
+}
+
+// devicesOf counts the devices of the main class the attempt's members
+// take.
+func (m *members) devicesOf(att *attempt) int {
+	n := 0
+	for _, mi := range att.members {
+		n += m.per[mi].need[m.class]
+	}
+	return n
+}
+
 // shape is what the engine needs of one member; members with equal
 // signatures are interchangeable.
 type shape struct {

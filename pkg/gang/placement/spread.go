@@ -1,12 +1,9 @@
 package placement
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
-
-	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -79,21 +76,6 @@ func (ql *quotaLeft) take(ns *index.NodeState) {
 	}
 }
 
-// fillSpread fills the members (fillAligned): for a balanced gang first
-// within the quotas of packOrder, greedy fill only; when that fails, or
-// for a packed gang, as packed.
-func (p *placer) fillSpread(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
-	if p.balance != nil {
-		p.quota = p.balance
-		att, err := p.fillAligned(ctx, d, nodes, shared, need)
-		p.quota = nil
-		if att != nil || err != nil {
-			return att, err
-		}
-	}
-	return p.fillAligned(ctx, d, nodes, shared, need)
-}
-
 // LevelSpread is how a decision's members are split over the domains of
 // one level below the domain it chose.
 type LevelSpread struct {
@@ -108,10 +90,10 @@ type DomainPods struct {
 	Pods int
 }
 
-// spreadOf returns, for every level below the attempt's domain (outermost
-// first), the members per domain.
-func (p *placer) spreadOf(att *attempt) []LevelSpread {
-	levels := sublevels(p.s.Tree(), att.dom)
+// spreadOf returns, for every level of the tree below the attempt's domain
+// (outermost first), the members per domain.
+func spreadOf(t *topology.Tree, att *attempt) []LevelSpread {
+	levels := sublevels(t, att.dom)
 	out := make([]LevelSpread, 0, len(levels))
 	for _, l := range levels {
 		count := map[string]int{}

@@ -14,8 +14,8 @@ import (
 
 // decision turns a winning attempt into a Decision.
 func (p *placer) decision(l *topology.Level, att *attempt) *Decision {
-	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Spread: p.spreadOf(att), Score: att.score, Stats: p.stats, Warnings: p.warnings}
-	for i, c := range p.sharedClaims {
+	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Spread: spreadOf(p.s.Tree(), att), Score: att.score, Stats: *p.stats, Warnings: p.warnings}
+	for i, c := range p.shared.claims {
 		d.Claims = append(d.Claims, ClaimAllocation{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Shared: true, Allocation: att.shared[i]})
 	}
 	for i, mi := range att.members {
@@ -32,7 +32,7 @@ func (p *placer) decision(l *topology.Level, att *attempt) *Decision {
 // counts for the first member's shape over all nodes (the pinned domain's,
 // when pinned) plus the refusals seen while verifying.
 func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
-	u := &Unschedulable{Gang: p.g.Key(), Pods: len(p.g.Members), MinCount: p.g.MinCount, Devices: p.need, DeviceClass: p.class, Levels: p.reports, Stats: p.stats}
+	u := &Unschedulable{Gang: p.g.Key(), Pods: len(p.g.Members), MinCount: p.g.MinCount, Devices: p.need, DeviceClass: p.class, Levels: p.reports, Stats: *p.stats}
 	counts := map[string]int{}
 	nodes := p.s.Nodes()
 	if p.pin != nil {
@@ -42,7 +42,7 @@ func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
 		}
 	}
 	for _, ns := range nodes {
-		if _, why, err := p.fitOn(ctx, ns, 0, nil); err != nil {
+		if _, why, err := p.fit.fitOn(ctx, ns, 0, nil); err != nil {
 			return nil, err
 		} else if why != "" {
 			counts[why]++
@@ -52,7 +52,8 @@ func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
 		counts[check] += len(nodes)
 	}
 	u.NodeChecks = sortedChecks(counts)
-	if err := p.explain(ctx, u); err != nil {
+	ex := &explainer{members: p.members, s: p.s, g: p.g, fit: p.fit, refused: p.refused, shared: p.shared.claims, pin: p.pin, railWhy: p.fill.align.why}
+	if err := ex.explain(ctx, u); err != nil {
 		return nil, err
 	}
 	u.Message = u.message()
