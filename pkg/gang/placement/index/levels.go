@@ -33,6 +33,11 @@ type classGetter interface {
 	Get(name string) (*resourceapi.DeviceClass, error)
 }
 
+var (
+	_ freeCounter = (*Snapshot)(nil)
+	_ classGetter = classLister{}
+)
+
 func newLevels(tree *topology.Tree, nodes []*v1.Node) *levels {
 	return &levels{tree: tree, allNodes: nodes, adHoc: map[string]*topology.Level{}, built: map[string]*LevelIndex{}}
 }
