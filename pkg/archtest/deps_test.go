@@ -1,7 +1,8 @@
 // Package archtest guards the project's dependency rules (DEVELOPERS.md):
 // pkg/topology is the shared vocabulary; devices, claims and gang build on
 // it; the placement engine and everything it needs stay pure (no
-// client-go); only cmd/* wires components together.
+// client-go), its cluster index (pkg/gang/placement/index) a leaf below it;
+// only cmd/* wires components together.
 package archtest
 
 import (
@@ -25,6 +26,9 @@ var rules = []struct {
 	{"pkg/devices", []string{"pkg/topology"}},
 	{"pkg/claims", []string{"pkg/topology"}},
 	{"pkg/gang/placement", []string{"pkg/topology"}},
+	// The cluster index is a leaf of the engine: nothing of the engine
+	// (pkg/gang/placement) above it, only the vocabulary.
+	{"pkg/gang/placement/index", []string{"pkg/topology"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
 	{"pkg/gang/gate", nil},
@@ -41,7 +45,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/placement", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -30,7 +31,7 @@ type EnginePolicy struct {
 	RequireNVLink bool
 	fabric        *Fabric
 	cfg           placement.Config
-	snap          *placement.Snapshot
+	snap          *index.Snapshot
 	gangs         map[int]*placement.Gang
 	running       map[int]*boundGang
 	// Rebuilds counts snapshot builds.
@@ -40,7 +41,7 @@ type EnginePolicy struct {
 	Starvation int64
 	// in is the snapshot's input (fabric plus running gangs), kept up to
 	// date with every placement.
-	in     placement.SnapshotInput
+	in     index.SnapshotInput
 	starve *simStarvation
 }
 
@@ -55,8 +56,8 @@ func NewEnginePolicy(f *Fabric) *EnginePolicy {
 	// A wall-clock bound on Allocate would make decisions depend on the
 	// machine's load (a call cut off counts as "does not fit"): the
 	// simulator's results must not, so the bound is far above any call.
-	cfg := placement.Config{MatchCache: placement.NewMatchCache(), AllocateTimeout: time.Minute}
-	cfg.Tree.LabelLevels = f.Levels[1:]
+	cfg := placement.Config{Index: index.Config{MatchCache: index.NewMatchCache(), AllocateTimeout: time.Minute}}
+	cfg.Index.Tree.LabelLevels = f.Levels[1:]
 	return &EnginePolicy{fabric: f, cfg: cfg, gangs: map[int]*placement.Gang{}, running: map[int]*boundGang{}}
 }
 
@@ -93,7 +94,7 @@ func (e *EnginePolicy) Sync(ctx context.Context) (bool, error) {
 		in.Pods = append(in.Pods, e.running[id].pods...)
 		in.ResourceClaims = append(in.ResourceClaims, e.running[id].claims...)
 	}
-	snap, err := placement.NewSnapshot(ctx, e.cfg, in)
+	snap, err := index.NewSnapshot(ctx, e.cfg.Index, in)
 	if err != nil {
 		return false, fmt.Errorf("snapshot: %w", err)
 	}
@@ -101,7 +102,7 @@ func (e *EnginePolicy) Sync(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, _, err := snap.Place(ctx, warm); err != nil {
+	if _, _, err := placement.Place(ctx, e.cfg, snap, warm); err != nil {
 		return false, fmt.Errorf("warm-up: %w", err)
 	}
 	e.snap, e.in = snap, in
@@ -121,7 +122,7 @@ func (e *EnginePolicy) Release(_ context.Context, id int) error {
 	return nil
 }
 
-// Place runs Snapshot.Place and, on success, Assumes the decision.
+// Place runs placement.Place and, on success, Assumes the decision.
 func (e *EnginePolicy) Place(ctx context.Context, _ *Cluster, g TraceGang, nodes []int) ([]int, error) {
 	if _, err := e.Sync(ctx); err != nil {
 		return nil, err
@@ -134,7 +135,7 @@ func (e *EnginePolicy) Place(ctx context.Context, _ *Cluster, g TraceGang, nodes
 	if err != nil {
 		return nil, err
 	}
-	d, _, err := snap.Place(ctx, gang)
+	d, _, err := placement.Place(ctx, e.cfg, snap, gang)
 	if err != nil || d == nil {
 		return nil, err
 	}

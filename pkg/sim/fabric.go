@@ -9,7 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -43,7 +43,7 @@ type FabricSpec struct {
 // Nodes are indexed by position in name order.
 type Fabric struct {
 	Name  string
-	Input placement.SnapshotInput // Nodes, ResourceSlices, DeviceClasses
+	Input index.SnapshotInput // Nodes, ResourceSlices, DeviceClasses
 	Tree  *topology.Tree
 	// Levels are the tree's levels below the cluster: 0 is the NVLink
 	// domain, then the label levels.
@@ -137,7 +137,7 @@ func LoadFabric(path string) (*Fabric, error) {
 	if err := yaml.UnmarshalStrict(data, &ff); err != nil {
 		return nil, fmt.Errorf("parse fabric %s: %w", path, err)
 	}
-	return NewFabric(path, ff.Levels, placement.SnapshotInput{
+	return NewFabric(path, ff.Levels, index.SnapshotInput{
 		Nodes: pointers(ff.Nodes), ResourceSlices: pointers(ff.ResourceSlices),
 		Pods: pointers(ff.Pods), ResourceClaims: pointers(ff.ResourceClaims),
 	})
@@ -155,7 +155,7 @@ func pointers[T any](v []T) []*T {
 // in.ResourceSlices, plus existing load (in.Pods, allocated
 // in.ResourceClaims). Without DeviceClasses, the GPU and fabric-domain
 // classes are used.
-func NewFabric(name string, levels []string, in placement.SnapshotInput) (*Fabric, error) {
+func NewFabric(name string, levels []string, in index.SnapshotInput) (*Fabric, error) {
 	tree, err := topology.BuildTree(topology.TreeConfig{LabelLevels: levels}, in.Nodes, in.ResourceSlices)
 	if err != nil {
 		return nil, fmt.Errorf("fabric tree: %w", err)
@@ -235,7 +235,7 @@ func (f *Fabric) GPUsPerNode() int {
 }
 
 // busyGPUs counts the GPUs of node-local pools allocated by in's claims.
-func busyGPUs(f *Fabric, in placement.SnapshotInput) []int {
+func busyGPUs(f *Fabric, in index.SnapshotInput) []int {
 	busy := make([]int, len(f.NodeNames))
 	poolNode := map[[2]string]int{}
 	for _, sl := range in.ResourceSlices {

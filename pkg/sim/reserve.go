@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 )
 
@@ -32,7 +33,7 @@ type simStarvation struct {
 	holds map[int]*simHold
 	// ends of running gangs (start + duration) and their GPUs per node.
 	ends     map[int]int64
-	variants map[string]*placement.Snapshot
+	variants map[string]*index.Snapshot
 }
 
 type simHold struct {
@@ -43,7 +44,7 @@ type simHold struct {
 }
 
 func newSimStarvation() *simStarvation {
-	return &simStarvation{holds: map[int]*simHold{}, ends: map[int]int64{}, variants: map[string]*placement.Snapshot{}}
+	return &simStarvation{holds: map[int]*simHold{}, ends: map[int]int64{}, variants: map[string]*index.Snapshot{}}
 }
 
 // invalidate drops the snapshots without held nodes (a rebuild, or the
@@ -152,7 +153,7 @@ func podGPUs(b *boundGang, pod string) int {
 
 // snapshotFor returns the snapshot gang g places on: without the nodes of
 // holds it may not backfill.
-func (e *EnginePolicy) snapshotFor(ctx context.Context, g TraceGang) (*placement.Snapshot, error) {
+func (e *EnginePolicy) snapshotFor(ctx context.Context, g TraceGang) (*index.Snapshot, error) {
 	st := e.starve
 	if st == nil || len(st.holds) == 0 {
 		return e.snap, nil
@@ -175,7 +176,7 @@ func (e *EnginePolicy) snapshotFor(ctx context.Context, g TraceGang) (*placement
 	if snap := st.variants[key]; snap != nil {
 		return snap, nil
 	}
-	snap, err := placement.NewSnapshot(ctx, e.cfg, preemption.WithoutNodes(e.in, held))
+	snap, err := index.NewSnapshot(ctx, e.cfg.Index, preemption.WithoutNodes(e.in, held))
 	if err != nil {
 		return nil, fmt.Errorf("snapshot without held nodes: %w", err)
 	}
@@ -185,14 +186,14 @@ func (e *EnginePolicy) snapshotFor(ctx context.Context, g TraceGang) (*placement
 
 // assume adds a decision to the snapshot and every variant.
 func (e *EnginePolicy) assume(ctx context.Context, g *placement.Gang, d *placement.Decision) error {
-	if err := e.snap.Assume(ctx, g, d); err != nil {
+	if err := placement.Assume(ctx, e.snap, g, d); err != nil {
 		return err
 	}
 	if e.starve == nil {
 		return nil
 	}
 	for _, v := range e.starve.variants {
-		if err := v.Assume(ctx, g, d); err != nil {
+		if err := placement.Assume(ctx, v, g, d); err != nil {
 			return err
 		}
 	}

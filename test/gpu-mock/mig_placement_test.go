@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
 )
@@ -42,7 +43,7 @@ faults:
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := placement.SnapshotInput{Nodes: []*v1.Node{nr.Node}, DeviceClasses: []*resourceapi.DeviceClass{migClass()}}
+	in := index.SnapshotInput{Nodes: []*v1.Node{nr.Node}, DeviceClasses: []*resourceapi.DeviceClass{migClass()}}
 	for i := range nr.Slices {
 		in.ResourceSlices = append(in.ResourceSlices, &nr.Slices[i])
 	}
@@ -58,11 +59,11 @@ faults:
 		{[]string{"4g.40gb", "4g.40gb"}, false},
 	} {
 		t.Run(strings.Join(tc.profiles, "+"), func(t *testing.T) {
-			snap, err := placement.NewSnapshot(ctx, placement.Config{}, in)
+			snap, err := index.NewSnapshot(ctx, index.Config{}, in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, u, err := snap.Place(ctx, migGang(t, tc.profiles))
+			d, u, err := placement.Place(ctx, placement.Config{}, snap, migGang(t, tc.profiles))
 			if err != nil {
 				t.Fatal(err)
 			}

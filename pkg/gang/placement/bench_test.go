@@ -3,7 +3,6 @@ package placement_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"testing"
@@ -15,35 +14,13 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
-	"github.com/gpufabric/gpufabric/pkg/topology"
 )
-
-// benchScenario is an HGX-style cluster: nodes with 8 GPUs (each its own
-// NVSwitch domain, rail = GPU index), 16 nodes per rack, 8 racks per IB
-// leaf, 8 leaves per spine. Every node has a uniformly random number of
-// busy GPUs (0..8, 50% on average) and a 4-cpu pod.
-func benchScenario(nodes int, seed uint64) placementtest.Scenario {
-	r := rand.New(rand.NewPCG(seed, 7))
-	sc := placementtest.Scenario{Levels: []string{"rack", "leaf", "spine"}}
-	for rack := 0; rack*16 < nodes; rack++ {
-		id := fmt.Sprintf("r%03d", rack)
-		sc.Domains = append(sc.Domains, placementtest.DomainSpec{
-			ID: id, Kind: string(topology.DomainKindNVSwitch), Nodes: min(16, nodes-rack*16), GPUsPerNode: 8, CPU: "128", Memory: "2Ti",
-			Labels: map[string]string{"rack": id, "leaf": fmt.Sprintf("l%02d", rack/8), "spine": fmt.Sprintf("s%d", rack/64)},
-		})
-		for i := range min(16, nodes-rack*16) {
-			busy := r.Perm(8)[:r.IntN(9)]
-			slices.Sort(busy)
-			sc.Load = append(sc.Load, placementtest.LoadSpec{Node: placementtest.NodeName(id, i), GPUs: busy, CPU: "4"})
-		}
-	}
-	return sc
-}
 
 func buildBench(b *testing.B, nodes int, seed uint64, gangs ...placementtest.GangSpec) *placementtest.Built {
 	b.Helper()
-	sc := benchScenario(nodes, seed)
+	sc := placementtest.HGXScenario(nodes, seed)
 	sc.Gangs = gangs
 	built, err := placementtest.Build(sc)
 	if err != nil {
@@ -70,18 +47,18 @@ func BenchmarkGang64x8(b *testing.B) {
 	runtime.LockOSThread() // threadCPU measures this thread
 	defer runtime.UnlockOSThread()
 	built := buildBench(b, 5000, 1, placementtest.GangSpec{Name: "big", Pods: 64, GPUsPerPod: 8})
-	built.Config.MatchCache = placement.NewMatchCache()
-	var snap *placement.Snapshot
+	built.Config.Index.MatchCache = index.NewMatchCache()
+	var snap *index.Snapshot
 	var build, warm [2]time.Duration
 	for i := range 2 { // cold, then with the MatchCache of the first snapshot
 		start := time.Now()
 		var err error
-		if snap, err = placement.NewSnapshot(ctx, built.Config, built.Input); err != nil {
+		if snap, err = index.NewSnapshot(ctx, built.Config.Index, built.Input); err != nil {
 			b.Fatal(err)
 		}
 		build[i] = time.Since(start)
 		start = time.Now()
-		if d, u, err := snap.Place(ctx, built.Gangs[0]); err != nil || d == nil {
+		if d, u, err := placement.Place(ctx, built.Config, snap, built.Gangs[0]); err != nil || d == nil {
 			b.Fatalf("warm-up: %v %+v", err, u)
 		}
 		warm[i] = time.Since(start)
@@ -92,7 +69,7 @@ func BenchmarkGang64x8(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		t0, c0 := time.Now(), threadCPU()
-		d, _, err := snap.Place(ctx, built.Gangs[0])
+		d, _, err := placement.Place(ctx, built.Config, snap, built.Gangs[0])
 		lat, cpu = append(lat, time.Since(t0)), append(cpu, threadCPU()-c0)
 		if err != nil || d == nil {
 			b.Fatalf("place: %v", err)
@@ -125,12 +102,12 @@ func BenchmarkOnePodGangs(b *testing.B) {
 		specs = append(specs, placementtest.GangSpec{Name: fmt.Sprintf("one-%d", i), Pods: 1, GPUsPerPod: g})
 	}
 	built := buildBench(b, 5000, 2, specs...)
-	fresh := func() *placement.Snapshot {
-		snap, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+	fresh := func() *index.Snapshot {
+		snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := snap.Place(ctx, built.Gangs[0]); err != nil { // warm-up
+		if _, _, err := placement.Place(ctx, built.Config, snap, built.Gangs[0]); err != nil { // warm-up
 			b.Fatal(err)
 		}
 		return snap
@@ -142,7 +119,7 @@ func BenchmarkOnePodGangs(b *testing.B) {
 	for b.Loop() {
 		g := built.Gangs[i%len(built.Gangs)]
 		i++
-		d, _, err := snap.Place(ctx, g)
+		d, _, err := placement.Place(ctx, built.Config, snap, g)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -156,7 +133,7 @@ func BenchmarkOnePodGangs(b *testing.B) {
 		// Assume mutates the snapshot's copy of the state; the decision's
 		// claims are the builder's objects, reused across iterations, which
 		// is fine because the snapshot only reads their allocation.
-		if err := snap.Assume(ctx, g, d); err != nil {
+		if err := placement.Assume(ctx, snap, g, d); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -170,13 +147,13 @@ func BenchmarkOnePodGangs(b *testing.B) {
 func BenchmarkEngine16x8Small(b *testing.B) {
 	ctx := context.Background()
 	built := buildBench(b, 500, 3, placementtest.GangSpec{Name: "g", Pods: 16, GPUsPerPod: 8})
-	snap, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+	snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var maxAlloc time.Duration
 	for b.Loop() {
-		d, _, err := snap.Place(ctx, built.Gangs[0])
+		d, _, err := placement.Place(ctx, built.Config, snap, built.Gangs[0])
 		if err != nil || d == nil {
 			b.Fatalf("place: %v", err)
 		}
@@ -212,7 +189,7 @@ func naivePlace(ctx context.Context, b *testing.B, built *placementtest.Built) t
 	next := 0
 	for _, m := range built.Gangs[0].Members {
 		for ; next < len(nodes); next++ {
-			alloc, err := structured.NewAllocator(ctx, placement.DefaultFeatures(), structured.AllocatedState{AllocatedDevices: allocated}, classes, built.Input.ResourceSlices, cache)
+			alloc, err := structured.NewAllocator(ctx, index.DefaultFeatures(), structured.AllocatedState{AllocatedDevices: allocated}, classes, built.Input.ResourceSlices, cache)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -255,19 +232,19 @@ func (l classList) Get(name string) (*resourceapi.DeviceClass, error) {
 func BenchmarkRefusal(b *testing.B) {
 	ctx := context.Background()
 	built := buildBench(b, 5000, 1, placementtest.GangSpec{Name: "big", Pods: 64, GPUsPerPod: 8, TopologyKey: "rack"})
-	built.Config.MatchCache = placement.NewMatchCache()
-	snap, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+	built.Config.Index.MatchCache = index.NewMatchCache()
+	snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, _, err := snap.Place(ctx, built.Gangs[0]); err != nil { // warm-up: class matching
+	if _, _, err := placement.Place(ctx, built.Config, snap, built.Gangs[0]); err != nil { // warm-up: class matching
 		b.Fatal(err)
 	}
 	var lat []time.Duration
 	explained := 0
 	for b.Loop() {
 		t0 := time.Now()
-		d, u, err := snap.Place(ctx, built.Gangs[0])
+		d, u, err := placement.Place(ctx, built.Config, snap, built.Gangs[0])
 		lat = append(lat, time.Since(t0))
 		if err != nil || d != nil || u == nil {
 			b.Fatalf("want a refusal: %v %v", err, d)
@@ -284,7 +261,7 @@ func BenchmarkRefusal(b *testing.B) {
 }
 
 // BenchmarkSmallGangCycle is one scheduling cycle of a 3-pod one-GPU gang
-// on 5,000 nodes as the scheduler ran it before placement.Cache (the
+// on 5,000 nodes as the scheduler ran it before index.Cache (the
 // baseline of BenchmarkSmallGangCycleCached, and still the path of an
 // attempt with held nodes): a new snapshot from unchanged informer objects
 // (MatchCache warm from the cycle before), then Place. Reports the
@@ -292,16 +269,16 @@ func BenchmarkRefusal(b *testing.B) {
 func BenchmarkSmallGangCycle(b *testing.B) {
 	ctx := context.Background()
 	built := buildBench(b, 5000, 1, placementtest.GangSpec{Name: "small", Pods: 3, GPUsPerPod: 1})
-	built.Config.MatchCache = placement.NewMatchCache()
+	built.Config.Index.MatchCache = index.NewMatchCache()
 	var build, place time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		snap, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+		snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 		if err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if d, u, err := snap.Place(ctx, built.Gangs[0]); err != nil || d == nil {
+		if d, u, err := placement.Place(ctx, built.Config, snap, built.Gangs[0]); err != nil || d == nil {
 			b.Fatalf("place: %v %+v", err, u)
 		}
 		build, place = build+t1.Sub(t0), place+time.Since(t1)
@@ -311,7 +288,7 @@ func BenchmarkSmallGangCycle(b *testing.B) {
 }
 
 // BenchmarkSmallGangCycleCached is BenchmarkSmallGangCycle as the scheduler
-// runs it since issue 15: the snapshot is kept by a placement.Cache, each
+// runs it since issue 15: the snapshot is kept by a index.Cache, each
 // cycle brings it up to date from the events since the cycle before (the
 // previous gang's pods bound and claims allocated, the gang of two cycles
 // before finished: about 9 nodes changed), then Place. Reports the update's
@@ -321,21 +298,21 @@ func BenchmarkSmallGangCycle(b *testing.B) {
 func BenchmarkSmallGangCycleCached(b *testing.B) {
 	ctx := context.Background()
 	built := buildBench(b, 5000, 1)
-	built.Config.MatchCache = placement.NewMatchCache()
-	cache := placement.NewCache(built.Config)
-	feedCache(cache, built.Input)
+	built.Config.Index.MatchCache = index.NewMatchCache()
+	cache := index.NewCache(built.Config.Index)
+	placementtest.FeedCache(cache, built.Input)
 	start := time.Now()
 	snap, err := cache.Update(ctx, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	warm, _, _ := placementtest.BuildGang(placementtest.GangSpec{Name: "warm", Pods: 3, GPUsPerPod: 1})
-	if d, u, err := snap.Place(ctx, warm); err != nil || d == nil {
+	if d, u, err := placement.Place(ctx, built.Config, snap, warm); err != nil || d == nil {
 		b.Fatalf("place: %v %+v", err, u)
 	}
 	rebuild := time.Since(start)
 	var events, update, place time.Duration
-	var placed []*placedGang
+	var placed []*placementtest.PlacedGang
 	i := 0
 	for b.Loop() {
 		i++
@@ -348,18 +325,15 @@ func BenchmarkSmallGangCycleCached(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		d, u, err := snap.Place(ctx, g)
+		d, u, err := placement.Place(ctx, built.Config, snap, g)
 		if err != nil || d == nil {
 			b.Fatalf("place: %v %+v", err, u)
 		}
 		t2 := time.Now()
-		pg := &placedGang{g: g, d: d, claims: map[string]*resourceapi.ResourceClaim{}}
-		for _, c := range claims {
-			pg.claims[c.Name] = c
-		}
-		applyDecision(cache, pg)
+		pg := placementtest.NewPlacedGang(g, d, claims)
+		placementtest.ApplyDecision(cache, pg)
 		if placed = append(placed, pg); len(placed) > 2 {
-			finishGang(cache, placed[0])
+			placementtest.FinishGang(cache, placed[0])
 			placed = placed[1:]
 		}
 		events, update, place = events+time.Since(t2), update+t1.Sub(t0), place+t2.Sub(t1)

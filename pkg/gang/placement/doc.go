@@ -1,27 +1,50 @@
 // Package placement is gpufabric's pure gang placement engine: one decision
-// per gang on one immutable view of the cluster, with no client-go.
+// per gang on one immutable view of the cluster (an index.Snapshot, from
+// the leaf package pkg/gang/placement/index), with no client-go.
 //
-// Files: snapshot.go (Snapshot, SnapshotInput, Config), devices.go (per-node
-// device index, class counts, Allocate wrapper), nodes.go (cheap per-node
-// checks), gang.go (Gang and its builders), levels.go (candidate levels and
-// the per-level domain index), place.go and attempt.go (domains, the
-// greedy fill), firstalt.go (firstAvailable floors), search.go,
-// searchbound.go and searchmemo.go (the search over member → node
-// assignments where the greedy fill dead-ends), result.go (Decision,
-// Unschedulable), assume.go (Snapshot.Assume).
+// Place is one call; newPlacer makes its pieces, each given the small
+// structs it needs (the members' shapes, the cheap checks, the allocator
+// calls, the refusals), never the placer itself:
+//   - placer walks the levels and their domains in best-fit order and
+//     reports (place.go, decision.go);
+//   - fits answers the cheap per-node checks; allocator runs Allocate calls
+//     (nodes.go);
+//   - filler verifies one domain: shared claims, balanced quotas, the
+//     greedy fill and its fall-backs (fill.go, firstalt.go);
+//   - packer orders a domain's nodes (packorder.go);
+//   - searcher and search look for member → node assignments where the
+//     greedy fill dead-ends (search.go, searchbound.go, searchjoint.go,
+//     searchmemo.go);
+//   - aligner searches rail sets, follower puts NICs on their GPUs' rails,
+//     railCopies limits claims to rail sets (rails.go, railfollow.go,
+//     railclaims.go, railcount.go);
+//   - explainer says why the closest domains refused (explain.go).
+//
+// Files: config.go (Config), gang.go (Gang and its builders), rank.go
+// (member order), shape.go (members and their shapes), podaffinity.go
+// (Unsupported, the anti-affinity and volume checks' names), place.go
+// (Place, placer), decision.go (Decision and Unschedulable from a Place,
+// Assume), nodes.go (check names, fits, allocator), attempt.go (a
+// placement in progress), fill.go (filler), firstalt.go (firstAvailable
+// floors), packorder.go (PackOrder, packer), spread.go (balanced quotas,
+// Decision.Spread), search.go, searchbound.go, searchjoint.go and
+// searchmemo.go (the member search), rails.go (rail-set search),
+// railfollow.go (NICs follow GPUs), railclaims.go (rail-limited claim
+// copies), railcount.go (free devices by rail), explain.go (explainer),
+// result.go (Decision, Unschedulable, Stats, refusals).
 //
 // Rules:
-//   - Place never calls the structured allocator with more than one node's
-//     slices (plus the cluster-level slices that reach that node and hold a
-//     device of a class the claims use), so it never hits the allocator's
-//     exponential search over many pools.
 //   - Domains are chosen from free-device counts, which are upper bounds;
-//     every chosen node is then verified with the allocator, counting the
-//     gang's own in-flight allocations.
-//   - The same Snapshot and Gang always give the same result: every list is
-//     sorted, no decision depends on map order, and the searches' budgets
-//     are counts, not clocks (Config.AllocateTimeout aside).
-//   - A Snapshot is not safe for concurrent use.
+//     every chosen node is then verified with the allocator
+//     (index.Snapshot.Allocate), counting the gang's own in-flight
+//     allocations.
+//   - The same Snapshot, Config and Gang always give the same result: every
+//     list is sorted, no decision depends on map order, and the searches'
+//     budgets are counts, not clocks (index.Config.AllocateTimeout aside).
+//   - Place reads the snapshot and fills its caches; only Assume changes
+//     what it holds. A Snapshot is not safe for concurrent use.
+//   - The engine imports pkg/topology and its index, never what uses it
+//     (pkg/archtest); the index never imports the engine.
 //
 // See docs/design/placement.md.
 package placement

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -26,38 +26,55 @@ type DomainRefusal struct {
 	Action string
 }
 
+// explainer explains, for an Unschedulable, why the domains that came
+// closest refused the gang and what would help, from what the Place call
+// recorded (refusals, the rail searches' reasons).
+type explainer struct {
+	*members
+	s       *index.Snapshot
+	g       *Gang
+	fit     *fits
+	refused refusals
+	// shared are the gang's shared claims to allocate; pin the domain the
+	// gang is pinned to, or nil; railWhy, per domain id, why no rail set
+	// placed the gang there.
+	shared  []*resourceapi.ResourceClaim
+	pin     *topology.Domain
+	railWhy map[string]string
+}
+
 // maxExplained bounds Unschedulable.Domains.
 const maxExplained = 4
 
 // explain fills the refusal table: the first level tried (the required
 // one), its pinned domain or the domains with the most free devices.
-func (p *placer) explain(ctx context.Context, u *Unschedulable) error {
-	levels := p.s.levelsFor(p.g)
+func (x *explainer) explain(ctx context.Context, u *Unschedulable) error {
+	levels := x.s.LevelsFor(x.g.TopologyKey, x.g.PreferredTopologyKey)
 	if len(levels) == 0 {
 		return nil
 	}
 	l := levels[0]
-	if p.pin != nil {
-		l = p.s.level(p.pin.Key)
+	if x.pin != nil {
+		l = x.s.Level(x.pin.Key)
 	}
-	li, err := p.s.index(ctx, l, p.class)
+	li, err := x.s.LevelIndex(ctx, l, x.class)
 	if err != nil {
 		return err
 	}
-	var entries []*domEntry
+	var entries []*index.DomainEntry
 	switch {
-	case p.pin != nil && len(p.pin.Nodes) > 0:
-		if e := li.byNode[p.pin.Nodes[0]]; e != nil {
-			entries = []*domEntry{e}
+	case x.pin != nil && len(x.pin.Nodes) > 0:
+		if e := li.Of(x.pin.Nodes[0]); e != nil {
+			entries = []*index.DomainEntry{e}
 		}
 	default:
-		for i := len(li.entries) - 1; i >= 0 && len(entries) < maxExplained; i-- {
-			entries = append(entries, li.entries[i])
+		for i := len(li.Entries()) - 1; i >= 0 && len(entries) < maxExplained; i-- {
+			entries = append(entries, li.Entries()[i])
 		}
 	}
-	if len(li.entries) == 0 {
+	if len(li.Entries()) == 0 {
 		var keys []string
-		for _, tl := range p.s.tree.Levels {
+		for _, tl := range x.s.Tree().Levels {
 			keys = append(keys, tl.Key)
 		}
 		u.Domains = append(u.Domains, DomainRefusal{TopologyKey: l.Key, Domain: "(none)",
@@ -66,7 +83,7 @@ func (p *placer) explain(ctx context.Context, u *Unschedulable) error {
 		return nil
 	}
 	for _, e := range entries {
-		r, err := p.refusal(ctx, l, e)
+		r, err := x.refusal(ctx, l, e)
 		if err != nil {
 			return err
 		}
@@ -76,14 +93,14 @@ func (p *placer) explain(ctx context.Context, u *Unschedulable) error {
 }
 
 // refusal explains one domain (see the rules in order below).
-func (p *placer) refusal(ctx context.Context, l *topology.Level, e *domEntry) (DomainRefusal, error) {
-	fit, err := p.countMembers(ctx, e.dom)
+func (x *explainer) refusal(ctx context.Context, l *topology.Level, e *index.DomainEntry) (DomainRefusal, error) {
+	fit, err := x.fit.countMembers(ctx, e.Domain())
 	if err != nil {
 		return DomainRefusal{}, err
 	}
-	r := DomainRefusal{TopologyKey: l.Key, Domain: e.dom.ID, FreeDevices: e.free, PodsFit: fit}
-	steps := []func(context.Context, *topology.Level, *domEntry, *DomainRefusal) (bool, error){
-		p.whySharedPin, p.whyChannels, p.whyTaintedDevices, p.whyFewDevices, p.whyNodes, p.whyVerify,
+	r := DomainRefusal{TopologyKey: l.Key, Domain: e.Domain().ID, FreeDevices: e.Free(), PodsFit: fit}
+	steps := []func(context.Context, *topology.Level, *index.DomainEntry, *DomainRefusal) (bool, error){
+		x.whySharedPin, x.whyChannels, x.whyTaintedDevices, x.whyFewDevices, x.whyNodes, x.whyVerify,
 	}
 	for _, step := range steps {
 		done, err := step(ctx, l, e, &r)
@@ -97,59 +114,59 @@ func (p *placer) refusal(ctx context.Context, l *topology.Level, e *domEntry) (D
 }
 
 // needPods is how many members a placement needs at least.
-func (p *placer) needPods() int {
-	if p.g.MinCount > 0 && p.g.MinCount < len(p.per) {
-		return p.g.MinCount
+func (x *explainer) needPods() int {
+	if x.g.MinCount > 0 && x.g.MinCount < len(x.per) {
+		return x.g.MinCount
 	}
-	return len(p.per)
+	return len(x.per)
 }
 
 // whySharedPin: a shared fabric-domain claim pins the gang to one NVLink
 // domain, which is smaller than the level asked for.
-func (p *placer) whySharedPin(ctx context.Context, l *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
+func (x *explainer) whySharedPin(ctx context.Context, l *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
 	fabric := ""
-	for _, c := range p.sharedClaims {
+	for _, c := range x.shared {
 		for _, class := range claimClasses([]*resourceapi.ResourceClaim{c}) {
 			if class == topology.FabricDomainDeviceClass {
 				fabric = c.Name
 			}
 		}
 	}
-	if fabric == "" || l.Key == topology.TopologyKeyNVLinkDomain || len(p.s.tree.Levels) == 0 {
+	if fabric == "" || l.Key == topology.TopologyKeyNVLinkDomain || len(x.s.Tree().Levels) == 0 {
 		return false, nil
 	}
 	best, seen := 0, map[*topology.Domain]bool{}
-	for _, n := range e.dom.Nodes {
-		child := p.s.tree.Levels[0].DomainOf(n)
+	for _, n := range e.Domain().Nodes {
+		child := x.s.Tree().Levels[0].DomainOf(n)
 		if child == nil || seen[child] {
 			continue
 		}
 		seen[child] = true
-		fit, err := p.countMembers(ctx, child)
+		fit, err := x.fit.countMembers(ctx, child)
 		if err != nil {
 			return false, err
 		}
 		best = max(best, fit)
 	}
-	if best >= p.needPods() {
+	if best >= x.needPods() {
 		return false, nil
 	}
 	r.Why = fmt.Sprintf("the shared claim %s (%s) pins the gang to one NVLink domain, and at most %d of %d pods fit in one here",
-		fabric, topology.FabricDomainDeviceClass, best, len(p.per))
+		fabric, topology.FabricDomainDeviceClass, best, len(x.per))
 	r.Action = fmt.Sprintf("use topology key %s, or drop the shared fabric-domain claim to spread over %s", topology.TopologyKeyNVLinkDomain, l.Key)
 	return true, nil
 }
 
 // whyChannels: the shared claims found no free device (a fabric-domain
 // pool's channels all in use) in the domain.
-func (p *placer) whyChannels(_ context.Context, _ *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
-	if !p.refused[CheckAllocator+" for shared claims (domains)"][e.dom.ID] {
+func (x *explainer) whyChannels(_ context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+	if !x.refused.has(CheckAllocator+" for shared claims (domains)", e.Domain().ID) {
 		return false, nil
 	}
-	pool := topology.FabricDomainPoolName(e.dom.ID)
-	total, users := p.s.poolUse(pool)
+	pool := topology.FabricDomainPoolName(e.Domain().ID)
+	total, users := x.s.PoolUse(pool)
 	if total == 0 {
-		r.Why = fmt.Sprintf("no device for the shared claims is published for %s", e.dom.ID)
+		r.Why = fmt.Sprintf("no device for the shared claims is published for %s", e.Domain().ID)
 		r.Action = "check that the fabric-domain pools are published (gpufabric-scheduler --domain-channels > 0)"
 		return true, nil
 	}
@@ -160,15 +177,15 @@ func (p *placer) whyChannels(_ context.Context, _ *topology.Level, e *domEntry, 
 
 // whyTaintedDevices: free devices of the class carry device taints the
 // claims do not tolerate.
-func (p *placer) whyTaintedDevices(ctx context.Context, _ *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
-	if p.class == "" {
+func (x *explainer) whyTaintedDevices(ctx context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+	if x.class == "" {
 		return false, nil
 	}
 	tainted := map[string][]string{} // taint key → nodes
 	count := 0
-	for _, n := range e.dom.Nodes {
-		ns := p.s.byName[n]
-		keys, k, err := p.s.taintedFree(ctx, ns, p.class)
+	for _, n := range e.Domain().Nodes {
+		ns := x.s.Node(n)
+		keys, k, err := x.s.TaintedFree(ctx, ns, x.class)
 		if err != nil {
 			return false, err
 		}
@@ -177,7 +194,7 @@ func (p *placer) whyTaintedDevices(ctx context.Context, _ *topology.Level, e *do
 			tainted[key] = append(tainted[key], n)
 		}
 	}
-	if count == 0 || e.free-count >= p.need && !p.refusedIn(CheckAllocator, e.dom) {
+	if count == 0 || e.Free()-count >= x.need && !x.refused.in(CheckAllocator, e.Domain()) {
 		return false, nil
 	}
 	keys := make([]string, 0, len(tainted))
@@ -189,18 +206,18 @@ func (p *placer) whyTaintedDevices(ctx context.Context, _ *topology.Level, e *do
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s on %s", k, shortList(tainted[k], 3)))
 	}
-	r.Why = fmt.Sprintf("%d of %d free %s carry device taints: %s", count, e.free, p.class, strings.Join(parts, "; "))
+	r.Why = fmt.Sprintf("%d of %d free %s carry device taints: %s", count, e.Free(), x.class, strings.Join(parts, "; "))
 	r.Action = fmt.Sprintf("repair those devices, or tolerate %s in the claims' requests (exactly.tolerations)", strings.Join(keys, ", "))
 	return true, nil
 }
 
 // whyFewDevices: not enough free devices of the main class.
-func (p *placer) whyFewDevices(ctx context.Context, l *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
-	if p.class == "" || e.free >= p.need {
+func (x *explainer) whyFewDevices(ctx context.Context, l *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+	if x.class == "" || e.Free() >= x.need {
 		return false, nil
 	}
-	r.Why = fmt.Sprintf("free %s: %d of %d needed", p.class, e.free, p.need)
-	actions, err := p.hints(ctx, l, r.PodsFit)
+	r.Why = fmt.Sprintf("free %s: %d of %d needed", x.class, e.Free(), x.need)
+	actions, err := x.hints(ctx, l, r.PodsFit)
 	if err != nil {
 		return false, err
 	}
@@ -209,24 +226,24 @@ func (p *placer) whyFewDevices(ctx context.Context, l *topology.Level, e *domEnt
 }
 
 // hints: a lower minCount, or a wider topology key, that would fit.
-func (p *placer) hints(ctx context.Context, l *topology.Level, fit int) ([]string, error) {
+func (x *explainer) hints(ctx context.Context, l *topology.Level, fit int) ([]string, error) {
 	var out []string
-	if fit > 0 && fit < p.needPods() {
+	if fit > 0 && fit < x.needPods() {
 		out = append(out, fmt.Sprintf("lower minCount to %d", fit))
 	}
-	if p.g.TopologyKey == "" {
+	if x.g.TopologyKey == "" {
 		return out, nil
 	}
-	for _, wider := range p.s.tree.Levels {
+	for _, wider := range x.s.Tree().Levels {
 		if wider.Index <= l.Index || l.Index < 0 {
 			continue
 		}
-		li, err := p.s.index(ctx, wider, p.class)
+		li, err := x.s.LevelIndex(ctx, wider, x.class)
 		if err != nil {
 			return nil, err
 		}
-		if n := len(li.entries); n > 0 && li.entries[n-1].free >= p.need && li.entries[n-1].podsBound(p.perPod) >= len(p.per) {
-			out = append(out, fmt.Sprintf("use the wider topology key %s (%s has %d free)", wider.Key, li.entries[n-1].dom.ID, li.entries[n-1].free))
+		if n := len(li.Entries()); n > 0 && li.Entries()[n-1].Free() >= x.need && li.Entries()[n-1].PodsBound(x.perPod) >= len(x.per) {
+			out = append(out, fmt.Sprintf("use the wider topology key %s (%s has %d free)", wider.Key, li.Entries()[n-1].Domain().ID, li.Entries()[n-1].Free()))
 			break
 		}
 	}
@@ -234,13 +251,13 @@ func (p *placer) hints(ctx context.Context, l *topology.Level, fit int) ([]strin
 }
 
 // whyNodes: devices suffice, but node checks leave room for too few pods.
-func (p *placer) whyNodes(ctx context.Context, _ *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
-	if r.PodsFit >= p.needPods() {
+func (x *explainer) whyNodes(ctx context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+	if r.PodsFit >= x.needPods() {
 		return false, nil
 	}
 	byCheck := map[string][]string{}
-	for _, n := range e.dom.Nodes {
-		_, why, err := p.fitOn(ctx, p.s.byName[n], 0, nil)
+	for _, n := range e.Domain().Nodes {
+		_, why, err := x.fit.fitOn(ctx, x.s.Node(n), 0, nil)
 		if err != nil {
 			return false, err
 		}
@@ -257,8 +274,8 @@ func (p *placer) whyNodes(ctx context.Context, _ *topology.Level, e *domEntry, r
 	if check == "" {
 		return false, nil
 	}
-	r.Why = fmt.Sprintf("room for %d of %d pods: %s on %d nodes (%s)", r.PodsFit, p.needPods(), check, len(nodes), shortList(nodes, 3))
-	r.Action = nodeAction(check, p.perPod)
+	r.Why = fmt.Sprintf("room for %d of %d pods: %s on %d nodes (%s)", r.PodsFit, x.needPods(), check, len(nodes), shortList(nodes, 3))
+	r.Action = nodeAction(check, x.perPod)
 	return true, nil
 }
 
@@ -281,125 +298,37 @@ func nodeAction(check string, perPod int) string {
 }
 
 // whyVerify: the per-node checks passed, the real placement did not.
-func (p *placer) whyVerify(_ context.Context, _ *topology.Level, e *domEntry, r *DomainRefusal) (bool, error) {
+func (x *explainer) whyVerify(_ context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
 	switch {
-	case p.refused[CheckRailAlignment][e.dom.ID]:
+	case x.refused.has(CheckRailAlignment, e.Domain().ID):
 		r.Why = "no placement keeps every member on one set of IB rails"
-		if p.rails != nil && p.rails.why[e.dom.ID] != "" {
-			r.Why += ": " + p.rails.why[e.dom.ID]
+		if why := x.railWhy[e.Domain().ID]; why != "" {
+			r.Why += ": " + why
 		}
 		r.Action = fmt.Sprintf("set %s: %s, or wait for aligned GPUs", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
-	case p.refusedIn(CheckRailFollow, e.dom):
-		r.Why = fmt.Sprintf("on %s no free NICs lie on the IB rails of the GPUs a member can get there", plural(p.countRefusedIn(CheckRailFollow, e.dom), "node"))
+	case x.refused.in(CheckRailFollow, e.Domain()):
+		r.Why = fmt.Sprintf("on %s no free NICs lie on the IB rails of the GPUs a member can get there", plural(x.refused.countIn(CheckRailFollow, e.Domain()), "node"))
 		r.Action = fmt.Sprintf("set %s: %s to accept NICs on other rails, or wait for NICs on those rails", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
-	case p.refusedIn(CheckRailFollowBudget, e.dom):
+	case x.refused.in(CheckRailFollowBudget, e.Domain()):
 		r.Why = fmt.Sprintf("on %s the engine stopped after %d tries to put a member's NICs on its GPUs' IB rails (the NICs the counts allow were refused: device taints, selectors)",
-			plural(p.countRefusedIn(CheckRailFollowBudget, e.dom), "node"), maxFollowCalls)
+			plural(x.refused.countIn(CheckRailFollowBudget, e.Domain()), "node"), maxFollowCalls)
 		r.Action = fmt.Sprintf("set %s: %s to accept NICs on other rails, or check the NICs' device taints", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
-	case p.refused[CheckSearchBudget][e.dom.ID]:
+	case x.refused.has(CheckSearchBudget, e.Domain().ID):
 		r.Why = "the search over the members' nodes ran out of its budget of allocator calls"
 		r.Action = "give the members fewer distinct shapes, or retry when the cluster changes"
-	case p.refusedIn(CheckPodAntiAffinity, e.dom):
-		r.Why = fmt.Sprintf("required pod anti-affinity leaves too few nodes (refused on %d nodes)", p.countRefusedIn(CheckPodAntiAffinity, e.dom))
+	case x.refused.in(CheckPodAntiAffinity, e.Domain()):
+		r.Why = fmt.Sprintf("required pod anti-affinity leaves too few nodes (refused on %d nodes)", x.refused.countIn(CheckPodAntiAffinity, e.Domain()))
 		r.Action = "relax the pods' anti-affinity, or wait for the conflicting pods to finish"
-	case p.refusedIn(CheckAllocator, e.dom):
-		r.Why = fmt.Sprintf("the allocator refused the claims on %d nodes (their selectors or constraints)", p.countRefusedIn(CheckAllocator, e.dom))
+	case x.refused.in(CheckAllocator, e.Domain()):
+		r.Why = fmt.Sprintf("the allocator refused the claims on %d nodes (their selectors or constraints)", x.refused.countIn(CheckAllocator, e.Domain()))
 		r.Action = "check the claims' selectors and matchAttribute constraints"
-	case p.refused[CheckSearch][e.dom.ID]:
+	case x.refused.has(CheckSearch, e.Domain().ID):
 		r.Why = "no assignment of the members to its nodes fits every member's devices and resources"
 		r.Action = "wait for devices to free up, or use a wider topology key"
 	default:
 		return false, nil
 	}
 	return true, nil
-}
-
-func (p *placer) refusedIn(check string, d *topology.Domain) bool {
-	return p.countRefusedIn(check, d) > 0
-}
-
-func (p *placer) countRefusedIn(check string, d *topology.Domain) int {
-	n := 0
-	for _, node := range d.Nodes {
-		if p.refused[check][node] {
-			n++
-		}
-	}
-	return n
-}
-
-// taintedFree returns the taint keys (NoSchedule or NoExecute) of a node's
-// free devices of a class, and how many such devices there are.
-func (s *Snapshot) taintedFree(ctx context.Context, ns *nodeState, class string) ([]string, int, error) {
-	inCluster, err := s.classInCluster(ctx, class)
-	if err != nil || inCluster {
-		return nil, 0, err
-	}
-	ids, err := s.matching(ctx, ns, class)
-	if err != nil {
-		return nil, 0, err
-	}
-	devs := s.devicesOf(ns)
-	keys := map[string]bool{}
-	n := 0
-	for _, id := range ids {
-		if ns.allocated.Has(id) {
-			continue
-		}
-		tainted := false
-		for _, t := range devs.byID[id].Taints {
-			if t.Effect == resourceapi.DeviceTaintEffectNoSchedule || t.Effect == resourceapi.DeviceTaintEffectNoExecute {
-				keys[t.Key] = true
-				tainted = true
-			}
-		}
-		if tainted {
-			n++
-		}
-	}
-	out := make([]string, 0, len(keys))
-	for k := range keys {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out, n, nil
-}
-
-// poolUse returns the devices of a cluster-level pool and who holds the
-// allocated ones ("namespace/consumer").
-func (s *Snapshot) poolUse(pool string) (int, []string) {
-	total := 0
-	for _, cs := range s.clusterSlices {
-		if cs.slice.Spec.Pool.Name == pool && cs.slice.Spec.Driver == topology.DriverName {
-			total += len(cs.slice.Spec.Devices)
-		}
-	}
-	var users []string
-	for _, id := range s.clusterAllocated[poolID{topology.DriverName, pool}] {
-		users = append(users, s.holder[id])
-	}
-	sort.Strings(users)
-	return total, users
-}
-
-// claimHolder names who holds a claim's devices: "namespace/consumer".
-func claimHolder(c *resourceapi.ResourceClaim) string {
-	for _, r := range c.Status.ReservedFor {
-		return c.Namespace + "/" + r.Name
-	}
-	return c.Namespace + "/" + c.Name
-}
-
-// recordHolders notes, for cluster-level devices, who holds them.
-func (s *Snapshot) recordHolders(who string, a *resourceapi.AllocationResult) {
-	for _, r := range a.Devices.Results {
-		if s.poolNode[poolID{r.Driver, r.Pool}] == nil {
-			if s.holder == nil {
-				s.holder = map[structured.DeviceID]string{}
-			}
-			s.holder[structured.MakeDeviceID(r.Driver, r.Pool, r.Device)] = who
-		}
-	}
 }
 
 // shortList joins at most n items, saying how many more there are.

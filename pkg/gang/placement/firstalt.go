@@ -5,6 +5,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -27,11 +28,11 @@ const maxAlternativeFills = 128
 // fillAlternatives returns a placement with some members' alternatives
 // demoted, or nil when none is found within the budget. base gives the
 // claims to demote (the members' own, or their rail-limited copies).
-func (p *placer) fillAlternatives(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int,
+func (f *filler) fillAlternatives(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, shared []resourceapi.AllocationResult, need int,
 	base func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
-	alts := make([]int, len(p.per))
+	alts := make([]int, len(f.per))
 	most := 0
-	for mi, sh := range p.per {
+	for mi, sh := range f.per {
 		alts[mi] = alternativesOf(sh.claims)
 		most = max(most, alts[mi])
 	}
@@ -55,13 +56,13 @@ func (p *placer) fillAlternatives(ctx context.Context, d *topology.Domain, nodes
 	for _, a := range alts {
 		total += a - 1
 	}
-	floors := make([]int, len(p.per))
+	floors := make([]int, len(f.per))
 	for demotion := 1; demotion <= total && budget > 0; demotion++ {
 		var found *attempt
 		var ferr error
-		p.floorVectors(alts, floors, len(p.per)-1, demotion, &budget, func() bool {
+		f.floorVectors(alts, floors, len(f.per)-1, demotion, &budget, func() bool {
 			v := append([]int(nil), floors...)
-			found, ferr = p.fill(ctx, d, nodes, shared, func(mi int) []*resourceapi.ResourceClaim { return claimsFor(mi, v[mi]) }, v, need)
+			found, ferr = f.fill(ctx, d, nodes, shared, func(mi int) []*resourceapi.ResourceClaim { return claimsFor(mi, v[mi]) }, v, need)
 			return found != nil || ferr != nil
 		})
 		if found != nil || ferr != nil {
@@ -75,7 +76,7 @@ func (p *placer) fillAlternatives(ctx context.Context, d *topology.Domain, nodes
 // below the member's alternatives, not above the floor of the next member
 // of its shape), the last members demoted first, and calls try for each
 // until try returns true or the budget is spent. It reports whether to stop.
-func (p *placer) floorVectors(alts, floors []int, mi, left int, budget *int, try func() bool) bool {
+func (f *filler) floorVectors(alts, floors []int, mi, left int, budget *int, try func() bool) bool {
 	if mi < 0 {
 		if left != 0 {
 			return false
@@ -88,14 +89,14 @@ func (p *placer) floorVectors(alts, floors []int, mi, left int, budget *int, try
 	}
 	limit := min(left, alts[mi]-1)
 	for next := mi + 1; next < len(floors); next++ {
-		if p.ids[next] == p.ids[mi] {
+		if f.ids[next] == f.ids[mi] {
 			limit = min(limit, floors[next])
 			break
 		}
 	}
-	for f := limit; f >= 0; f-- {
-		floors[mi] = f
-		if p.floorVectors(alts, floors, mi-1, left-f, budget, try) {
+	for floor := limit; floor >= 0; floor-- {
+		floors[mi] = floor
+		if f.floorVectors(alts, floors, mi-1, left-floor, budget, try) {
 			return true
 		}
 	}

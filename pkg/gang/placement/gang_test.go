@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	pt "github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -135,11 +136,11 @@ func TestFragmentedIsCheap(t *testing.T) {
 	}
 	claim := b.Gangs[0].Members[0].Claims[0]
 	claim.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{MatchAttribute: (*resourceapi.FullyQualifiedName)(strp(topology.TopologyKeyNVLinkDomain))}}
-	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, u, err := snap.Place(ctx, b.Gangs[0])
+	d, u, err := placement.Place(ctx, b.Config, snap, b.Gangs[0])
 	if err != nil || d == nil {
 		t.Fatalf("not placed: %v %+v", err, u)
 	}
@@ -170,17 +171,17 @@ func TestInvalidPoolSelectorIgnored(t *testing.T) {
 			term.MatchExpressions = nil
 		}
 	}
-	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(snap.Warnings()) != 1 {
 		t.Errorf("warnings = %q, want one", snap.Warnings())
 	}
-	if d, _, err := snap.Place(ctx, b.Gangs[0]); err != nil || d != nil {
+	if d, _, err := placement.Place(ctx, b.Config, snap, b.Gangs[0]); err != nil || d != nil {
 		t.Errorf("gang with fabric claim: decision %v, err %v; want unschedulable", d, err)
 	}
-	if d, _, err := snap.Place(ctx, b.Gangs[1]); err != nil || d == nil {
+	if d, _, err := placement.Place(ctx, b.Config, snap, b.Gangs[1]); err != nil || d == nil {
 		t.Errorf("gang without fabric claim: err %v, want a decision", err)
 	}
 }
@@ -197,25 +198,25 @@ func TestAssumeOnDeletedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _, err := snap.Place(ctx, b.Gangs[0])
+	d, _, err := placement.Place(ctx, b.Config, snap, b.Gangs[0])
 	if err != nil || d == nil {
 		t.Fatalf("first gang not placed: %v", err)
 	}
 	// The first gang's node is deleted before the informers show its commit.
 	in := b.Input
 	in.Nodes = slices.DeleteFunc(slices.Clone(in.Nodes), func(n *v1.Node) bool { return n.Name == d.Pods[0].Node })
-	next, err := placement.NewSnapshot(ctx, b.Config, in)
+	next, err := index.NewSnapshot(ctx, b.Config.Index, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := next.Assume(ctx, b.Gangs[0], d); err != nil {
+	if err := placement.Assume(ctx, next, b.Gangs[0], d); err != nil {
 		t.Fatalf("assume on a deleted node: %v", err)
 	}
-	d2, u, err := next.Place(ctx, b.Gangs[1])
+	d2, u, err := placement.Place(ctx, b.Config, next, b.Gangs[1])
 	if err != nil || d2 == nil {
 		t.Fatalf("second gang not placed: %v %+v", err, u)
 	}
@@ -261,11 +262,11 @@ func TestAntiAffinityExistingPods(t *testing.T) {
 				b.Input.Pods = append(b.Input.Pods, p)
 			}
 			tt.member(b.Gangs[0].Members[0].Pod)
-			snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+			snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, u, err := snap.Place(ctx, b.Gangs[0])
+			d, u, err := placement.Place(ctx, b.Config, snap, b.Gangs[0])
 			if err != nil || d == nil {
 				t.Fatalf("not placed: %v %+v", err, u)
 			}

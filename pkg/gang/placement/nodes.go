@@ -6,11 +6,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
-	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
-	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // Names of the per-node checks, as counted in Unschedulable.NodeChecks.
@@ -26,71 +27,139 @@ const (
 	checkInsufficient   = "insufficient "
 )
 
-// resList is a resource list in integers: millicores for cpu, the value for
-// everything else.
-type resList map[v1.ResourceName]int64
+// fits answers one Place call's cheap per-node questions: how many members
+// of a shape a node can take by its static checks, resources and free
+// device counts, and whether required anti-affinity with a bound pod rules
+// a member out. The static checks are cached per shape and node.
+type fits struct {
+	*members
+	s      *index.Snapshot
+	logger klog.Logger
+	// pins are the node selectors of the gang's allocated shared claims.
+	pins   []*nodeaffinity.NodeSelector
+	static map[int]*staticCache
+}
 
-func toResList(l v1.ResourceList) resList {
-	out := make(resList, len(l))
-	for name, q := range l {
-		if name == v1.ResourceCPU {
-			out[name] = q.MilliValue()
-		} else {
-			out[name] = q.Value()
+// staticCache holds staticFail's answers for one shape, by node index.
+type staticCache struct {
+	done []bool
+	why  []string
+}
+
+func newFits(ctx context.Context, m *members, s *index.Snapshot, pins []*nodeaffinity.NodeSelector) *fits {
+	return &fits{members: m, s: s, logger: klog.FromContext(ctx), pins: pins, static: map[int]*staticCache{}}
+}
+
+// staticFail caches staticCheck per shape and node, adding the shared
+// claims' selectors.
+func (f *fits) staticFail(ns *index.NodeState, shape int) string {
+	c := f.static[shape]
+	if c == nil {
+		c = &staticCache{done: make([]bool, len(f.s.Nodes())), why: make([]string, len(f.s.Nodes()))}
+		f.static[shape] = c
+	}
+	if c.done[ns.Index()] {
+		return c.why[ns.Index()]
+	}
+	v := staticCheck(f.logger, ns, f.distinct[shape])
+	for _, sel := range f.pins {
+		if v == "" && !sel.Match(ns.Node()) {
+			v = CheckSharedSelector
 		}
 	}
-	return out
+	c.done[ns.Index()], c.why[ns.Index()] = true, v
+	return v
 }
 
-func podRequests(p *v1.Pod) resList {
-	return toResList(resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))
-}
-
-func (r resList) add(o resList, times int64) {
-	for name, v := range o {
-		r[name] += v * times
+// fitOn returns how many copies of a shape fit on a node by the cheap
+// checks, given the usage u of the gang's earlier members (may be nil),
+// and the failed check when none.
+func (f *fits) fitOn(ctx context.Context, ns *index.NodeState, shape int, u *usage) (int, string, error) {
+	if why := f.staticFail(ns, shape); why != "" {
+		return 0, why, nil
 	}
-}
-
-// nodeState is one node with what the snapshot knows about its load.
-type nodeState struct {
-	node        *v1.Node
-	idx         int                          // position in Snapshot.nodes
-	slices      []*resourceapi.ResourceSlice // node-local slices, by name
-	allocated   sets.Set[structured.DeviceID]
-	allocatable resList
-	requested   resList
-	pods        int64
-	boundPods   []*v1.Pod      // for pod anti-affinity
-	devs        *nodeDevices   // built on first use
-	free        map[string]int // class → free matching devices; reset by dirty
-	// trimmed: class → the node's slices with only that class's devices.
-	trimmed map[string][]*resourceapi.ResourceSlice
-}
-
-func newNodeState(n *v1.Node) *nodeState {
-	return &nodeState{
-		node:        n,
-		allocated:   sets.New[structured.DeviceID](),
-		allocatable: toResList(n.Status.Allocatable),
-		requested:   resList{},
-		free:        map[string]int{},
+	if u == nil {
+		u = &usage{}
 	}
+	sh := f.distinct[shape]
+	rf, why := resourceFit(ns, sh, u.res, u.pods)
+	if rf == 0 {
+		return 0, why, nil
+	}
+	df, why, err := deviceFit(ctx, f.s, ns, sh, u.dev)
+	if err != nil || df == 0 {
+		return 0, why, err
+	}
+	return min(rf, df), "", nil
 }
 
-func (ns *nodeState) addPod(req resList) {
-	ns.requested.add(req, 1)
-	ns.pods++
+// countFit reports whether the domain passes the cheap filter: for every
+// shape, the copies that fit on its nodes add up to the members of that
+// shape. It also returns how many members of the first shape fit.
+func (f *fits) countFit(ctx context.Context, d *topology.Domain) (bool, int, error) {
+	want := make([]int, len(f.distinct))
+	for _, id := range f.ids {
+		want[id]++
+	}
+	ok := true
+	first := 0
+	for id := range f.distinct {
+		got := 0
+		for _, n := range d.Nodes {
+			c, _, err := f.fitOn(ctx, f.s.Node(n), id, nil)
+			if err != nil {
+				return false, 0, err
+			}
+			if got += c; got >= want[id] {
+				break
+			}
+		}
+		if id == 0 {
+			first = got
+		}
+		ok = ok && got >= want[id]
+	}
+	return ok, min(first, want[0]), nil
 }
 
-func (ns *nodeState) dirty() { clear(ns.free) }
+// countMembers is how many members fit in the domain by the cheap checks:
+// per shape, the copies that fit on its nodes, at most its members.
+func (f *fits) countMembers(ctx context.Context, d *topology.Domain) (int, error) {
+	want := make([]int, len(f.distinct))
+	for _, id := range f.ids {
+		want[id]++
+	}
+	total := 0
+	for id := range f.distinct {
+		got := 0
+		for _, n := range d.Nodes {
+			c, _, err := f.fitOn(ctx, f.s.Node(n), id, nil)
+			if err != nil {
+				return 0, err
+			}
+			if got += c; got >= want[id] {
+				got = want[id]
+				break
+			}
+		}
+		total += got
+	}
+	return total, nil
+}
+
+// antiExisting reports whether member mi on ns conflicts with a pod
+// already bound (index.Snapshot.ConflictsWithBound).
+func (f *fits) antiExisting(mi int, ns *index.NodeState) bool {
+	sh := f.per[mi]
+	return f.s.ConflictsWithBound(sh.pod, sh.anti, ns)
+}
 
 // staticCheck applies the checks that do not depend on load: unschedulable,
 // taints (NoSchedule, NoExecute), node selector and required node affinity,
 // and node selectors of the member's already allocated claims. It returns
 // the failed check or "".
-func staticCheck(logger klog.Logger, ns *nodeState, m *shape) string {
-	n := ns.node
+func staticCheck(logger klog.Logger, ns *index.NodeState, m *shape) string {
+	n := ns.Node()
 	if n.Spec.Unschedulable {
 		taint := v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
 		if !corev1helpers.TolerationsTolerateTaint(logger, m.pod.Spec.Tolerations, &taint, false) {
@@ -121,11 +190,12 @@ func staticCheck(logger klog.Logger, ns *nodeState, m *shape) string {
 // resourceFit returns how many more copies of the member fit on the node by
 // cpu, memory, other requested resources and pod count, given extra usage
 // by the gang's earlier members, and the limiting check when none fits.
-func resourceFit(ns *nodeState, m *shape, extra resList, extraPods int64) (int, string) {
+func resourceFit(ns *index.NodeState, m *shape, extra index.ResList, extraPods int64) (int, string) {
+	allocatable, requested := ns.Allocatable(), ns.Requested()
 	fit := int64(math.MaxInt32)
 	limit := ""
-	if maxPods, ok := ns.allocatable[v1.ResourcePods]; ok {
-		fit = maxPods - ns.pods - extraPods
+	if maxPods, ok := allocatable[v1.ResourcePods]; ok {
+		fit = maxPods - ns.Pods() - extraPods
 		limit = CheckTooManyPods
 	}
 	for _, name := range m.resNames {
@@ -133,7 +203,7 @@ func resourceFit(ns *nodeState, m *shape, extra resList, extraPods int64) (int, 
 		if want <= 0 {
 			continue
 		}
-		free := ns.allocatable[name] - ns.requested[name] - extra[name]
+		free := allocatable[name] - requested[name] - extra[name]
 		if c := free / want; c < fit {
 			fit, limit = c, checkInsufficient+string(name)
 		}
@@ -147,11 +217,11 @@ func resourceFit(ns *nodeState, m *shape, extra resList, extraPods int64) (int, 
 // deviceFit returns how many more copies of the member the node's free
 // device counts allow (an upper bound: class selectors only), given devices
 // already taken by the gang's earlier members, and the limiting check.
-func (s *Snapshot) deviceFit(ctx context.Context, ns *nodeState, m *shape, taken map[string]int) (int, string, error) {
+func deviceFit(ctx context.Context, s *index.Snapshot, ns *index.NodeState, m *shape, taken map[string]int) (int, string, error) {
 	fit := math.MaxInt32
 	limit := ""
 	for _, class := range m.classes {
-		free, err := s.freeDevices(ctx, ns, class)
+		free, err := s.FreeDevices(ctx, ns, class)
 		if err != nil {
 			return 0, "", err
 		}
@@ -163,4 +233,28 @@ func (s *Snapshot) deviceFit(ctx context.Context, ns *nodeState, m *shape, taken
 		return 0, limit, nil
 	}
 	return fit, "", nil
+}
+
+// allocator runs one Place call's Allocate calls (index.Snapshot.Allocate),
+// counting them in its Stats.
+type allocator struct {
+	s     *index.Snapshot
+	stats *Stats
+}
+
+// allocate returns the claims' results on the node next to inflight, or
+// nil and the failed check when they do not fit.
+func (a allocator) allocate(ctx context.Context, ns *index.NodeState, claims []*resourceapi.ResourceClaim, classes []string, inflight index.InFlight) ([]resourceapi.AllocationResult, string, error) {
+	res, err := a.s.Allocate(ctx, ns, claims, classes, inflight)
+	if err != nil {
+		return nil, "", err
+	}
+	a.stats.record(res.Took)
+	switch {
+	case res.TimedOut:
+		return nil, CheckAllocatorTime, nil
+	case res.Results == nil:
+		return nil, CheckAllocator, nil
+	}
+	return res.Results, "", nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -59,7 +60,7 @@ func ParsePackOrder(s string) (PackOrder, error) {
 
 // packNode is a node where some member fits.
 type packNode struct {
-	ns   *nodeState
+	ns   *index.NodeState
 	free int // free devices of the main class
 	cap  int // usable capacity, in the main class's devices (or pods)
 	pods int // members of the best-fitting shape that fit
@@ -73,53 +74,64 @@ type packGroup struct {
 	pods  int
 }
 
-// packOrder returns the domain's nodes in pack order for placing need
-// members, and sets p.balance for a balanced gang.
-func (p *placer) packOrder(ctx context.Context, d *topology.Domain, need int) ([]*nodeState, error) {
-	cands, err := p.packCandidates(ctx, d)
+// packer orders a domain's nodes for one Place call (see the rules
+// above).
+type packer struct {
+	*members
+	s   *index.Snapshot
+	fit *fits
+	// order is Config.PackOrder; balanced is Gang.Balanced.
+	order    PackOrder
+	balanced bool
+}
+
+// nodes returns the domain's nodes in pack order for placing need members,
+// and a balanced gang's quota (nil for a packed one).
+func (pk *packer) nodes(ctx context.Context, d *topology.Domain, need int) ([]*index.NodeState, *spreadQuota, error) {
+	cands, err := pk.candidates(ctx, d)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	demand := need * max(p.perPod, 1)
-	if need >= len(p.per) && p.class != "" {
-		demand = p.need
+	demand := need * max(pk.perPod, 1)
+	if need >= len(pk.per) && pk.class != "" {
+		demand = pk.need
 	}
-	levels := p.s.sublevels(d)
-	if p.s.cfg.PackOrder == PackFullestNodes {
+	levels := sublevels(pk.s.Tree(), d)
+	if pk.order == PackFullestNodes {
 		levels = nil
 	}
-	p.balance = nil
-	out := make([]*nodeState, 0, len(cands))
+	out := make([]*index.NodeState, 0, len(cands))
 	if len(levels) == 0 {
-		return orderNodes(cands, nil, demand, out), nil
+		return orderNodes(cands, nil, demand, out), nil, nil
 	}
 	groups := groupNodes(cands, levels[0])
 	order, chosen := leastSpread(groups, demand)
-	if p.g.Balanced && chosen > 1 && need >= len(p.per) { // a partial placement takes what fits, packed
-		p.balance = balancedQuota(groups, order[:chosen], need)
+	var balance *spreadQuota
+	if pk.balanced && chosen > 1 && need >= len(pk.per) { // a partial placement takes what fits, packed
+		balance = balancedQuota(groups, order[:chosen], need)
 	}
 	left := demand
 	for _, gi := range order {
 		out = orderNodes(groups[gi].nodes, levels[1:], max(min(left, groups[gi].cap), 0), out)
 		left -= groups[gi].cap
 	}
-	return out, nil
+	return out, balance, nil
 }
 
-// packCandidates returns the domain's nodes where some member fits by the
+// candidates returns the domain's nodes where some member fits by the
 // cheap checks, in the domain's (name) order, with their capacities.
-func (p *placer) packCandidates(ctx context.Context, d *topology.Domain) ([]packNode, error) {
+func (pk *packer) candidates(ctx context.Context, d *topology.Domain) ([]packNode, error) {
 	var out []packNode
 	for _, n := range d.Nodes {
-		ns := p.s.byName[n]
+		ns := pk.s.Node(n)
 		pn := packNode{ns: ns}
-		for id, sh := range p.distinct {
-			c, _, err := p.fitOn(ctx, ns, id, nil)
+		for id, sh := range pk.distinct {
+			c, _, err := pk.fit.fitOn(ctx, ns, id, nil)
 			if err != nil {
 				return nil, err
 			}
 			pn.pods = max(pn.pods, c)
-			if units := c * sh.need[p.class]; p.class == "" {
+			if units := c * sh.need[pk.class]; pk.class == "" {
 				pn.cap = max(pn.cap, c)
 			} else {
 				pn.cap = max(pn.cap, units)
@@ -128,8 +140,8 @@ func (p *placer) packCandidates(ctx context.Context, d *topology.Domain) ([]pack
 		if pn.pods == 0 {
 			continue
 		}
-		if p.class != "" {
-			f, err := p.s.freeDevices(ctx, ns, p.class)
+		if pk.class != "" {
+			f, err := pk.s.FreeDevices(ctx, ns, pk.class)
 			if err != nil {
 				return nil, err
 			}
@@ -143,7 +155,7 @@ func (p *placer) packCandidates(ctx context.Context, d *topology.Domain) ([]pack
 // orderNodes appends nodes to out in pack order: grouped by levels
 // (outermost first) with the groups for demand first, fullest node first
 // inside the innermost groups.
-func orderNodes(nodes []packNode, levels []*topology.Level, demand int, out []*nodeState) []*nodeState {
+func orderNodes(nodes []packNode, levels []*topology.Level, demand int, out []*index.NodeState) []*index.NodeState {
 	if len(levels) == 0 {
 		sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].free < nodes[j].free })
 		for _, n := range nodes {
@@ -167,7 +179,7 @@ func groupNodes(nodes []packNode, l *topology.Level) []packGroup {
 	at := map[string]int{}
 	for _, n := range nodes {
 		id := ""
-		if dom := l.DomainOf(n.ns.node.Name); dom != nil {
+		if dom := l.DomainOf(n.ns.Name()); dom != nil {
 			id = dom.ID
 		}
 		gi, ok := at[id]
@@ -246,14 +258,14 @@ func fullestFeasible(groups []packGroup, avail []int, after, left int) int {
 // sublevels returns the tree levels below a domain's, outermost first,
 // down to the NVLink domain: for a domain of a label level that is not in
 // the tree (Level -1), every level below the cluster.
-func (s *Snapshot) sublevels(d *topology.Domain) []*topology.Level {
+func sublevels(t *topology.Tree, d *topology.Domain) []*topology.Level {
 	n := d.Level
-	if n < 0 || n >= len(s.tree.Levels) {
-		n = len(s.tree.Levels) - 1
+	if n < 0 || n >= len(t.Levels) {
+		n = len(t.Levels) - 1
 	}
 	out := make([]*topology.Level, 0, n)
 	for i := n - 1; i >= 0; i-- {
-		out = append(out, s.tree.Levels[i])
+		out = append(out, t.Levels[i])
 	}
 	return out
 }

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 func groupsOf(caps map[string]int) []packGroup {
@@ -75,10 +75,10 @@ func TestBalancedQuota(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			groups := groupsOf(tc.caps)
-			nodes := map[string]*nodeState{}
+			nodes := map[string]*index.NodeState{}
 			var chosen []int
 			for gi := range groups {
-				ns := &nodeState{node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: groups[gi].id + "-n0"}}}
+				ns := new(index.NodeState) // the quota tells nodes apart by identity
 				nodes[groups[gi].id] = ns
 				groups[gi].nodes = []packNode{{ns: ns}}
 			}
@@ -103,7 +103,7 @@ func TestBalancedQuota(t *testing.T) {
 		})
 	}
 	var none *spreadQuota
-	if ql := none.start(); !ql.allows(&nodeState{}) {
+	if ql := none.start(); !ql.allows(new(index.NodeState)) {
 		t.Error("a nil quota must allow every node")
 	}
 }

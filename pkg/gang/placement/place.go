@@ -5,20 +5,20 @@ import (
 	"fmt"
 	"sort"
 
-	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
-// Place decides where a gang goes on this snapshot: a Decision, or an
+// Place decides where a gang goes on a snapshot: a Decision, or an
 // Unschedulable that says why with numbers. An error means bad input (an
-// invalid CEL expression, a missing DeviceClass) or a cancelled context.
+// invalid CEL expression, a missing DeviceClass, an unknown pack order) or
+// a cancelled context.
 //
-// Rules: levels are tried in the order of levelsFor; at a level, domains
-// with enough free devices of the gang's main class are tried from the
-// smallest leftover up (best fit), each verified node by node with the
+// Rules: levels are tried in the order of index.Snapshot.LevelsFor; at a
+// level, domains with enough free devices of the gang's main class are
+// tried from the smallest leftover up (best fit), each verified node by node with the
 // allocator; among verified domains with the same leftover (at most
 // Config.CompareDomains of them) fewer rail sets win, then the smaller id.
 // When no level holds all members and MinCount is smaller, the most members
@@ -27,24 +27,28 @@ import (
 // (members already running) goes only to the domain that holds all those
 // nodes, at the smallest of its levels that has one. Place does not change
 // what the snapshot considers allocated; call Assume.
-func (s *Snapshot) Place(ctx context.Context, g *Gang) (*Decision, *Unschedulable, error) {
+func Place(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*Decision, *Unschedulable, error) {
+	cfg = cfg.withDefaults()
+	if _, err := ParsePackOrder(string(cfg.PackOrder)); err != nil {
+		return nil, nil, err
+	}
 	if len(g.Members) == 0 || len(g.Members) < g.MinCount {
 		return nil, nil, fmt.Errorf("%w: %d members, minCount %d", ErrNotReady, len(g.Members), g.MinCount)
 	}
-	p, err := s.newPlacer(ctx, g)
+	p, err := newPlacer(ctx, cfg, s, g)
 	if err != nil {
 		return nil, nil, err
 	}
-	levels := s.levelsFor(g)
+	levels := s.LevelsFor(g.TopologyKey, g.PreferredTopologyKey)
 	if len(g.BoundNodes) > 0 {
 		l, why := p.pinTo(levels)
 		if l == nil {
-			u := &Unschedulable{Gang: g.Key(), Pods: len(g.Members), Devices: p.need, DeviceClass: p.class, Stats: p.stats, Message: why}
+			u := &Unschedulable{Gang: g.Key(), Pods: len(g.Members), Devices: p.need, DeviceClass: p.class, Stats: *p.stats, Message: why}
 			return nil, u, nil
 		}
 		levels = []*topology.Level{l}
 	}
-	if key := g.PreferredTopologyKey; key != "" && len(s.level(key).Domains) == 0 {
+	if key := g.PreferredTopologyKey; key != "" && len(s.Level(key).Domains) == 0 {
 		p.warnings = append(p.warnings, fmt.Sprintf("preferred topology key %s: no node carries it, so it was ignored", key))
 	}
 	for _, l := range levels {
@@ -97,173 +101,66 @@ func (p *placer) pinTo(levels []*topology.Level) (*topology.Level, string) {
 		len(p.g.BoundNodes), p.g.BoundNodes, spans)
 }
 
-// placer holds one Place call's state.
+// placer is one Place call: it walks the levels and their domains in
+// best-fit order and keeps what the Decision or the Unschedulable reports.
+// Verifying one domain is the filler's job (fill.go), explaining a refusal
+// the explainer's (explain.go).
 type placer struct {
-	s      *Snapshot
-	g      *Gang
-	logger klog.Logger
-	// per is each member's shape; distinct the distinct ones.
-	per      []*shape
-	distinct []*shape
-	ids      []int // per member: index into distinct
-	class    string
-	need     int
-	perPod   int // fewest devices of class any member needs
-	// shared claims to allocate, their classes, and the selectors of the
-	// already allocated ones.
-	sharedClaims  []*resourceapi.ResourceClaim
-	sharedClasses []string
-	sharedPins    []*nodeaffinity.NodeSelector
-	static        map[int]*staticCache
-	refused       map[string]map[string]bool // check → nodes
-	stats         Stats
-	reports       []LevelReport
+	*members
+	cfg  Config
+	s    *index.Snapshot
+	g    *Gang
+	fit  *fits
+	fill *filler
+	// shared are the gang's shared claims to allocate.
+	shared  sharedClaims
+	stats   *Stats
+	refused refusals
+	reports []LevelReport
 	// pin, when set, is the only domain the gang may go to: the one its
 	// bound members run in.
 	pin *topology.Domain
 	// warnings about the gang's spec, for the Decision or Unschedulable.
 	warnings []string
-	// searchable: the greedy fill may dead-end (needsSearch); budget is
-	// what the current domain's searches may still spend (search.go).
-	searchable bool
-	budget     searchBudget
-	searchLeft int // allocator calls all of this Place's searches may still make
-	memo       *searchMemo
-	rails      *railState // rails.go, railfollow.go
-	// balance is a balanced gang's quota in the domain being verified
-	// (packOrder); quota is set while a fill keeps to it (fillSpread).
-	balance *spreadQuota
-	quota   *spreadQuota
 }
 
-// staticCache holds staticFail's answers for one shape, by node index.
-type staticCache struct {
-	done []bool
-	why  []string
-}
-
-func (s *Snapshot) newPlacer(ctx context.Context, g *Gang) (*placer, error) {
-	per, distinct, err := gangShapes(g)
+// newPlacer makes the pieces of one Place call, each given what it needs.
+func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*placer, error) {
+	m, err := newMembers(g)
 	if err != nil {
 		return nil, err
 	}
-	p := &placer{s: s, g: g, logger: klog.FromContext(ctx), per: per, distinct: distinct,
-		static: map[int]*staticCache{}, refused: map[string]map[string]bool{}}
-	for _, sh := range per {
-		for i, d := range distinct {
-			if d.sig == sh.sig {
-				p.ids = append(p.ids, i)
-				break
-			}
-		}
+	shared, pins, err := sharedOf(g)
+	if err != nil {
+		return nil, err
 	}
-	p.class, p.need = primaryClass(per)
-	p.searchable = needsSearch(distinct) && !s.greedyOnly
-	p.searchLeft = searchCallsPerPlace + 2*len(per)
-	p.perPod = p.need
-	for _, sh := range per {
-		p.perPod = min(p.perPod, sh.need[p.class])
-	}
-	for _, c := range g.SharedClaims {
-		if a := c.Status.Allocation; a != nil {
-			if a.NodeSelector != nil {
-				sel, err := nodeaffinity.NewNodeSelector(a.NodeSelector)
-				if err != nil {
-					return nil, fmt.Errorf("claim %s/%s: node selector: %w", c.Namespace, c.Name, err)
-				}
-				p.sharedPins = append(p.sharedPins, sel)
-			}
-			continue
-		}
-		p.sharedClaims = append(p.sharedClaims, c)
-	}
-	p.sharedClasses = claimClasses(p.sharedClaims)
-	return p, nil
-}
-
-// staticFail caches staticCheck per shape and node, adding the shared
-// claims' selectors.
-func (p *placer) staticFail(ns *nodeState, shape int) string {
-	c := p.static[shape]
-	if c == nil {
-		c = &staticCache{done: make([]bool, len(p.s.nodes)), why: make([]string, len(p.s.nodes))}
-		p.static[shape] = c
-	}
-	if c.done[ns.idx] {
-		return c.why[ns.idx]
-	}
-	v := staticCheck(p.logger, ns, p.distinct[shape])
-	for _, sel := range p.sharedPins {
-		if v == "" && !sel.Match(ns.node) {
-			v = CheckSharedSelector
-		}
-	}
-	c.done[ns.idx], c.why[ns.idx] = true, v
-	return v
-}
-
-// fitOn returns how many copies of a shape fit on a node by the cheap
-// checks, given the usage u of the gang's earlier members (may be nil),
-// and the failed check when none.
-func (p *placer) fitOn(ctx context.Context, ns *nodeState, shape int, u *usage) (int, string, error) {
-	if why := p.staticFail(ns, shape); why != "" {
-		return 0, why, nil
-	}
-	if u == nil {
-		u = &usage{}
-	}
-	sh := p.distinct[shape]
-	rf, why := resourceFit(ns, sh, u.res, u.pods)
-	if rf == 0 {
-		return 0, why, nil
-	}
-	df, why, err := p.s.deviceFit(ctx, ns, sh, u.dev)
-	if err != nil || df == 0 {
-		return 0, why, err
-	}
-	return min(rf, df), "", nil
-}
-
-// countFit reports whether the domain passes the cheap filter: for every
-// shape, the copies that fit on its nodes add up to the members of that
-// shape. It also returns how many members of the first shape fit.
-func (p *placer) countFit(ctx context.Context, d *topology.Domain) (bool, int, error) {
-	want := make([]int, len(p.distinct))
-	for _, id := range p.ids {
-		want[id]++
-	}
-	ok := true
-	first := 0
-	for id := range p.distinct {
-		got := 0
-		for _, n := range d.Nodes {
-			c, _, err := p.fitOn(ctx, p.s.byName[n], id, nil)
-			if err != nil {
-				return false, 0, err
-			}
-			if got += c; got >= want[id] {
-				break
-			}
-		}
-		if id == 0 {
-			first = got
-		}
-		ok = ok && got >= want[id]
-	}
-	return ok, min(first, want[0]), nil
+	logger := klog.FromContext(ctx)
+	stats, refused := &Stats{}, refusals{}
+	alloc := allocator{s: s, stats: stats}
+	fit := newFits(ctx, m, s, pins)
+	copies := &railCopies{class: m.class}
+	follow := &follower{members: m, s: s, copies: copies, alloc: alloc, stats: stats, required: g.RailAlignmentRequired, off: cfg.oldRails}
+	search := &searcher{members: m, s: s, fit: fit, follow: follow, copies: copies, alloc: alloc, stats: stats, refused: refused, logger: logger,
+		on: needsSearch(m.distinct) && !cfg.greedyOnly, left: searchCallsPerPlace + 2*len(m.per)}
+	align := &aligner{members: m, fit: fit, follow: follow, copies: copies, stats: stats, refused: refused, logger: logger,
+		required: g.RailAlignmentRequired, old: cfg.oldRails}
+	pack := &packer{members: m, s: s, fit: fit, order: cfg.PackOrder, balanced: g.Balanced}
+	fill := &filler{members: m, s: s, fit: fit, pack: pack, follow: follow, align: align, search: search, alloc: alloc,
+		refused: refused, shared: shared, anchors: cfg.MaxSharedAnchors, old: cfg.oldRails}
+	return &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused}, nil
 }
 
 // entries returns the level's domains to try in best-fit order: those with
 // at least need free devices, or only the pinned domain.
-func (p *placer) entries(li *levelIndex, need int) []*domEntry {
+func (p *placer) entries(li *index.LevelIndex, need int) []*index.DomainEntry {
 	if p.pin == nil {
-		return li.entries[li.from(need):]
+		return li.From(need)
 	}
 	if len(p.pin.Nodes) == 0 {
 		return nil
 	}
-	if e := li.byNode[p.pin.Nodes[0]]; e != nil && e.free >= need {
-		return []*domEntry{e}
+	if e := li.Of(p.pin.Nodes[0]); e != nil && e.Free() >= need {
+		return []*index.DomainEntry{e}
 	}
 	return nil
 }
@@ -271,22 +168,22 @@ func (p *placer) entries(li *levelIndex, need int) []*domEntry {
 // placeAtLevel tries the level's domains in best-fit order and returns the
 // winning attempt for the whole gang, or nil after recording a LevelReport.
 func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt, error) {
-	li, err := p.s.index(ctx, l, p.class)
+	li, err := p.s.LevelIndex(ctx, l, p.class)
 	if err != nil {
 		return nil, err
 	}
-	rep := LevelReport{TopologyKey: l.Key, Domains: len(li.entries)}
+	rep := LevelReport{TopologyKey: l.Key, Domains: len(li.Entries())}
 	var best *attempt
 	compared := 0
 	for _, e := range p.entries(li, p.need) {
-		left := e.free - p.need
-		if best != nil && (left > best.score.LeftoverDevices || compared >= p.s.cfg.CompareDomains || best.score.RailSets <= 1) {
+		left := e.Free() - p.need
+		if best != nil && (left > best.score.LeftoverDevices || compared >= p.cfg.CompareDomains || best.score.RailSets <= 1) {
 			break
 		}
-		if e.podsBound(p.perPod) < len(p.per) {
+		if e.PodsBound(p.perPod) < len(p.per) {
 			continue
 		}
-		ok, _, err := p.countFit(ctx, e.dom)
+		ok, _, err := p.fit.countFit(ctx, e.Domain())
 		if err != nil {
 			return nil, err
 		}
@@ -296,7 +193,7 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 		rep.Candidates++
 		rep.Verified++
 		p.stats.DomainsVerified++
-		att, err := p.verify(ctx, e.dom, len(p.per))
+		att, err := p.fill.verify(ctx, e.Domain(), len(p.per))
 		if err != nil {
 			return nil, err
 		}
@@ -321,23 +218,23 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 
 // report fills a level's Best: the pinned domain, or the one with the most
 // free devices.
-func (p *placer) report(ctx context.Context, li *levelIndex, rep *LevelReport) error {
-	var e *domEntry
+func (p *placer) report(ctx context.Context, li *index.LevelIndex, rep *LevelReport) error {
+	var e *index.DomainEntry
 	switch {
 	case p.pin != nil && len(p.pin.Nodes) > 0:
-		e = li.byNode[p.pin.Nodes[0]]
+		e = li.Of(p.pin.Nodes[0])
 		rep.Pinned = true
-	case len(li.entries) > 0:
-		e = li.entries[len(li.entries)-1]
+	case len(li.Entries()) > 0:
+		e = li.Entries()[len(li.Entries())-1]
 	}
 	if e == nil {
 		return nil
 	}
-	_, fit, err := p.countFit(ctx, e.dom)
+	_, fit, err := p.fit.countFit(ctx, e.Domain())
 	if err != nil {
 		return err
 	}
-	rep.Best = &DomainReport{ID: e.dom.ID, FreeDevices: e.free, PodsFit: fit}
+	rep.Best = &DomainReport{ID: e.Domain().ID, FreeDevices: e.Free(), PodsFit: fit}
 	return nil
 }
 
@@ -346,20 +243,20 @@ func (p *placer) report(ctx context.Context, li *levelIndex, rep *LevelReport) e
 // members are verified (at most Config.CompareDomains of them); more
 // members win, then the smaller leftover, then fewer rail sets.
 func (p *placer) placePartial(ctx context.Context, l *topology.Level) (*attempt, error) {
-	li, err := p.s.index(ctx, l, p.class)
+	li, err := p.s.LevelIndex(ctx, l, p.class)
 	if err != nil {
 		return nil, err
 	}
 	type cand struct {
-		e   *domEntry
+		e   *index.DomainEntry
 		fit int
 	}
 	var cands []cand
 	for _, e := range p.entries(li, p.perPod*p.g.MinCount) {
-		if e.podsBound(p.perPod) < p.g.MinCount {
+		if e.PodsBound(p.perPod) < p.g.MinCount {
 			continue
 		}
-		fit, err := p.countMembers(ctx, e.dom)
+		fit, err := p.fit.countMembers(ctx, e.Domain())
 		if err != nil {
 			return nil, err
 		}
@@ -371,19 +268,19 @@ func (p *placer) placePartial(ctx context.Context, l *topology.Level) (*attempt,
 		if cands[i].fit != cands[j].fit {
 			return cands[i].fit > cands[j].fit
 		}
-		return less(cands[i].e, cands[j].e)
+		return cands[i].e.Before(cands[j].e)
 	})
 	var best *attempt
-	for _, c := range cands[:min(len(cands), p.s.cfg.CompareDomains)] {
+	for _, c := range cands[:min(len(cands), p.cfg.CompareDomains)] {
 		p.stats.DomainsVerified++
-		att, err := p.verify(ctx, c.e.dom, p.g.MinCount)
+		att, err := p.fill.verify(ctx, c.e.Domain(), p.g.MinCount)
 		if err != nil {
 			return nil, err
 		}
 		if att == nil {
 			continue
 		}
-		att.score.LeftoverDevices = c.e.free - p.devicesOf(att)
+		att.score.LeftoverDevices = c.e.Free() - p.devicesOf(att)
 		if best == nil || betterPartial(att, best) {
 			best = att
 		}
@@ -399,38 +296,4 @@ func betterPartial(a, b *attempt) bool {
 		return a.score.LeftoverDevices < b.score.LeftoverDevices
 	}
 	return a.score.RailSets < b.score.RailSets
-}
-
-// devicesOf counts the devices of the main class the attempt's members take.
-func (p *placer) devicesOf(att *attempt) int {
-	n := 0
-	for _, mi := range att.members {
-		n += p.per[mi].need[p.class]
-	}
-	return n
-}
-
-// countMembers is how many members fit in the domain by the cheap checks:
-// per shape, the copies that fit on its nodes, at most its members.
-func (p *placer) countMembers(ctx context.Context, d *topology.Domain) (int, error) {
-	want := make([]int, len(p.distinct))
-	for _, id := range p.ids {
-		want[id]++
-	}
-	total := 0
-	for id := range p.distinct {
-		got := 0
-		for _, n := range d.Nodes {
-			c, _, err := p.fitOn(ctx, p.s.byName[n], id, nil)
-			if err != nil {
-				return 0, err
-			}
-			if got += c; got >= want[id] {
-				got = want[id]
-				break
-			}
-		}
-		total += got
-	}
-	return total, nil
 }

@@ -47,28 +47,42 @@ func pinSelector(rail int64) resourceapi.DeviceSelector {
 	return resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}
 }
 
-// railClaims returns copies of a member's claims (its own, or copies of
-// them) limited to the rails (see the rules above), cached per claims,
-// rail set and cover.
-func (p *placer) railClaims(claims []*resourceapi.ResourceClaim, rails []int64, cover bool) []*resourceapi.ResourceClaim {
+// railCopies makes and keeps one Place call's rail-limited copies of
+// claims (see the rules above).
+type railCopies struct {
+	// class is the gang's main class.
+	class string
+	// byKey: the copies, by claims, rail set and cover; splits: for a copy
+	// with a split request, each piece's original request. Made on first
+	// use.
+	byKey  map[string][]*resourceapi.ResourceClaim
+	splits map[*resourceapi.ResourceClaim]map[string]string
+}
+
+// limit returns copies of a member's claims (its own, or copies of them)
+// limited to the rails (see the rules above), cached per claims, rail set
+// and cover.
+func (cp *railCopies) limit(claims []*resourceapi.ResourceClaim, rails []int64, cover bool) []*resourceapi.ResourceClaim {
 	if len(claims) == 0 {
 		return claims
 	}
-	rs := p.railState()
 	k := fmt.Sprintf("%p|%s|%v", claims[0], railKey(slices.Clone(rails)), cover)
-	if v, ok := rs.copies[k]; ok {
+	if v, ok := cp.byKey[k]; ok {
 		return v
 	}
-	split := cover && len(rails) > 1 && p.mainRequests(claims) == 1
+	if cp.byKey == nil {
+		cp.byKey, cp.splits = map[string][]*resourceapi.ResourceClaim{}, map[*resourceapi.ResourceClaim]map[string]string{}
+	}
+	split := cover && len(rails) > 1 && cp.mainRequests(claims) == 1
 	out := make([]*resourceapi.ResourceClaim, len(claims))
 	for i, c := range claims {
 		c = c.DeepCopy()
 		sel := railSelector(rails)
 		var reqs []resourceapi.DeviceRequest
 		for _, r := range c.Spec.Devices.Requests {
-			if split && p.splittable(r, len(rails)) {
+			if split && cp.splittable(r, len(rails)) {
 				pieces := splitRequest(c, r, rails, sel)
-				rs.splits[c] = pieces.renames
+				cp.splits[c] = pieces.renames
 				reqs = append(reqs, pieces.requests...)
 				continue
 			}
@@ -83,21 +97,21 @@ func (p *placer) railClaims(claims []*resourceapi.ResourceClaim, rails []int64, 
 		c.Spec.Devices.Requests = reqs
 		out[i] = c
 	}
-	rs.copies[k] = out
+	cp.byKey[k] = out
 	return out
 }
 
 // mainRequests counts the requests and subrequests of the main class in
 // the claims.
-func (p *placer) mainRequests(claims []*resourceapi.ResourceClaim) int {
+func (cp *railCopies) mainRequests(claims []*resourceapi.ResourceClaim) int {
 	n := 0
 	for _, c := range claims {
 		for _, r := range c.Spec.Devices.Requests {
-			if r.Exactly != nil && r.Exactly.DeviceClassName == p.class {
+			if r.Exactly != nil && r.Exactly.DeviceClassName == cp.class {
 				n++
 			}
 			for _, sub := range r.FirstAvailable {
-				if sub.DeviceClassName == p.class {
+				if sub.DeviceClassName == cp.class {
 					n++
 				}
 			}
@@ -108,9 +122,9 @@ func (p *placer) mainRequests(claims []*resourceapi.ResourceClaim) int {
 
 // splittable: an exactCount request of the main class without admin
 // access asking at least k devices.
-func (p *placer) splittable(r resourceapi.DeviceRequest, k int) bool {
+func (cp *railCopies) splittable(r resourceapi.DeviceRequest, k int) bool {
 	e := r.Exactly
-	if e == nil || e.DeviceClassName != p.class || (e.AdminAccess != nil && *e.AdminAccess) {
+	if e == nil || e.DeviceClassName != cp.class || (e.AdminAccess != nil && *e.AdminAccess) {
 		return false
 	}
 	if e.AllocationMode != "" && e.AllocationMode != resourceapi.DeviceAllocationModeExactCount {
@@ -181,12 +195,12 @@ func renameList(list []string, name string, names []string) []string {
 
 // unsplit renames the results of split claims (claims[i] gave res[i])
 // back to the original requests, in place.
-func (p *placer) unsplit(claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult) []resourceapi.AllocationResult {
-	if p.rails == nil || len(p.rails.splits) == 0 {
+func (cp *railCopies) unsplit(claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult) []resourceapi.AllocationResult {
+	if len(cp.splits) == 0 {
 		return res
 	}
 	for i, c := range claims {
-		renames := p.rails.splits[c]
+		renames := cp.splits[c]
 		if renames == nil || i >= len(res) {
 			continue
 		}

@@ -9,7 +9,9 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -22,7 +24,7 @@ import (
 // makes the set differ. Score.RailSets is the number of distinct sets; 1
 // is aligned: every member uses the same set. With rail-alignment
 // required and a placement that is not aligned, or none, the engine
-// searches rail sets R (alignRails):
+// searches rail sets R (aligner.align):
 //
 //   - candidates: the sets R of the rails where some node of the domain
 //     has a free lead device, of at most as many rails as the smallest
@@ -64,69 +66,57 @@ const (
 	maxRailCandidates = 4096
 )
 
+// aligner searches rail sets for a gang that requires rail alignment (see
+// the rules above) in one Place call.
+type aligner struct {
+	*members
+	fit     *fits
+	follow  *follower
+	copies  *railCopies
+	stats   *Stats
+	refused refusals
+	logger  klog.Logger
+	// required: the gang requires rail alignment; old: Config.oldRails.
+	required bool
+	old      bool
+	// why: per domain id, why no rail set placed the gang there (for the
+	// explanation). Made on first use.
+	why map[string]string
+}
+
 // railRefill places the gang again on the nodes (in pack order) with
 // every member's claims given by claimsOf (variant names them for the
 // search's memo).
-type railRefill func(variant string, nodes []*nodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error)
+type railRefill func(variant string, nodes []*index.NodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error)
 
-// fillAligned fills the members (fillHarder when the greedy fill fails)
-// and scores rail alignment; with alignment required and a placement that
-// is not aligned, or none, it searches rail sets (alignRails), each
-// verified by the greedy fill (then the search when that fails; the
-// firstAvailable fills for a placement found by demoting alternatives).
-func (p *placer) fillAligned(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
-	own := func(mi int) []*resourceapi.ResourceClaim { return p.per[mi].claims }
-	att, err := p.fill(ctx, d, nodes, shared, own, nil, need)
-	if err != nil {
-		return nil, err
-	}
-	refill := railRefill(func(variant string, nodes []*nodeState, claimsOf func(int) []*resourceapi.ResourceClaim) (*attempt, error) {
-		alt, err := p.fill(ctx, d, nodes, shared, claimsOf, nil, need)
-		if alt != nil || err != nil || p.s.oldRails || p.quota != nil { // balanced: greedy only (fillSpread)
-			return alt, err
-		}
-		return p.search(ctx, d, nodes, shared, variant, claimsOf, need)
-	})
-	if att == nil {
-		var harder railRefill
-		if att, harder, err = p.fillHarder(ctx, d, nodes, shared, need); err != nil {
-			return nil, err
-		}
-		if harder != nil {
-			refill = harder
-		}
-	}
-	return p.alignRails(ctx, d, nodes, att, need, refill)
-}
-
-// alignRails scores att's rail alignment and, when alignment is required
+// align scores att's rail alignment and, when alignment is required
 // and att is not aligned, returns the first aligned refill over the
 // candidate rail sets (see the rules above), or nil after refusing the
 // domain. With att nil (no placement found) it searches the rail sets
 // only when alignment is required, and refuses nothing itself.
-func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*nodeState, att *attempt, need int, refill railRefill) (*attempt, error) {
-	if att == nil && (!p.g.RailAlignmentRequired || p.s.oldRails) {
+func (a *aligner) align(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, att *attempt, need int, refill railRefill) (*attempt, error) {
+	if att == nil && (!a.required || a.old) {
 		return nil, nil
 	}
 	if att != nil {
-		sets, err := p.railSets(ctx, att)
+		sets, err := a.railSets(ctx, att)
 		if err != nil {
 			return nil, err
 		}
 		att.score.RailSets = len(sets)
-		if !p.g.RailAlignmentRequired || len(sets) <= 1 {
+		if !a.required || len(sets) <= 1 {
 			return att, nil
 		}
-		if p.s.oldRails {
-			return p.alignRailsOld(ctx, d, nodes, sets, refill)
+		if a.old {
+			return a.alignRailsOld(ctx, d, nodes, sets, refill)
 		}
 	}
-	cands, why, err := p.railCandidates(ctx, nodes, need)
+	cands, why, err := a.railCandidates(ctx, nodes, need)
 	if err != nil {
 		return nil, err
 	}
-	alt, verified, err := p.verifyRailSets(ctx, nodes, cands, refill)
-	p.logger.V(5).Info("Searched rail sets", "domain", d.ID, "firstPlacement", att != nil, "candidates", len(cands), "verified", verified, "found", alt != nil)
+	alt, verified, err := a.verifyRailSets(ctx, nodes, cands, refill)
+	a.logger.V(5).Info("Searched rail sets", "domain", d.ID, "firstPlacement", att != nil, "candidates", len(cands), "verified", verified, "found", alt != nil)
 	if alt != nil || err != nil || att == nil {
 		return alt, err
 	}
@@ -134,20 +124,23 @@ func (p *placer) alignRails(ctx context.Context, d *topology.Domain, nodes []*no
 		why = fmt.Sprintf("rail sets with room by counts: %d (most: rails %s, room for %s); placed again on %d of them (the budget: %d), the members never all used the set",
 			n, cands[0].key, plural(cands[0].room, "pod"), verified, maxRailRefills)
 	}
-	p.railState().why[d.ID] = why
-	p.refuse(CheckRailAlignment, d.ID)
+	if a.why == nil {
+		a.why = map[string]string{}
+	}
+	a.why[d.ID] = why
+	a.refused.add(CheckRailAlignment, d.ID)
 	return nil, nil
 }
 
 // verifyRailSets refills the candidates in order, at most maxRailRefills
 // of them, and returns the first aligned placement and how many it tried.
-func (p *placer) verifyRailSets(ctx context.Context, nodes []*nodeState, cands []railCand, refill railRefill) (*attempt, int, error) {
+func (a *aligner) verifyRailSets(ctx context.Context, nodes []*index.NodeState, cands []railCand, refill railRefill) (*attempt, int, error) {
 	for i, c := range cands {
 		if i == maxRailRefills {
-			p.stats.RailCutoffs++
+			a.stats.RailCutoffs++
 			return nil, i, nil
 		}
-		alt, err := p.refillRails(ctx, nodes, c.rails, refill)
+		alt, err := a.refillRails(ctx, nodes, c.rails, refill)
 		if alt != nil || err != nil {
 			return alt, i + 1, err
 		}
@@ -158,30 +151,30 @@ func (p *placer) verifyRailSets(ctx context.Context, nodes []*nodeState, cands [
 // refillRails places the gang with every member limited to the rails, on
 // the nodes where a member fits by counts (memberFit), and returns the
 // placement when every member uses exactly them.
-func (p *placer) refillRails(ctx context.Context, nodes []*nodeState, rails []int64, refill railRefill) (*attempt, error) {
-	p.stats.RailRefills++
-	var fit []*nodeState
+func (a *aligner) refillRails(ctx context.Context, nodes []*index.NodeState, rails []int64, refill railRefill) (*attempt, error) {
+	a.stats.RailRefills++
+	var fit []*index.NodeState
 	for _, ns := range nodes {
-		nr, err := p.freeRailsOf(ctx, ns)
+		nr, err := a.follow.freeRailsOf(ctx, ns)
 		if err != nil {
 			return nil, err
 		}
-		for id, sh := range p.distinct {
-			cheap, _, err := p.fitOn(ctx, ns, id, nil)
+		for id, sh := range a.distinct {
+			cheap, _, err := a.fit.fitOn(ctx, ns, id, nil)
 			if err != nil {
 				return nil, err
 			}
-			if p.memberFit(nr, sh, rails, cheap) > 0 {
+			if a.memberFit(nr, sh, rails, cheap) > 0 {
 				fit = append(fit, ns)
 				break
 			}
 		}
 	}
-	claims := make([][]*resourceapi.ResourceClaim, len(p.per))
-	for mi := range p.per {
-		claims[mi] = p.per[mi].claims
-		if p.per[mi].need[p.class] > 0 {
-			claims[mi] = p.railClaims(p.per[mi].claims, rails, true)
+	claims := make([][]*resourceapi.ResourceClaim, len(a.per))
+	for mi := range a.per {
+		claims[mi] = a.per[mi].claims
+		if a.per[mi].need[a.class] > 0 {
+			claims[mi] = a.copies.limit(a.per[mi].claims, rails, true)
 		}
 	}
 	key := railKey(slices.Clone(rails))
@@ -189,7 +182,7 @@ func (p *placer) refillRails(ctx context.Context, nodes []*nodeState, rails []in
 	if alt == nil || err != nil {
 		return nil, err
 	}
-	sets, err := p.railSets(ctx, alt)
+	sets, err := a.railSets(ctx, alt)
 	if err != nil {
 		return nil, err
 	}
@@ -201,10 +194,10 @@ func (p *placer) refillRails(ctx context.Context, nodes []*nodeState, rails []in
 
 // railSets returns, per distinct member rail set (see the rules above),
 // how many members use it.
-func (p *placer) railSets(ctx context.Context, att *attempt) (map[string]int, error) {
+func (a *aligner) railSets(ctx context.Context, att *attempt) (map[string]int, error) {
 	out := map[string]int{}
 	for i, ns := range att.memberNode {
-		lead, all, err := p.memberRails(ctx, ns, att.memberRes[i])
+		lead, all, err := a.follow.memberRails(ctx, ns, att.memberRes[i])
 		if err != nil {
 			return nil, err
 		}
@@ -224,8 +217,8 @@ type railCand struct {
 
 // railCandidates returns the rail sets where the members needed fit by
 // counts, in try order, and why none when there is none (see the rules).
-func (p *placer) railCandidates(ctx context.Context, nodes []*nodeState, need int) ([]railCand, string, error) {
-	groups, universe, err := p.railGroups(ctx, nodes)
+func (a *aligner) railCandidates(ctx context.Context, nodes []*index.NodeState, need int) ([]railCand, string, error) {
+	groups, universe, err := a.railGroups(ctx, nodes)
 	if err != nil {
 		return nil, "", err
 	}
@@ -233,18 +226,18 @@ func (p *placer) railCandidates(ctx context.Context, nodes []*nodeState, need in
 	for _, g := range groups {
 		perRail = max(perRail, g.rails.lead.most()+g.rails.lead.none)
 	}
-	want := make([]int, len(p.distinct))
-	most, least := unbounded, 1
-	for mi, id := range p.ids {
+	want := make([]int, len(a.distinct))
+	most, least := index.Unbounded, 1
+	for mi, id := range a.ids {
 		want[id]++
-		if g := p.per[mi].need[p.class]; g > 0 {
+		if g := a.per[mi].need[a.class]; g > 0 {
 			most, least = min(most, g), max(least, leastRails(g, perRail))
 		}
 	}
 	var cands []railCand
 	bestKey, bestFit := "", 0
 	cut := enumRailSets(universe, least, most, maxRailCandidates, func(rails []int64) {
-		fit, room := p.railRoom(groups, want, rails)
+		fit, room := a.railRoom(groups, want, rails)
 		key := railKey(slices.Clone(rails))
 		switch {
 		case fit >= need:
@@ -254,7 +247,7 @@ func (p *placer) railCandidates(ctx context.Context, nodes []*nodeState, need in
 		}
 	})
 	if cut {
-		p.stats.RailCutoffs++
+		a.stats.RailCutoffs++
 	}
 	sort.SliceStable(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
@@ -279,12 +272,12 @@ func (p *placer) railCandidates(ctx context.Context, nodes []*nodeState, need in
 // railRoom returns how many of the members needed fit with every member
 // on exactly the rails (per shape at most its members), and the room in
 // members over all shapes.
-func (p *placer) railRoom(groups []railGroup, want []int, rails []int64) (int, int) {
+func (a *aligner) railRoom(groups []railGroup, want []int, rails []int64) (int, int) {
 	fit, room := 0, 0
-	for id, sh := range p.distinct {
+	for id, sh := range a.distinct {
 		got := 0
 		for _, g := range groups {
-			got += g.nodes * p.memberFit(g.rails, sh, rails, g.cheap[id])
+			got += g.nodes * a.memberFit(g.rails, sh, rails, g.cheap[id])
 		}
 		fit += min(got, want[id])
 		room += got
@@ -302,17 +295,17 @@ type railGroup struct {
 
 // railGroups groups the nodes for railRoom (by signature, sorted) and
 // returns the rails with a free lead device on some node.
-func (p *placer) railGroups(ctx context.Context, nodes []*nodeState) ([]railGroup, []int64, error) {
+func (a *aligner) railGroups(ctx context.Context, nodes []*index.NodeState) ([]railGroup, []int64, error) {
 	bySig := map[string]*railGroup{}
 	railSet := map[int64]bool{}
 	for _, ns := range nodes {
-		nr, err := p.freeRailsOf(ctx, ns)
+		nr, err := a.follow.freeRailsOf(ctx, ns)
 		if err != nil {
 			return nil, nil, err
 		}
-		cheap := make([]int, len(p.distinct))
-		for id := range p.distinct {
-			if cheap[id], _, err = p.fitOn(ctx, ns, id, nil); err != nil {
+		cheap := make([]int, len(a.distinct))
+		for id := range a.distinct {
+			if cheap[id], _, err = a.fit.fitOn(ctx, ns, id, nil); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -345,55 +338,11 @@ func (p *placer) railGroups(ctx context.Context, nodes []*nodeState) ([]railGrou
 	return groups, universe, nil
 }
 
-// freeRailsOf is nodeRailsOf without gang devices, cached per Place.
-func (p *placer) freeRailsOf(ctx context.Context, ns *nodeState) (nodeRails, error) {
-	rs := p.railState()
-	if nr, ok := rs.free[ns.idx]; ok {
-		return nr, nil
-	}
-	nr, err := p.nodeRailsOf(ctx, ns, nil)
-	if err != nil {
-		return nodeRails{}, err
-	}
-	rs.free[ns.idx] = nr
-	return nr, nil
-}
-
-// signature names free devices by rail and cheap fits.
-func (nr nodeRails) signature(cheap []int) string {
-	var b strings.Builder
-	write := func(rc railCounts) {
-		rails := make([]int64, 0, len(rc.by))
-		for r := range rc.by {
-			rails = append(rails, r)
-		}
-		slices.Sort(rails)
-		for _, r := range rails {
-			fmt.Fprintf(&b, "%d:%d,", r, rc.by[r])
-		}
-		fmt.Fprintf(&b, "-:%d|", rc.none)
-	}
-	write(nr.lead)
-	classes := make([]string, 0, len(nr.other))
-	for c := range nr.other {
-		classes = append(classes, c)
-	}
-	sort.Strings(classes)
-	for _, c := range classes {
-		b.WriteString(c + "=")
-		write(nr.other[c])
-	}
-	for _, c := range cheap {
-		b.WriteString(strconv.Itoa(c) + ",")
-	}
-	return b.String()
-}
-
 // alignRailsOld is the rail alignment before the search over rail sets,
 // kept for comparisons (OldRails in export_test.go): refills with the
 // main-class requests limited to one of the four most used sets of att,
 // without a device on every rail of the set.
-func (p *placer) alignRailsOld(ctx context.Context, d *topology.Domain, nodes []*nodeState, sets map[string]int, refill railRefill) (*attempt, error) {
+func (a *aligner) alignRailsOld(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, sets map[string]int, refill railRefill) (*attempt, error) {
 	keys := make([]string, 0, len(sets))
 	for k := range sets {
 		keys = append(keys, k)
@@ -405,7 +354,7 @@ func (p *placer) alignRailsOld(ctx context.Context, d *topology.Domain, nodes []
 		return keys[i] < keys[j]
 	})
 	for _, rails := range keys[:min(4, len(keys))] {
-		restricted := p.restrictRailsOld(rails)
+		restricted := a.restrictRailsOld(rails)
 		alt, err := refill("rails "+rails, nodes, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] })
 		if err != nil {
 			return nil, err
@@ -413,7 +362,7 @@ func (p *placer) alignRailsOld(ctx context.Context, d *topology.Domain, nodes []
 		if alt == nil {
 			continue
 		}
-		got, err := p.railSets(ctx, alt)
+		got, err := a.railSets(ctx, alt)
 		if err != nil {
 			return nil, err
 		}
@@ -421,14 +370,14 @@ func (p *placer) alignRailsOld(ctx context.Context, d *topology.Domain, nodes []
 			return alt, nil
 		}
 	}
-	p.refuse(CheckRailAlignment, d.ID)
+	a.refused.add(CheckRailAlignment, d.ID)
 	return nil, nil
 }
 
 // restrictRailsOld returns each member's claims with a selector added to
 // every request of the main class: devices on one of the rails (or
 // without one).
-func (p *placer) restrictRailsOld(rails string) [][]*resourceapi.ResourceClaim {
+func (a *aligner) restrictRailsOld(rails string) [][]*resourceapi.ResourceClaim {
 	var list []int64
 	for _, f := range strings.Split(rails, ",") {
 		if r, err := strconv.ParseInt(f, 10, 64); err == nil {
@@ -436,12 +385,12 @@ func (p *placer) restrictRailsOld(rails string) [][]*resourceapi.ResourceClaim {
 		}
 	}
 	sel := railSelector(list)
-	out := make([][]*resourceapi.ResourceClaim, len(p.per))
-	for mi, sh := range p.per {
+	out := make([][]*resourceapi.ResourceClaim, len(a.per))
+	for mi, sh := range a.per {
 		for _, c := range sh.claims {
 			c = c.DeepCopy()
 			for i := range c.Spec.Devices.Requests {
-				if e := c.Spec.Devices.Requests[i].Exactly; e != nil && e.DeviceClassName == p.class {
+				if e := c.Spec.Devices.Requests[i].Exactly; e != nil && e.DeviceClassName == a.class {
 					e.Selectors = append(e.Selectors, sel)
 				}
 			}

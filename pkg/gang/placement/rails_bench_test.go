@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
-// fragmentRails replaces the bench cluster's load (benchScenario: HGX
-// nodes, GPU i on rail i, 16 nodes per rack, 8 racks per leaf) so that
+// fragmentRails replaces the bench cluster's load
+// (placementtest.HGXScenario: HGX nodes, GPU i on rail i, 16 nodes per
+// rack, 8 racks per leaf) so that
 // every node has 4 free GPUs: in each leaf, the nodes in name order
 // 0..104 have rails k..k+3 (mod 8) free for k = their position mod 7 (15
 // nodes per set), and the last 23 have rails 1, 3, 5 and 7, the one set
@@ -56,7 +58,7 @@ func BenchmarkRailRequired(b *testing.B) {
 
 func benchRails(b *testing.B, fragmented, old bool) {
 	ctx := context.Background()
-	sc := benchScenario(5000, 1)
+	sc := placementtest.HGXScenario(5000, 1)
 	if fragmented {
 		fragmentRails(&sc)
 	}
@@ -65,15 +67,16 @@ func benchRails(b *testing.B, fragmented, old bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	snap, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+	snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 	if err != nil {
 		b.Fatal(err)
 	}
+	cfg := built.Config
 	if old {
-		placement.OldRails(snap)
+		placement.OldRails(&cfg)
 	}
 	g := built.Gangs[0]
-	if _, _, err := snap.Place(ctx, g); err != nil { // warm-up: class matching
+	if _, _, err := placement.Place(ctx, cfg, snap, g); err != nil { // warm-up: class matching
 		b.Fatal(err)
 	}
 	var lat []time.Duration
@@ -81,7 +84,7 @@ func benchRails(b *testing.B, fragmented, old bool) {
 	var last *placement.Decision
 	for b.Loop() {
 		t0 := time.Now()
-		d, u, err := snap.Place(ctx, g)
+		d, u, err := placement.Place(ctx, cfg, snap, g)
 		lat = append(lat, time.Since(t0))
 		switch {
 		case err != nil:

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -24,17 +25,18 @@ func railOutcomes(t *testing.T, file string, old bool) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := b.Config
 	if old {
-		placement.OldRails(snap)
+		placement.OldRails(&cfg)
 	}
 	checker := placementtest.NewChecker(b.Input)
 	out := map[string]string{}
 	for _, g := range b.Gangs {
-		d, _, err := snap.Place(ctx, g)
+		d, _, err := placement.Place(ctx, cfg, snap, g)
 		switch {
 		case err != nil:
 			t.Fatalf("gang %s: %v", g.Name, err)
@@ -46,7 +48,7 @@ func railOutcomes(t *testing.T, file string, old bool) map[string]string {
 		default:
 			out[g.Name] = "placed"
 		}
-		if err := snap.Assume(ctx, g, d); err != nil {
+		if err := placement.Assume(ctx, snap, g, d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,11 +121,11 @@ func TestSplitRequestsRenamedBack(t *testing.T) {
 			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: topology.DriverName, Parameters: runtimeRaw(`{"a":1}`)}}}}
 		c.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{"req"}, MatchAttribute: ptr(resourceapi.FullyQualifiedName("resource.kubernetes.io/numaNode"))}}
 	}
-	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, u, err := snap.Place(ctx, g)
+	d, u, err := placement.Place(ctx, b.Config, snap, g)
 	if err != nil || d == nil {
 		t.Fatalf("place: %v %+v", err, u)
 	}
@@ -159,3 +161,5 @@ func TestSplitRequestsRenamedBack(t *testing.T) {
 }
 
 func runtimeRaw(s string) runtime.RawExtension { return runtime.RawExtension{Raw: []byte(s)} }
+
+func ptr[T any](v T) *T { return &v }

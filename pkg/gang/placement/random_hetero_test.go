@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -269,13 +270,13 @@ func (h *heteroTally) run(t *testing.T, sc placementtest.Scenario, nodes []hNode
 	}
 	// A loaded machine can stretch a call past the default 100 ms timeout,
 	// which counts as "does not fit": not what this tests.
-	b.Config.AllocateTimeout = time.Second
-	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	b.Config.Index.AllocateTimeout = time.Second
+	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start, cpu := time.Now(), threadCPU()
-	d, u, err := snap.Place(ctx, b.Gangs[0])
+	d, u, err := placement.Place(ctx, b.Config, snap, b.Gangs[0])
 	h.slowest, h.slowestCPU = max(h.slowest, time.Since(start)), max(h.slowestCPU, threadCPU()-cpu)
 	if err != nil {
 		t.Fatal(err)
@@ -316,12 +317,13 @@ func statsOf(d *placement.Decision, u *placement.Unschedulable) placement.Stats 
 // gang too.
 func placedGreedy(ctx context.Context, t *testing.T, b *placementtest.Built) bool {
 	t.Helper()
-	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
-	placement.GreedyOnly(snap)
-	d, _, err := snap.Place(ctx, b.Gangs[0])
+	cfg := b.Config
+	placement.GreedyOnly(&cfg)
+	d, _, err := placement.Place(ctx, cfg, snap, b.Gangs[0])
 	if err != nil {
 		t.Fatal(err)
 	}

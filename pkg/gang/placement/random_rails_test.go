@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -189,15 +190,16 @@ func TestRandomRailsVsBruteForce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, old := range []bool{false, true} {
-			snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+			snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 			if err != nil {
 				t.Fatal(err)
 			}
+			cfg := b.Config
 			if old {
-				placement.OldRails(snap)
+				placement.OldRails(&cfg)
 			}
 			start, cpu := time.Now(), threadCPU()
-			d, u, err := snap.Place(ctx, b.Gangs[0])
+			d, u, err := placement.Place(ctx, cfg, snap, b.Gangs[0])
 			wall, cpu := time.Since(start), threadCPU()-cpu
 			if err != nil {
 				t.Fatalf("case %d: %v", i, err)

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -183,12 +184,12 @@ func testRandom(t *testing.T, seed uint64, maxNodes int, alternatives bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+		snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		d, u, err := snap.Place(ctx, b.Gangs[0])
+		d, u, err := placement.Place(ctx, b.Config, snap, b.Gangs[0])
 		slowest = max(slowest, time.Since(start))
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	pt "github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -42,7 +43,7 @@ func TestRankOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			in := placement.SnapshotInput{DeviceClasses: pt.DeviceClasses()}
+			in := index.SnapshotInput{DeviceClasses: pt.DeviceClasses()}
 			for i := range 4 {
 				name := pt.NodeName("d", i)
 				in.Nodes = append(in.Nodes, pt.Node(name, "64", "512Gi", nil))
@@ -72,11 +73,11 @@ func TestRankOrder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			snap, err := placement.NewSnapshot(ctx, placement.Config{}, in)
+			snap, err := index.NewSnapshot(ctx, index.Config{}, in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, u, err := snap.Place(ctx, g)
+			d, u, err := placement.Place(ctx, placement.Config{}, snap, g)
 			if err != nil || d == nil {
 				t.Fatalf("not placed: %+v %v", u, err)
 			}

@@ -8,6 +8,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // Decision is a placement for a whole gang.
@@ -87,6 +89,36 @@ type Stats struct {
 func (st *Stats) record(d time.Duration) {
 	st.AllocateCalls++
 	st.MaxAllocate = max(st.MaxAllocate, d)
+}
+
+// refusals records what one Place call refused: per check, the nodes (by
+// name) or domains (by id) it refused, for Unschedulable.NodeChecks and
+// the explanations.
+type refusals map[string]map[string]bool
+
+// add records that check refused the node or domain id.
+func (r refusals) add(check, id string) {
+	if r[check] == nil {
+		r[check] = map[string]bool{}
+	}
+	r[check][id] = true
+}
+
+// has reports whether check refused the node or domain id.
+func (r refusals) has(check, id string) bool { return r[check][id] }
+
+// in reports whether check refused one of the domain's nodes.
+func (r refusals) in(check string, d *topology.Domain) bool { return r.countIn(check, d) > 0 }
+
+// countIn counts the domain's nodes that check refused.
+func (r refusals) countIn(check string, d *topology.Domain) int {
+	n := 0
+	for _, node := range d.Nodes {
+		if r[check][node] {
+			n++
+		}
+	}
+	return n
 }
 
 // Unschedulable says why a gang fits nowhere, with numbers.

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 )
 
@@ -73,14 +74,14 @@ func runScenario(t *testing.T, sc placementtest.Scenario) []outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := placement.NewSnapshot(ctx, b.Config, b.Input)
+	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checker := placementtest.NewChecker(b.Input)
 	var out []outcome
 	for _, g := range b.Gangs {
-		d, u, err := snap.Place(ctx, g)
+		d, u, err := placement.Place(ctx, b.Config, snap, g)
 		if err != nil {
 			t.Fatalf("gang %s: %v", g.Key(), err)
 		}
@@ -88,7 +89,7 @@ func runScenario(t *testing.T, sc placementtest.Scenario) []outcome {
 			if err := checker.Check(g, d); err != nil {
 				t.Errorf("gang %s: invalid decision: %v", g.Key(), err)
 			}
-			if err := snap.Assume(ctx, g, d); err != nil {
+			if err := placement.Assume(ctx, snap, g, d); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -165,11 +166,11 @@ func TestPackOrderFullestNodes(t *testing.T) {
 	spreadOf := func(order placement.PackOrder) []string {
 		cfg := b.Config
 		cfg.PackOrder = order
-		snap, err := placement.NewSnapshot(ctx, cfg, b.Input)
+		snap, err := index.NewSnapshot(ctx, cfg.Index, b.Input)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, u, err := snap.Place(ctx, b.Gangs[0])
+		d, u, err := placement.Place(ctx, cfg, snap, b.Gangs[0])
 		if err != nil || d == nil {
 			t.Fatalf("%s: place: %v %+v", order, err, u)
 		}
@@ -183,7 +184,11 @@ func TestPackOrderFullestNodes(t *testing.T) {
 	}
 	cfg := b.Config
 	cfg.PackOrder = "spread"
-	if _, err := placement.NewSnapshot(ctx, cfg, b.Input); err == nil || !strings.Contains(err.Error(), `pack order "spread"`) {
+	snap, err := index.NewSnapshot(ctx, cfg.Index, b.Input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := placement.Place(ctx, cfg, snap, b.Gangs[0]); err == nil || !strings.Contains(err.Error(), `pack order "spread"`) {
 		t.Errorf("unknown pack order: error %v, want one naming it", err)
 	}
 }

@@ -4,8 +4,9 @@ import (
 	"context"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -30,7 +31,8 @@ import (
 //     in flight (searchjoint.go); the call's results replace those of the
 //     node's members;
 //   - pruning: the main-class devices left must hold the members left
-//     (searchbound.go); shapes that fit alone on no node are known first;
+//     (searchbound.go); shapes that fit alone on no node are known first
+//     (searchjoint.go);
 //     a refused set of shapes is not asked again on a node with the same
 //     free devices, nor a set holding a shape refused alone there
 //     (searchmemo.go, for the whole Place call); an empty node equivalent
@@ -88,8 +90,8 @@ func needsSearch(distinct []*shape) bool {
 
 // search is one depth-first search in one domain.
 type search struct {
-	p        *placer
-	nodes    []*nodeState
+	sr       *searcher
+	nodes    []*index.NodeState
 	shared   []resourceapi.AllocationResult
 	claimsOf func(int) []*resourceapi.ResourceClaim
 	classes  []string // of every member's claims
@@ -114,56 +116,82 @@ type search struct {
 	memo    *searchMemo
 	nm      nodeMemo
 	// sharedOnly: the shared claims' devices, as in-flight devices.
-	sharedOnly map[poolID][]structured.DeviceID
+	sharedOnly index.InFlight
 	out        bool // the budget ran out
 }
 
-// search returns a placement of at least need members in the domain's
-// nodes, or nil.
-func (p *placer) search(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult,
+// searcher runs the searches of one Place call (see the rules above): it
+// keeps the budgets and the memo; each search is one depth-first search in
+// one domain.
+type searcher struct {
+	*members
+	s       *index.Snapshot
+	fit     *fits
+	follow  *follower
+	copies  *railCopies
+	alloc   allocator
+	stats   *Stats
+	refused refusals
+	logger  klog.Logger
+	// on: the greedy fill may dead-end (needsSearch) and the search is
+	// not turned off (Config.greedyOnly).
+	on bool
+	// budget is what the current domain's searches may still spend; left
+	// the allocator calls all of this Place's searches may still make.
+	budget searchBudget
+	left   int
+	memo   *searchMemo
+}
+
+// startDomain gives the searches of the next domain their budget.
+func (sr *searcher) startDomain() { sr.budget = newSearchBudget(len(sr.per), sr.left) }
+
+// run returns a placement of at least need members in the domain's nodes,
+// or nil.
+func (sr *searcher) run(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, shared []resourceapi.AllocationResult,
 	variant string, claimsOf func(int) []*resourceapi.ResourceClaim, need int) (*attempt, error) {
-	s, err := p.newSearch(ctx, nodes, shared, claimsOf, need)
+	s, err := sr.newSearch(ctx, nodes, shared, claimsOf, need)
 	if err != nil {
 		return nil, err
 	}
 	s.variant = variant
-	p.stats.Searches++
+	sr.stats.Searches++
 	ok := false
 	if err = s.lonely(ctx); err == nil {
 		ok, err = s.dfs(ctx, 0)
 	}
-	p.logger.V(5).Info("Searched member placements", "domain", d.ID, "need", need, "nodes", len(nodes), "found", ok, "callsLeft", p.budget.calls, "stepsLeft", p.budget.steps)
+	sr.logger.V(5).Info("Searched member placements", "domain", d.ID, "need", need, "nodes", len(nodes), "found", ok, "callsLeft", sr.budget.calls, "stepsLeft", sr.budget.steps)
 	switch {
 	case err != nil:
 		return nil, err
 	case !ok && s.out:
-		p.stats.SearchCutoffs++
-		p.refuse(CheckSearchBudget, d.ID)
+		sr.stats.SearchCutoffs++
+		sr.refused.add(CheckSearchBudget, d.ID)
 		return nil, nil
 	case !ok:
-		p.refuse(CheckSearch, d.ID)
+		sr.refused.add(CheckSearch, d.ID)
 		return nil, nil
 	}
 	return s.attempt(d), nil
 }
 
-func (p *placer) newSearch(ctx context.Context, nodes []*nodeState, shared []resourceapi.AllocationResult,
+func (sr *searcher) newSearch(ctx context.Context, nodes []*index.NodeState, shared []resourceapi.AllocationResult,
 	claimsOf func(int) []*resourceapi.ResourceClaim, need int) (*search, error) {
-	s := &search{p: p, nodes: nodes, shared: shared, claimsOf: claimsOf, skips: max(0, len(p.per)-need),
-		left: make([]bool, len(p.distinct)), on: make([][]int, len(nodes)), res: make([][]resourceapi.AllocationResult, len(nodes)),
-		used: make([]*usage, len(nodes)), where: make([]int, len(p.per)), anti: len(p.s.antiIndex) > 0, nm: newNodeMemo(len(nodes), shared)}
-	if p.memo == nil {
-		p.memo = newSearchMemo()
+	s := &search{sr: sr, nodes: nodes, shared: shared, claimsOf: claimsOf, skips: max(0, len(sr.per)-need),
+		left: make([]bool, len(sr.distinct)), on: make([][]int, len(nodes)), res: make([][]resourceapi.AllocationResult, len(nodes)),
+		used: make([]*usage, len(nodes)), where: make([]int, len(sr.per)), anti: sr.s.HasAntiTerms(), nm: newNodeMemo(len(nodes), shared)}
+	if sr.memo == nil {
+		sr.memo = newSearchMemo()
 	}
-	s.memo = p.memo
+	s.memo = sr.memo
 	var all []*resourceapi.ResourceClaim
-	for mi, sh := range p.per {
+	for mi, sh := range sr.per {
 		s.where[mi] = -1
 		s.anti = s.anti || len(sh.anti) > 0
 		all = append(all, sh.claims...)
 	}
 	s.classes = claimClasses(all)
-	counts, err := p.newSearchCounts(ctx, nodes)
+	counts, err := newSearchCounts(ctx, sr.s, sr.members, nodes)
 	s.counts = counts
 	return s, err
 }
@@ -171,13 +199,13 @@ func (p *placer) newSearch(ctx context.Context, nodes []*nodeState, shared []res
 // dfs places the members from mi on and reports whether it got all it
 // must; on success the state holds the placement.
 func (s *search) dfs(ctx context.Context, mi int) (bool, error) {
-	if mi == len(s.p.per) {
+	if mi == len(s.sr.per) {
 		return true, nil
 	}
-	if s.out || !s.bound(mi) {
+	if s.out || !s.counts.bound(mi, s.sr.ids, s.left, s.skips) {
 		return false, nil
 	}
-	id := s.p.ids[mi]
+	id := s.sr.ids[mi]
 	if !s.left[id] {
 		cursors := s.cursors(mi)
 		tried := map[int]int{} // equivalence class of an empty node whose subtree failed → its position
@@ -197,7 +225,7 @@ func (s *search) leaveOut(ctx context.Context, mi int) (bool, error) {
 	if s.skips == 0 || s.out {
 		return false, nil
 	}
-	id := s.p.ids[mi]
+	id := s.sr.ids[mi]
 	was := s.left[id]
 	s.skips--
 	s.left[id] = true
@@ -213,10 +241,10 @@ func (s *search) leaveOut(ctx context.Context, mi int) (bool, error) {
 // member before mi placed of that shape (0 when none): the first position
 // the shape's next member may take.
 func (s *search) cursors(mi int) []int {
-	out := make([]int, len(s.p.distinct))
+	out := make([]int, len(s.sr.distinct))
 	for q := range mi {
 		if pos := s.where[q]; pos >= 0 {
-			out[s.p.ids[q]] = pos
+			out[s.sr.ids[q]] = pos
 		}
 	}
 	return out
@@ -236,13 +264,13 @@ func between(cursors []int, x, y int) bool {
 // try puts member mi on the node at pos and searches on; it undoes the
 // assignment when that fails.
 func (s *search) try(ctx context.Context, mi, pos int, cursors []int, tried map[int]int) (bool, error) {
-	if s.p.budget.steps <= 0 {
+	if s.sr.budget.steps <= 0 {
 		s.out = true
 		return false, nil
 	}
-	s.p.budget.steps--
+	s.sr.budget.steps--
 	ns := s.nodes[pos]
-	if c, _, err := s.p.fitOn(ctx, ns, s.p.ids[mi], s.used[pos]); err != nil || c == 0 {
+	if c, _, err := s.sr.fit.fitOn(ctx, ns, s.sr.ids[mi], s.used[pos]); err != nil || c == 0 {
 		return false, err
 	}
 	if s.anti && s.antiFail(mi, pos) {
@@ -279,13 +307,13 @@ func (s *search) try(ctx context.Context, mi, pos int, cursors []int, tried map[
 // bound pod or a placed member by required anti-affinity.
 func (s *search) antiFail(mi, pos int) bool {
 	ns := s.nodes[pos]
-	if s.p.antiFailExisting(mi, ns) {
+	if s.sr.fit.antiExisting(mi, ns) {
 		return true
 	}
-	sh := s.p.per[mi]
+	sh := s.sr.per[mi]
 	for q, qp := range s.where {
-		o := s.p.per[q]
-		if qp >= 0 && (len(sh.anti) > 0 || len(o.anti) > 0) && antiConflict(sh.pod, sh.anti, ns.node, o.pod, o.anti, s.nodes[qp].node) {
+		o := s.sr.per[q]
+		if qp >= 0 && (len(sh.anti) > 0 || len(o.anti) > 0) && index.PodsConflict(sh.pod, sh.anti, ns.Node(), o.pod, o.anti, s.nodes[qp].Node()) {
 			return true
 		}
 	}
@@ -313,13 +341,13 @@ func (s *search) unassign(mi, pos int, prev []resourceapi.AllocationResult) {
 }
 
 func (s *search) addUse(mi, pos, sign int) {
-	sh := s.p.per[mi]
+	sh := s.sr.per[mi]
 	u := s.used[pos]
 	if u == nil {
-		u = &usage{res: resList{}, dev: map[string]int{}}
+		u = &usage{res: index.ResList{}, dev: map[string]int{}}
 		s.used[pos] = u
 	}
-	u.res.add(sh.req, int64(sign))
+	u.res.Add(sh.req, int64(sign))
 	u.pods += int64(sign)
 	for c, n := range sh.need {
 		u.dev[c] += sign * n

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -65,7 +66,7 @@ func (c searchBenchCase) build(b *testing.B, nodes int) *placementtest.Built {
 	}
 	// On a loaded machine a call can exceed the default 100 ms timeout,
 	// which counts as "does not fit" and derails the placement.
-	built.Config.AllocateTimeout = time.Second
+	built.Config.Index.AllocateTimeout = time.Second
 	return built
 }
 
@@ -83,7 +84,7 @@ func BenchmarkSearch(b *testing.B) {
 				if d := placeGreedy(ctx, b, built); d != nil {
 					b.Fatal("the greedy fill places the gang: the benchmark does not exercise the search")
 				}
-				snap, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+				snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -91,7 +92,7 @@ func BenchmarkSearch(b *testing.B) {
 				var slowest time.Duration
 				for b.Loop() {
 					start := time.Now()
-					d, u, err := snap.Place(ctx, built.Gangs[0])
+					d, u, err := placement.Place(ctx, built.Config, snap, built.Gangs[0])
 					if err != nil || d == nil {
 						b.Fatalf("place: %v %+v", err, u)
 					}
@@ -109,12 +110,13 @@ func BenchmarkSearch(b *testing.B) {
 // placeGreedy places the gang with the search turned off.
 func placeGreedy(ctx context.Context, b *testing.B, built *placementtest.Built) *placement.Decision {
 	b.Helper()
-	snap, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+	snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 	if err != nil {
 		b.Fatal(err)
 	}
-	placement.GreedyOnly(snap)
-	d, _, err := snap.Place(ctx, built.Gangs[0])
+	cfg := built.Config
+	placement.GreedyOnly(&cfg)
+	d, _, err := placement.Place(ctx, cfg, snap, built.Gangs[0])
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,7 +3,8 @@ package placement
 import (
 	"context"
 	"sort"
-	"strconv"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 // searchCounts bounds what the members left can take, by main-class
@@ -30,22 +31,22 @@ type searchCounts struct {
 	tails [][][2]int
 }
 
-func (p *placer) newSearchCounts(ctx context.Context, nodes []*nodeState) (searchCounts, error) {
-	c := searchCounts{bounded: p.class != "", demand: make([]int, len(p.per)), free: make([]int, len(nodes))}
-	for mi, sh := range p.per {
-		c.demand[mi] = sh.need[p.class]
+func newSearchCounts(ctx context.Context, s *index.Snapshot, m *members, nodes []*index.NodeState) (searchCounts, error) {
+	c := searchCounts{bounded: m.class != "", demand: make([]int, len(m.per)), free: make([]int, len(nodes))}
+	for mi, sh := range m.per {
+		c.demand[mi] = sh.need[m.class]
 	}
 	most := 0
 	for pos, ns := range nodes {
 		if !c.bounded {
 			return c, nil
 		}
-		free, err := p.s.freeDevices(ctx, ns, p.class)
+		free, err := s.FreeDevices(ctx, ns, m.class)
 		if err != nil {
 			return c, err
 		}
 		c.free[pos], c.room, most = free, c.room+free, max(most, free)
-		c.bounded = free < unbounded
+		c.bounded = free < index.Unbounded
 	}
 	if !c.bounded {
 		return c, nil
@@ -54,8 +55,8 @@ func (p *placer) newSearchCounts(ctx context.Context, nodes []*nodeState) (searc
 	for _, f := range c.free {
 		c.hist[f]++
 	}
-	c.tails = make([][][2]int, len(p.per)+1)
-	for mi := len(p.per) - 1; mi >= 0; mi-- {
+	c.tails = make([][][2]int, len(m.per)+1)
+	for mi := len(m.per) - 1; mi >= 0; mi-- {
 		c.tails[mi] = addTail(c.tails[mi+1], c.demand[mi])
 	}
 	return c, nil
@@ -99,19 +100,19 @@ func (c *searchCounts) take(pos, n int) {
 
 // bound reports whether the devices left can still hold the members from
 // mi on that must be placed (the smallest ones, when some may be left
-// out; left marks the shapes whose members are left out).
-func (s *search) bound(mi int) bool {
-	c := &s.counts
+// out: skips more may be; left marks the shapes, ids being the members'
+// shapes, whose members are left out).
+func (c *searchCounts) bound(mi int, ids []int, left []bool, skips int) bool {
 	forced := 0
 	var demand []int
 	for q := mi; q < len(c.demand); q++ {
-		if s.left[s.p.ids[q]] {
+		if left[ids[q]] {
 			forced++
 			continue
 		}
 		demand = append(demand, c.demand[q])
 	}
-	spare := s.skips - forced
+	spare := skips - forced
 	switch {
 	case spare < 0:
 		return false
@@ -147,47 +148,4 @@ func (c *searchCounts) fits(mi int) bool {
 		}
 	}
 	return true
-}
-
-// lonely marks, before the search, the shapes none of whose members fits
-// alone on any node (cheap checks, then Allocate on the empty node): their
-// members can only be left out.
-func (s *search) lonely(ctx context.Context) error {
-	seen := make([]bool, len(s.p.distinct))
-	for mi, id := range s.p.ids {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		found := false
-		for pos := 0; pos < len(s.nodes) && !found && !s.out; pos++ {
-			ns := s.nodes[pos]
-			c, _, err := s.p.fitOn(ctx, ns, id, nil)
-			if err != nil {
-				return err
-			}
-			if c == 0 || (s.anti && s.p.antiFailExisting(mi, ns)) {
-				continue
-			}
-			if _, found, err = s.resultsFor(ctx, pos, []int{mi}); err != nil {
-				return err
-			}
-		}
-		s.left[id] = !found && !s.out
-	}
-	return nil
-}
-
-// refusedAlone reports whether one of the members' shapes was refused
-// alone on the device class: then so is any set holding it.
-func (s *search) refusedAlone(dev int, members []int) bool {
-	if len(members) < 2 {
-		return false
-	}
-	for _, mi := range members {
-		if s.memo.refused[s.variant+"|"+strconv.Itoa(dev)+":"+strconv.Itoa(s.p.ids[mi])] {
-			return true
-		}
-	}
-	return false
 }

@@ -4,15 +4,17 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // Checking a node for the search (search.go): the joint Allocate call of
-// the members assigned there, and the attempt the search's state makes.
+// the members assigned there (through the memo, searchmemo.go), the shapes
+// that fit alone on no node, and the attempt the search's state makes.
 
 // resultsFor allocates the members' claims jointly on the node at pos
 // (claims in member order), through the memo; false when refused or the
@@ -22,7 +24,7 @@ func (s *search) resultsFor(ctx context.Context, pos int, members []int) ([]reso
 	if err != nil {
 		return nil, false, err
 	}
-	seq, set := keys(s.variant, s.nodes[pos].idx, dev, s.p.ids, members)
+	seq, set := keys(s.variant, s.nodes[pos].Index(), dev, s.sr.ids, members)
 	if res, ok := s.memo.results[seq]; ok && dev >= 0 {
 		return res, true, nil
 	}
@@ -58,7 +60,7 @@ func (s *search) resultsFor(ctx context.Context, pos int, members []int) ([]reso
 func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]resourceapi.AllocationResult, string, error) {
 	order := slices.Clone(members)
 	sort.SliceStable(order, func(i, j int) bool {
-		a, b := s.p.per[order[i]], s.p.per[order[j]]
+		a, b := s.sr.per[order[i]], s.sr.per[order[j]]
 		if ca, cb := constrained(a), constrained(b); ca != cb {
 			return ca
 		}
@@ -71,19 +73,19 @@ func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]r
 	if len(claims) == 0 {
 		return nil, "", nil
 	}
-	if s.p.budget.calls <= 0 {
+	if s.sr.budget.calls <= 0 {
 		s.out = true
 		return nil, CheckSearchBudget, nil
 	}
-	s.p.budget.calls--
-	s.p.searchLeft--
-	s.p.stats.SearchCalls++
+	s.sr.budget.calls--
+	s.sr.left--
+	s.sr.stats.SearchCalls++
 	inflight := s.inflight(pos, dev)
-	res, why, err := s.p.s.allocate(ctx, s.nodes[pos], claims, s.classes, inflight, &s.p.stats)
+	res, why, err := s.sr.alloc.allocate(ctx, s.nodes[pos], claims, s.classes, inflight)
 	if res == nil || err != nil {
 		return nil, why, err
 	}
-	res = s.p.unsplit(claims, res)
+	res = s.sr.copies.unsplit(claims, res)
 	byMember := map[int][]resourceapi.AllocationResult{}
 	for _, m := range order {
 		n := len(s.claimsOf(m))
@@ -102,22 +104,22 @@ func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]r
 // follow puts each member's NICs on its GPUs' rails (railfollow.go), in
 // call order, the devices of the node's other members fixed; it replaces
 // the members' results in byMember, or returns the failed check.
-func (s *search) follow(ctx context.Context, pos int, order []int, byMember map[int][]resourceapi.AllocationResult, inflight map[poolID][]structured.DeviceID) (string, error) {
+func (s *search) follow(ctx context.Context, pos int, order []int, byMember map[int][]resourceapi.AllocationResult, inflight index.InFlight) (string, error) {
 	ns := s.nodes[pos]
 	for _, m := range order {
-		others := func() map[poolID][]structured.DeviceID {
-			tmp := &attempt{inflight: map[poolID][]structured.DeviceID{}}
+		others := func() index.InFlight {
+			tmp := &attempt{inflight: index.InFlight{}}
 			for pid, ids := range inflight {
 				tmp.inflight[pid] = slices.Clone(ids)
 			}
 			for _, q := range order {
 				if q != m {
-					tmp.addDevices(byMember[q])
+					tmp.inflight.Add(byMember[q])
 				}
 			}
 			return tmp.inflight
 		}
-		res, why, err := s.p.follow(ctx, ns, m, s.claimsOf(m), byMember[m], others)
+		res, why, err := s.sr.follow.follow(ctx, ns, m, s.claimsOf(m), byMember[m], others)
 		if why != "" || err != nil {
 			return why, err
 		}
@@ -142,19 +144,19 @@ func constrained(sh *shape) bool {
 // inflight is the shared claims' devices and those of the members on the
 // other nodes. A node with a device class (searchmemo.go) sees no pool
 // those members use, so the shared claims' devices do there.
-func (s *search) inflight(pos, dev int) map[poolID][]structured.DeviceID {
+func (s *search) inflight(pos, dev int) index.InFlight {
 	if dev >= 0 && s.sharedOnly != nil {
 		return s.sharedOnly
 	}
-	tmp := &attempt{inflight: map[poolID][]structured.DeviceID{}}
-	tmp.addDevices(s.shared)
+	tmp := &attempt{inflight: index.InFlight{}}
+	tmp.inflight.Add(s.shared)
 	if dev >= 0 {
 		s.sharedOnly = tmp.inflight
 		return s.sharedOnly
 	}
 	for q, r := range s.res {
 		if q != pos {
-			tmp.addDevices(r)
+			tmp.inflight.Add(r)
 		}
 	}
 	return tmp.inflight
@@ -163,8 +165,8 @@ func (s *search) inflight(pos, dev int) map[poolID][]structured.DeviceID {
 // attempt turns the search's state into an attempt, members in member
 // order, splitting each node's joint results back per member.
 func (s *search) attempt(d *topology.Domain) *attempt {
-	att := &attempt{dom: d, inflight: map[poolID][]structured.DeviceID{}, used: map[*nodeState]*usage{}, shared: s.shared}
-	att.addDevices(s.shared)
+	att := &attempt{dom: d, inflight: index.InFlight{}, used: map[*index.NodeState]*usage{}, shared: s.shared}
+	att.inflight.Add(s.shared)
 	for mi, pos := range s.where {
 		if pos < 0 {
 			continue
@@ -181,7 +183,50 @@ func (s *search) attempt(d *topology.Domain) *attempt {
 		if len(claims) > 0 {
 			res = s.res[pos][off : off+len(claims)]
 		}
-		att.place(mi, s.nodes[pos], s.p.per[mi], claims, res)
+		att.place(mi, s.nodes[pos], s.sr.per[mi], claims, res)
 	}
 	return att
+}
+
+// lonely marks, before the search, the shapes none of whose members fits
+// alone on any node (cheap checks, then Allocate on the empty node): their
+// members can only be left out.
+func (s *search) lonely(ctx context.Context) error {
+	seen := make([]bool, len(s.sr.distinct))
+	for mi, id := range s.sr.ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		found := false
+		for pos := 0; pos < len(s.nodes) && !found && !s.out; pos++ {
+			ns := s.nodes[pos]
+			c, _, err := s.sr.fit.fitOn(ctx, ns, id, nil)
+			if err != nil {
+				return err
+			}
+			if c == 0 || (s.anti && s.sr.fit.antiExisting(mi, ns)) {
+				continue
+			}
+			if _, found, err = s.resultsFor(ctx, pos, []int{mi}); err != nil {
+				return err
+			}
+		}
+		s.left[id] = !found && !s.out
+	}
+	return nil
+}
+
+// refusedAlone reports whether one of the members' shapes was refused
+// alone on the device class: then so is any set holding it.
+func (s *search) refusedAlone(dev int, members []int) bool {
+	if len(members) < 2 {
+		return false
+	}
+	for _, mi := range members {
+		if s.memo.refused[s.variant+"|"+strconv.Itoa(dev)+":"+strconv.Itoa(s.sr.ids[mi])] {
+			return true
+		}
+	}
+	return false
 }

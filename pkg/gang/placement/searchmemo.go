@@ -2,7 +2,6 @@ package placement
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 // searchMemo is what the searches of one Place call remember about nodes
@@ -106,7 +107,7 @@ func (s *search) devClass(ctx context.Context, pos int) (int, error) {
 	if id := s.nm.devID[pos]; id != unknownClass {
 		return id, nil
 	}
-	key, err := s.p.s.freeDeviceKey(ctx, s.nodes[pos], s.classes, s.nm.sharedIDs)
+	key, err := s.sr.s.FreeDeviceKey(ctx, s.nodes[pos], s.classes, s.nm.sharedIDs)
 	if err != nil {
 		return 0, err
 	}
@@ -129,15 +130,15 @@ func (s *search) eqClass(ctx context.Context, pos int) (int, error) {
 	}
 	ns := s.nodes[pos]
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d|%s|%s|%d", dev, resKey(ns.allocatable), resKey(ns.requested), ns.pods)
-	for id := range s.p.distinct {
-		b.WriteString("|" + s.p.staticFail(ns, id))
+	fmt.Fprintf(&b, "%d|%s|%s|%d", dev, resKey(ns.Allocatable()), resKey(ns.Requested()), ns.Pods())
+	for id := range s.sr.distinct {
+		b.WriteString("|" + s.sr.fit.staticFail(ns, id))
 	}
 	s.nm.eqID[pos] = s.memo.intern("eq\x00" + b.String())
 	return s.nm.eqID[pos], nil
 }
 
-func resKey(r resList) string {
+func resKey(r index.ResList) string {
 	names := make([]string, 0, len(r))
 	for n, v := range r {
 		if v != 0 {
@@ -150,65 +151,4 @@ func resKey(r resList) string {
 		fmt.Fprintf(&b, "%s=%d,", n, r[v1.ResourceName(n)])
 	}
 	return b.String()
-}
-
-// freeDeviceKey names a node's free devices by content (see searchMemo),
-// or "" when the node cannot be memoized.
-func (s *Snapshot) freeDeviceKey(ctx context.Context, ns *nodeState, classes []string, shared sets.Set[structured.DeviceID]) (string, error) {
-	cluster, err := s.clusterSlicesFor(ctx, ns, classes)
-	if err != nil || len(cluster) > 0 {
-		return "", err
-	}
-	newest := map[poolID]int64{}
-	for _, sl := range ns.slices {
-		if len(sl.Spec.SharedCounters) > 0 {
-			return "", nil
-		}
-		pid := poolID{sl.Spec.Driver, sl.Spec.Pool.Name}
-		newest[pid] = max(newest[pid], sl.Spec.Pool.Generation)
-	}
-	var parts []string
-	for _, sl := range ns.slices {
-		// Pool shape: the allocator refuses incomplete pools.
-		parts = append(parts, fmt.Sprintf("slice %s %v %d", sl.Spec.Driver, newest[poolID{sl.Spec.Driver, sl.Spec.Pool.Name}] == sl.Spec.Pool.Generation, sl.Spec.Pool.ResourceSliceCount))
-	}
-	d := s.devicesOf(ns)
-	for _, id := range d.ids {
-		if ns.allocated.Has(id) || shared.Has(id) {
-			continue
-		}
-		sig, err := d.signature(id)
-		if err != nil || sig == "" {
-			return "", err
-		}
-		parts = append(parts, sig)
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, "\x00"), nil
-}
-
-// signature is a device's content without its name ("" when it shares
-// counters or allows several allocations), cached on the node's index.
-func (d *nodeDevices) signature(id structured.DeviceID) (string, error) {
-	if sig, ok := d.sig[id]; ok {
-		return sig, nil
-	}
-	dev := *d.byID[id]
-	sig := ""
-	if len(dev.ConsumesCounters) == 0 && (dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations) {
-		dev.Name = ""
-		raw, err := json.Marshal(struct {
-			Driver string
-			Device resourceapi.Device
-		}{d.drv[id], dev})
-		if err != nil {
-			return "", fmt.Errorf("device %s: signature: %w", id, err)
-		}
-		sig = string(raw)
-	}
-	if d.sig == nil {
-		d.sig = map[structured.DeviceID]string{}
-	}
-	d.sig[id] = sig
-	return sig, nil
 }

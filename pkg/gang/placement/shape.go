@@ -8,14 +8,64 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
+
+// members is what a Place call knows of the gang's members. Immutable;
+// the pieces of one Place share it.
+type members struct {
+	// per is each member's shape; distinct the distinct ones, in order of
+	// first appearance; ids, per member, the index of its shape in
+	// distinct.
+	per      []*shape
+	distinct []*shape
+	ids      []int
+	// class is the main class (primaryClass); need the gang's devices of
+	// it; perPod the fewest any member needs.
+	class  string
+	need   int
+	perPod int
+}
+
+func newMembers(g *Gang) (*members, error) {
+	per, distinct, err := gangShapes(g)
+	if err != nil {
+		return nil, err
+	}
+	m := &members{per: per, distinct: distinct}
+	for _, sh := range per {
+		for i, d := range distinct {
+			if d.sig == sh.sig {
+				m.ids = append(m.ids, i)
+				break
+			}
+		}
+	}
+	m.class, m.need = primaryClass(per)
+	m.perPod = m.need
+	for _, sh := range per {
+		m.perPod = min(m.perPod, sh.need[m.class])
+	}
+	return m, nil
+}
+
+// devicesOf counts the devices of the main class the attempt's members
+// take.
+func (m *members) devicesOf(att *attempt) int {
+	n := 0
+	for _, mi := range att.members {
+		n += m.per[mi].need[m.class]
+	}
+	return n
+}
 
 // shape is what the engine needs of one member; members with equal
 // signatures are interchangeable.
 type shape struct {
 	sig      string
 	pod      *v1.Pod
-	req      resList
+	req      index.ResList
 	resNames []v1.ResourceName // sorted
 	affinity nodeaffinity.RequiredNodeAffinity
 	// pinned are node selectors of the member's already allocated claims;
@@ -23,7 +73,7 @@ type shape struct {
 	pinned  []*nodeaffinity.NodeSelector
 	volumes []*nodeaffinity.NodeSelector
 	// anti are its required pod anti-affinity terms.
-	anti []*antiTerm
+	anti []*index.AntiTerm
 	// claims to allocate (unallocated), and all classes they use.
 	claims     []*resourceapi.ResourceClaim
 	allClasses []string
@@ -36,7 +86,7 @@ type shape struct {
 // exactCount requests without admin access; others only go through the
 // allocator.
 func newShape(m Member) (*shape, error) {
-	sh := &shape{pod: m.Pod, req: podRequests(m.Pod), affinity: nodeaffinity.GetRequiredNodeAffinity(m.Pod), need: map[string]int{}}
+	sh := &shape{pod: m.Pod, req: index.PodRequests(m.Pod), affinity: nodeaffinity.GetRequiredNodeAffinity(m.Pod), need: map[string]int{}}
 	for name := range sh.req {
 		sh.resNames = append(sh.resNames, name)
 	}
@@ -66,7 +116,7 @@ func newShape(m Member) (*shape, error) {
 		}
 		sh.volumes = append(sh.volumes, sel)
 	}
-	anti, err := antiTerms(m.Pod)
+	anti, err := index.AntiTerms(m.Pod)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +127,7 @@ func newShape(m Member) (*shape, error) {
 	sort.Strings(sh.classes)
 	sh.allClasses = claimClasses(sh.claims)
 	sig, err := json.Marshal(struct {
-		Req          resList
+		Req          index.ResList
 		Tolerations  []v1.Toleration
 		NodeSelector map[string]string
 		Affinity     *v1.NodeSelector
@@ -185,4 +235,25 @@ func primaryClass(per []*shape) (string, int) {
 		}
 	}
 	return best, bestN
+}
+
+// claimClasses returns the sorted class names the claims' requests use.
+func claimClasses(claims []*resourceapi.ResourceClaim) []string {
+	set := map[string]bool{}
+	for _, c := range claims {
+		for _, r := range c.Spec.Devices.Requests {
+			if r.Exactly != nil {
+				set[r.Exactly.DeviceClassName] = true
+			}
+			for _, sub := range r.FirstAvailable {
+				set[sub.DeviceClassName] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
 }

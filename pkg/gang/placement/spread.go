@@ -1,13 +1,11 @@
 package placement
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
 
-	resourceapi "k8s.io/api/resource/v1"
-
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -15,7 +13,7 @@ import (
 // sublevel (packorder.go): nodes of domains that were not chosen are absent
 // and take none.
 type spreadQuota struct {
-	group map[*nodeState]int
+	group map[*index.NodeState]int
 	limit []int
 }
 
@@ -23,7 +21,7 @@ type spreadQuota struct {
 // their capacity in pods allows: groups in ascending capacity (then id)
 // take min(capacity, ⌈members left / groups left⌉).
 func balancedQuota(groups []packGroup, chosen []int, need int) *spreadQuota {
-	q := &spreadQuota{group: map[*nodeState]int{}, limit: make([]int, len(chosen))}
+	q := &spreadQuota{group: map[*index.NodeState]int{}, limit: make([]int, len(chosen))}
 	byCap := make([]int, len(chosen))
 	for i := range byCap {
 		byCap[i] = i
@@ -63,7 +61,7 @@ func (q *spreadQuota) start() *quotaLeft {
 }
 
 // allows reports whether a member may go to the node. Safe on nil.
-func (ql *quotaLeft) allows(ns *nodeState) bool {
+func (ql *quotaLeft) allows(ns *index.NodeState) bool {
 	if ql == nil {
 		return true
 	}
@@ -72,25 +70,10 @@ func (ql *quotaLeft) allows(ns *nodeState) bool {
 }
 
 // take counts a member placed on the node. Safe on nil.
-func (ql *quotaLeft) take(ns *nodeState) {
+func (ql *quotaLeft) take(ns *index.NodeState) {
 	if ql != nil {
 		ql.left[ql.q.group[ns]]--
 	}
-}
-
-// fillSpread fills the members (fillAligned): for a balanced gang first
-// within the quotas of packOrder, greedy fill only; when that fails, or
-// for a packed gang, as packed.
-func (p *placer) fillSpread(ctx context.Context, d *topology.Domain, nodes []*nodeState, shared []resourceapi.AllocationResult, need int) (*attempt, error) {
-	if p.balance != nil {
-		p.quota = p.balance
-		att, err := p.fillAligned(ctx, d, nodes, shared, need)
-		p.quota = nil
-		if att != nil || err != nil {
-			return att, err
-		}
-	}
-	return p.fillAligned(ctx, d, nodes, shared, need)
 }
 
 // LevelSpread is how a decision's members are split over the domains of
@@ -107,16 +90,16 @@ type DomainPods struct {
 	Pods int
 }
 
-// spreadOf returns, for every level below the attempt's domain (outermost
-// first), the members per domain.
-func (p *placer) spreadOf(att *attempt) []LevelSpread {
-	levels := p.s.sublevels(att.dom)
+// spreadOf returns, for every level of the tree below the attempt's domain
+// (outermost first), the members per domain.
+func spreadOf(t *topology.Tree, att *attempt) []LevelSpread {
+	levels := sublevels(t, att.dom)
 	out := make([]LevelSpread, 0, len(levels))
 	for _, l := range levels {
 		count := map[string]int{}
 		for _, ns := range att.memberNode {
 			id := ""
-			if d := l.DomainOf(ns.node.Name); d != nil {
+			if d := l.DomainOf(ns.Name()); d != nil {
 				id = d.ID
 			}
 			count[id]++

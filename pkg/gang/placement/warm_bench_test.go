@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -31,8 +32,8 @@ func BenchmarkFirstGang(b *testing.B) {
 		}
 		for _, warmUp := range []bool{false, true} {
 			cfg := built.Config
-			cfg.MatchCache = placement.NewMatchCache()
-			snap, err := placement.NewSnapshot(ctx, cfg, built.Input)
+			cfg.Index.MatchCache = index.NewMatchCache()
+			snap, err := index.NewSnapshot(ctx, cfg.Index, built.Input)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -44,7 +45,7 @@ func BenchmarkFirstGang(b *testing.B) {
 				warm += threadCPU() - c0
 				c0 = threadCPU()
 			}
-			if d, u, err := snap.Place(ctx, g); err != nil || d == nil {
+			if d, u, err := placement.Place(ctx, cfg, snap, g); err != nil || d == nil {
 				b.Fatalf("place: %v %+v", err, u)
 			}
 			if warmUp {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -84,13 +85,13 @@ func (e *evaluator) domain(ctx context.Context, l *topology.Level, d *topology.D
 }
 
 // try places the gang on sub without the given units.
-func (e *evaluator) try(ctx context.Context, sub placement.SnapshotInput, gone []*Unit) (*placement.Decision, *placement.Unschedulable, error) {
+func (e *evaluator) try(ctx context.Context, sub index.SnapshotInput, gone []*Unit) (*placement.Decision, *placement.Unschedulable, error) {
 	e.plan.Placements++
-	snap, err := placement.NewSnapshot(ctx, e.cfg, without(sub, gone))
+	snap, err := index.NewSnapshot(ctx, e.cfg.Index, without(sub, gone))
 	if err != nil {
 		return nil, nil, fmt.Errorf("preemption snapshot: %w", err)
 	}
-	return snap.Place(ctx, e.req.Gang)
+	return placement.Place(ctx, e.cfg, snap, e.req.Gang)
 }
 
 // overBudget says which PodDisruptionBudget evicting units would exceed.

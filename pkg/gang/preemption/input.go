@@ -6,13 +6,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 // WithoutNodes returns in without the named nodes, their pods and their
 // node-local ResourceSlices: a gang placed on the result cannot use them.
 // Claims are kept (an allocation on a pool that is gone marks nothing).
-func WithoutNodes(in placement.SnapshotInput, nodes sets.Set[string]) placement.SnapshotInput {
+func WithoutNodes(in index.SnapshotInput, nodes sets.Set[string]) index.SnapshotInput {
 	if nodes.Len() == 0 {
 		return in
 	}
@@ -28,8 +28,8 @@ func WithoutNodes(in placement.SnapshotInput, nodes sets.Set[string]) placement.
 // restrict returns the part of in that a placement on nodes sees: those
 // nodes, their pods, their node-local slices plus every slice that is not
 // node-local, and the claims allocated on those slices' pools.
-func restrict(in placement.SnapshotInput, nodes sets.Set[string]) placement.SnapshotInput {
-	out := placement.SnapshotInput{DeviceClasses: in.DeviceClasses}
+func restrict(in index.SnapshotInput, nodes sets.Set[string]) index.SnapshotInput {
+	out := index.SnapshotInput{DeviceClasses: in.DeviceClasses}
 	out.Nodes = filter(in.Nodes, func(n *v1.Node) bool { return nodes.Has(n.Name) })
 	out.Pods = filter(in.Pods, func(p *v1.Pod) bool { return nodes.Has(p.Spec.NodeName) })
 	pools := sets.New[string]()
@@ -55,7 +55,7 @@ func restrict(in placement.SnapshotInput, nodes sets.Set[string]) placement.Snap
 }
 
 // without returns in less the pods and claims of the given units.
-func without(in placement.SnapshotInput, units []*Unit) placement.SnapshotInput {
+func without(in index.SnapshotInput, units []*Unit) index.SnapshotInput {
 	if len(units) == 0 {
 		return in
 	}

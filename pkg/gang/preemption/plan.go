@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -24,7 +25,7 @@ type Request struct {
 	Gang     *placement.Gang
 	Priority int32
 	// Input is the cluster as the gang's placement saw it.
-	Input placement.SnapshotInput
+	Input index.SnapshotInput
 	// Units are the workloads that could be evicted; those of priority
 	// Priority or higher are ignored.
 	Units []*Unit
@@ -71,7 +72,7 @@ func Evaluate(ctx context.Context, cfg placement.Config, req Request) (*Plan, st
 	if len(units) == 0 {
 		return nil, fmt.Sprintf("no running workload has a priority below %d", req.Priority), nil
 	}
-	tree, err := topology.BuildTree(cfg.Tree, req.Input.Nodes, req.Input.ResourceSlices)
+	tree, err := topology.BuildTree(cfg.Index.Tree, req.Input.Nodes, req.Input.ResourceSlices)
 	if err != nil {
 		return nil, "", fmt.Errorf("build fabric tree: %w", err)
 	}
@@ -146,7 +147,7 @@ func newEvaluator(cfg placement.Config, req Request, units []*Unit) *evaluator {
 
 // FreeDevices counts each node's node-local devices that no claim has
 // allocated.
-func FreeDevices(in placement.SnapshotInput) map[string]int {
+func FreeDevices(in index.SnapshotInput) map[string]int {
 	used := sets.New[string]()
 	for _, c := range in.ResourceClaims {
 		if a := c.Status.Allocation; a != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -275,11 +276,11 @@ func TestWithoutNodes(t *testing.T) {
 			t.Fatalf("slice of a removed node kept: %s", s.Name)
 		}
 	}
-	snap, err := placement.NewSnapshot(context.Background(), w.built.Config, in)
+	snap, err := index.NewSnapshot(context.Background(), w.built.Config.Index, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _, err := snap.Place(context.Background(), w.built.Gangs[0])
+	d, _, err := placement.Place(context.Background(), w.built.Config, snap, w.built.Gangs[0])
 	if err != nil || d == nil {
 		t.Fatalf("place: %v", err)
 	}

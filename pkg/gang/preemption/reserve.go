@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -36,11 +37,11 @@ type Reservation struct {
 // which the gang would fit were the domain empty, with the most free
 // devices now; nil when no domain could ever hold it. Of each level the
 // maxDomains domains with the most free devices are tried.
-func ClosestDomain(ctx context.Context, cfg placement.Config, in placement.SnapshotInput, g *placement.Gang, maxDomains int) (*Reservation, error) {
+func ClosestDomain(ctx context.Context, cfg placement.Config, in index.SnapshotInput, g *placement.Gang, maxDomains int) (*Reservation, error) {
 	if maxDomains <= 0 {
 		maxDomains = DefaultMaxDomains
 	}
-	tree, err := topology.BuildTree(cfg.Tree, in.Nodes, in.ResourceSlices)
+	tree, err := topology.BuildTree(cfg.Index.Tree, in.Nodes, in.ResourceSlices)
 	if err != nil {
 		return nil, fmt.Errorf("build fabric tree: %w", err)
 	}
@@ -65,11 +66,11 @@ func ClosestDomain(ctx context.Context, cfg placement.Config, in placement.Snaps
 			}
 			empty := restrict(in, sets.New(c.d.Nodes...))
 			empty.Pods, empty.ResourceClaims = nil, nil
-			snap, err := placement.NewSnapshot(ctx, cfg, empty)
+			snap, err := index.NewSnapshot(ctx, cfg.Index, empty)
 			if err != nil {
 				return nil, fmt.Errorf("reservation snapshot: %w", err)
 			}
-			if d, _, err := snap.Place(ctx, g); err != nil {
+			if d, _, err := placement.Place(ctx, cfg, snap, g); err != nil {
 				return nil, err
 			} else if d != nil {
 				return &Reservation{TopologyKey: l.Key, Domain: c.d.ID, Nodes: c.d.Nodes, Free: c.free, Need: GangDevices(g)}, nil

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 // TestAssumeVisible: an assumed commit stays until the informers show its
@@ -80,7 +81,7 @@ func TestAssumeVisible(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			pc := placement.NewCache(placement.Config{})
+			pc := index.NewCache(index.Config{})
 			cached := tt.cached
 			if cached == nil {
 				cached = tt.objects

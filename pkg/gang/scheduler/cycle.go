@@ -260,7 +260,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	var d *placement.Decision
 	var u *placement.Unschedulable
 	if err == nil {
-		d, u, err = snap.Place(ctx, g)
+		d, u, err = placement.Place(ctx, s.cfg.Placement, snap, g)
 	}
 	s.cfg.Metrics.observePlacement(time.Since(start).Seconds())
 	switch {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 )
 
@@ -101,7 +102,7 @@ func listerScheduler(t *testing.T, cached bool, pod *v1.Pod, slices []*resourcea
 		nodes:   corelisters.NewNodeLister(idx(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}})),
 	}
 	if cached {
-		s.cache = placement.NewCache(placement.Config{})
+		s.cache = index.NewCache(index.Config{})
 		for _, sl := range slices {
 			s.cache.SetSlice(sl)
 		}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
@@ -30,7 +31,7 @@ var errEvictionRefused = errors.New("eviction refused")
 // afterRefusal runs when a gang did not fit: it advances the gang's
 // preemption, or starts one. It returns a sentence for the refusal message
 // ("" when there is nothing to say).
-func (s *Scheduler) afterRefusal(ctx context.Context, a *attempt, g *placement.Gang, in placement.SnapshotInput, members []*v1.Pod) (string, error) {
+func (s *Scheduler) afterRefusal(ctx context.Context, a *attempt, g *placement.Gang, in index.SnapshotInput, members []*v1.Pod) (string, error) {
 	if nm := s.nominations.get(a.key); nm != nil {
 		msg, waiting, err := s.advanceNomination(ctx, a, nm)
 		if err != nil || waiting {
@@ -55,7 +56,7 @@ func (s *Scheduler) afterRefusal(ctx context.Context, a *attempt, g *placement.G
 
 // preempt evaluates a preemption for the gang and, when a plan exists,
 // records the nomination and evicts the victims.
-func (s *Scheduler) preempt(ctx context.Context, a *attempt, g *placement.Gang, in placement.SnapshotInput) (string, bool, error) {
+func (s *Scheduler) preempt(ctx context.Context, a *attempt, g *placement.Gang, in index.SnapshotInput) (string, bool, error) {
 	start := time.Now()
 	vs, err := s.gatherUnits(a.priority)
 	if err != nil || len(vs.units) == 0 {
@@ -89,7 +90,7 @@ func (s *Scheduler) preempt(ctx context.Context, a *attempt, g *placement.Gang, 
 }
 
 // nominationOf builds the record of a plan.
-func (s *Scheduler) nominationOf(a *attempt, plan *preemption.Plan, in placement.SnapshotInput) *nominationRecord {
+func (s *Scheduler) nominationOf(a *attempt, plan *preemption.Plan, in index.SnapshotInput) *nominationRecord {
 	rec := &nominationRecord{
 		Version: nominationVersion, Gang: a.key, UID: a.uid(), Priority: a.priority,
 		TopologyKey: plan.TopologyKey, Domain: plan.Domain, Created: metav1Now(),

@@ -19,7 +19,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -68,8 +68,8 @@ type Scheduler struct {
 	gate   *gate.Gate
 	// cache is fed by the informers; snap is the snapshot it keeps up to
 	// date, used only by the worker.
-	cache *placement.Cache
-	snap  *placement.Snapshot
+	cache *index.Cache
+	snap  *index.Snapshot
 	// pipe runs commits beside the worker; handedOff: the worker's current
 	// key went to it (the pipeline marks the key done).
 	pipe      *commitPipeline
@@ -84,10 +84,10 @@ func New(cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Placement.MatchCache == nil {
-		cfg.Placement.MatchCache = placement.NewMatchCache()
+	if cfg.Placement.Index.MatchCache == nil {
+		cfg.Placement.Index.MatchCache = index.NewMatchCache()
 	}
-	cfg.Placement.Tree = cfg.Tree
+	cfg.Placement.Index.Tree = cfg.Tree
 	s := &Scheduler{
 		cfg:         cfg,
 		queue:       queue.New(queue.Config{InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff, MaxUnschedulableWait: cfg.MaxUnschedulableWait}),
@@ -172,7 +172,7 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	s.cache, s.snap = nil, nil
 	var feed []informerHandler
 	if !s.cfg.RebuildSnapshots {
-		s.cache = placement.NewCache(s.cfg.Placement)
+		s.cache = index.NewCache(s.cfg.Placement.Index)
 		feed = s.cacheFeed(inf, s.cache)
 	}
 	if err := inf.watch(s.queue, feed); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -151,8 +152,8 @@ func reached(informer, written string) bool {
 }
 
 // snapshotInput lists the informers.
-func (s *Scheduler) snapshotInput() (placement.SnapshotInput, error) {
-	var in placement.SnapshotInput
+func (s *Scheduler) snapshotInput() (index.SnapshotInput, error) {
+	var in index.SnapshotInput
 	var err error
 	if in.Nodes, err = s.nodes.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("list nodes: %w", err)
@@ -187,7 +188,7 @@ func (s *Scheduler) snapshotInput() (placement.SnapshotInput, error) {
 // decisions. Without held nodes it is the cache's snapshot brought up to
 // date (no work in proportion to the cluster); with them, one built from
 // the listers.
-func (s *Scheduler) snapshot(ctx context.Context, a *attempt) (*placement.Snapshot, error) {
+func (s *Scheduler) snapshot(ctx context.Context, a *attempt) (*index.Snapshot, error) {
 	held := s.heldNodes(a)
 	if len(held) == 0 && s.cache != nil {
 		snap, err := s.cache.Update(ctx, s.snap)
@@ -206,7 +207,7 @@ func (s *Scheduler) snapshot(ctx context.Context, a *attempt) (*placement.Snapsh
 }
 
 // inputFor lists the informers less the nodes held against attempt a.
-func (s *Scheduler) inputFor(a *attempt) (placement.SnapshotInput, error) {
+func (s *Scheduler) inputFor(a *attempt) (index.SnapshotInput, error) {
 	in, err := s.snapshotInput()
 	if err != nil {
 		return in, err
@@ -214,8 +215,8 @@ func (s *Scheduler) inputFor(a *attempt) (placement.SnapshotInput, error) {
 	return preemption.WithoutNodes(in, s.heldNodes(a)), nil
 }
 
-func (s *Scheduler) snapshotOf(ctx context.Context, in placement.SnapshotInput) (*placement.Snapshot, error) {
-	snap, err := placement.NewSnapshot(ctx, s.cfg.Placement, in)
+func (s *Scheduler) snapshotOf(ctx context.Context, in index.SnapshotInput) (*index.Snapshot, error) {
+	snap, err := index.NewSnapshot(ctx, s.cfg.Placement.Index, in)
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: %w", err)
 	}
@@ -224,14 +225,14 @@ func (s *Scheduler) snapshotOf(ctx context.Context, in placement.SnapshotInput) 
 
 // assumePending adds the committed decisions the informers do not show
 // yet to a snapshot.
-func (s *Scheduler) assumePending(ctx context.Context, snap *placement.Snapshot) error {
+func (s *Scheduler) assumePending(ctx context.Context, snap *index.Snapshot) error {
 	for _, w := range snap.Warnings() {
 		klog.FromContext(ctx).V(4).Info("Snapshot warning", "warning", w)
 	}
 	pending := s.assumed.pending(s.visible)
 	s.cfg.Metrics.setAssumed(len(pending))
 	for _, e := range pending {
-		if err := snap.Assume(ctx, e.gang, e.decision); err != nil {
+		if err := placement.Assume(ctx, snap, e.gang, e.decision); err != nil {
 			return fmt.Errorf("assume decision of %s: %w", e.decision.Gang, err)
 		}
 	}
@@ -242,7 +243,7 @@ func (s *Scheduler) assumePending(ctx context.Context, snap *placement.Snapshot)
 // claim (informers or assumed) has allocated; results with admin access
 // take nothing, and every domain with a GPU appears, at 0 when none is
 // free. With the placement cache the count costs in proportion to the
-// allocated devices and domains (placement.Cache.FreeGPUs); without it
+// allocated devices and domains (index.Cache.FreeGPUs); without it
 // (Config.RebuildSnapshots) it lists the informers. It also drops the
 // assumed entries the informers show (the metrics loop runs it
 // periodically, so entries end even when no gang is being placed); it
@@ -285,7 +286,7 @@ func appendHeld(out []structured.DeviceID, results []resourceapi.DeviceRequestAl
 
 // listFreeGPUs is freeGPUs from listed objects: the GPUs topology.NodeGPUs
 // reads from the slices, less those the claims and extra hold.
-func listFreeGPUs(in placement.SnapshotInput, extra []structured.DeviceID) map[string]int {
+func listFreeGPUs(in index.SnapshotInput, extra []structured.DeviceID) map[string]int {
 	used := map[structured.DeviceID]bool{}
 	for _, id := range extra {
 		used[id] = true

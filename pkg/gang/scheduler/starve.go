@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 )
@@ -118,7 +119,7 @@ func latest(a, b time.Time) time.Time {
 // reserve gives a gang past the starvation bound the domain closest to
 // fitting it, or refreshes the one it holds; it returns a sentence for
 // the refusal message.
-func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, in placement.SnapshotInput) (string, error) {
+func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, in index.SnapshotInput) (string, error) {
 	if s.cfg.StarvationBound <= 0 {
 		return "", nil
 	}
@@ -151,7 +152,7 @@ func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, 
 }
 
 // freeIn counts the free node-local devices of nodes in the input.
-func (s *Scheduler) freeIn(in placement.SnapshotInput, nodes sets.Set[string]) int {
+func (s *Scheduler) freeIn(in index.SnapshotInput, nodes sets.Set[string]) int {
 	n := 0
 	for node, free := range preemption.FreeDevices(in) {
 		if nodes.Has(node) {

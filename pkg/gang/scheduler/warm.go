@@ -20,7 +20,7 @@ const warmBudget = 5 * time.Second
 
 // warm builds the placement cache's first snapshot and its per-class level
 // indexes before the first gang is tried, so that gang's placement does not
-// pay for them (placement.Snapshot.Warm). Classes the cluster's claims and
+// pay for them (index.Snapshot.Warm). Classes the cluster's claims and
 // claim templates request go first. A failure is logged, not returned: the
 // first gang then builds what is missing, as it would without a warm-up.
 // It runs in the worker's place (before it starts): snapshots are not safe

@@ -1,7 +1,9 @@
 // Package placementtest builds API objects for placement tests and
 // benchmarks: nodes, GPU slices with nvlinkDomain/ibRail attributes,
-// fabric-domain pools, DeviceClasses, claims and pods. It is a test helper
-// package; production code must not import it.
+// fabric-domain pools, DeviceClasses, claims and pods; scenarios of them;
+// an independent checker of decisions; and an index.Cache fed as the
+// informers would. It is a test helper package; production code must not
+// import it.
 package placementtest
 
 import (

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -35,7 +36,7 @@ type Checker struct {
 }
 
 // NewChecker starts from the input's nodes, bound pods and allocations.
-func NewChecker(in placement.SnapshotInput) *Checker {
+func NewChecker(in index.SnapshotInput) *Checker {
 	c := &Checker{nodes: map[string]*v1.Node{}, domain: map[string]string{}, used: map[string]string{},
 		cpu: map[string]int64{}, mem: map[string]int64{}, pods: map[string]int64{},
 		attrs:   map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{},

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sort"
 
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -185,7 +187,7 @@ func (gs GangSpec) podCount() int {
 // Built is a scenario as API objects.
 type Built struct {
 	Config placement.Config
-	Input  placement.SnapshotInput
+	Input  index.SnapshotInput
 	Gangs  []*placement.Gang
 }
 
@@ -198,7 +200,7 @@ func orDefault(v, def string) string {
 
 // Build turns a scenario into objects and gangs (via placement.NewGang).
 func Build(s Scenario) (*Built, error) {
-	b := &Built{Config: placement.Config{Tree: topology.TreeConfig{LabelLevels: s.Levels}}}
+	b := &Built{Config: placement.Config{Index: index.Config{Tree: topology.TreeConfig{LabelLevels: s.Levels}}}}
 	b.Input.DeviceClasses = DeviceClasses()
 	for _, d := range s.Domains {
 		b.addDomain(d)
@@ -365,11 +367,34 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 }
 
 // SortedNodes returns node names of the input, sorted.
-func SortedNodes(in placement.SnapshotInput) []string {
+func SortedNodes(in index.SnapshotInput) []string {
 	out := make([]string, len(in.Nodes))
 	for i, n := range in.Nodes {
 		out[i] = n.Name
 	}
 	sort.Strings(out)
 	return out
+}
+
+// HGXScenario is an HGX-style cluster for benchmarks: nodes with 8 GPUs
+// (each its own NVSwitch domain, rail = GPU index), 16 nodes per rack, 8
+// racks per IB leaf, 8 leaves per spine (levels rack, leaf, spine). Every
+// node has a uniformly random number of busy GPUs (0..8, 50% on average)
+// and a 4-cpu pod.
+func HGXScenario(nodes int, seed uint64) Scenario {
+	r := rand.New(rand.NewPCG(seed, 7))
+	sc := Scenario{Levels: []string{"rack", "leaf", "spine"}}
+	for rack := 0; rack*16 < nodes; rack++ {
+		id := fmt.Sprintf("r%03d", rack)
+		sc.Domains = append(sc.Domains, DomainSpec{
+			ID: id, Kind: string(topology.DomainKindNVSwitch), Nodes: min(16, nodes-rack*16), GPUsPerNode: 8, CPU: "128", Memory: "2Ti",
+			Labels: map[string]string{"rack": id, "leaf": fmt.Sprintf("l%02d", rack/8), "spine": fmt.Sprintf("s%d", rack/64)},
+		})
+		for i := range min(16, nodes-rack*16) {
+			busy := r.Perm(8)[:r.IntN(9)]
+			slices.Sort(busy)
+			sc.Load = append(sc.Load, LoadSpec{Node: NodeName(id, i), GPUs: busy, CPU: "4"})
+		}
+	}
+	return sc
 }

@@ -1,4 +1,4 @@
-package placement
+package index
 
 import (
 	"context"
@@ -29,24 +29,24 @@ type trimmedClasses struct {
 	l    classLister
 }
 
-func (s *Snapshot) classesWithoutSelectors() classLister {
-	s.trimmed.once.Do(func() {
-		out := make([]*resourceapi.DeviceClass, 0, len(s.classes.sorted))
-		for _, c := range s.classes.sorted {
+func (m *matcher) withoutSelectors() classLister {
+	m.trimmed.once.Do(func() {
+		out := make([]*resourceapi.DeviceClass, 0, len(m.classes.sorted))
+		for _, c := range m.classes.sorted {
 			c = c.DeepCopy()
 			c.Spec.Selectors = nil
 			out = append(out, c)
 		}
-		s.trimmed.l = newClassLister(out)
+		m.trimmed.l = newClassLister(out)
 	})
-	return s.trimmed.l
+	return m.trimmed.l
 }
 
 // trimSlices returns the slices with only the devices matching class. A
 // slice keeps its pool fields (and stays even when empty), so the allocator
-// still sees complete pools. Copies are cached in ns (node-local slices) or
-// in the snapshot (cluster slices).
-func (s *Snapshot) trimSlices(ctx context.Context, ns *nodeState, cluster []*clusterSlice, class string) ([]*resourceapi.ResourceSlice, error) {
+// still sees complete pools. Copies are cached on the node (node-local
+// slices) or on the cluster slice.
+func (m *matcher) trimSlices(ctx context.Context, ns *NodeState, cluster []*clusterSlice, class string) ([]*resourceapi.ResourceSlice, error) {
 	out := make([]*resourceapi.ResourceSlice, 0, len(ns.slices)+len(cluster))
 	if ns.trimmed == nil {
 		ns.trimmed = map[string][]*resourceapi.ResourceSlice{}
@@ -54,7 +54,7 @@ func (s *Snapshot) trimSlices(ctx context.Context, ns *nodeState, cluster []*clu
 	local, ok := ns.trimmed[class]
 	if !ok {
 		for _, sl := range ns.slices {
-			t, err := s.trimSlice(ctx, sl, class)
+			t, err := m.trimSlice(ctx, sl, class)
 			if err != nil {
 				return nil, err
 			}
@@ -70,7 +70,7 @@ func (s *Snapshot) trimSlices(ctx context.Context, ns *nodeState, cluster []*clu
 		t, ok := cs.trimmed[class]
 		if !ok {
 			var err error
-			if t, err = s.trimSlice(ctx, cs.slice, class); err != nil {
+			if t, err = m.trimSlice(ctx, cs.slice, class); err != nil {
 				return nil, err
 			}
 			cs.trimmed[class] = t
@@ -80,13 +80,13 @@ func (s *Snapshot) trimSlices(ctx context.Context, ns *nodeState, cluster []*clu
 	return out, nil
 }
 
-func (s *Snapshot) trimSlice(ctx context.Context, sl *resourceapi.ResourceSlice, class string) (*resourceapi.ResourceSlice, error) {
-	m, err := s.sliceMatches(ctx, sl, class)
+func (m *matcher) trimSlice(ctx context.Context, sl *resourceapi.ResourceSlice, class string) (*resourceapi.ResourceSlice, error) {
+	matches, err := m.sliceMatches(ctx, sl, class)
 	if err != nil {
 		return nil, err
 	}
 	keep := 0
-	for _, ok := range m {
+	for _, ok := range matches {
 		if ok {
 			keep++
 		}
@@ -96,7 +96,7 @@ func (s *Snapshot) trimSlice(ctx context.Context, sl *resourceapi.ResourceSlice,
 	}
 	t := *sl // shallow: only Spec.Devices is replaced
 	t.Spec.Devices = make([]resourceapi.Device, 0, keep)
-	for i, ok := range m {
+	for i, ok := range matches {
 		if ok {
 			t.Spec.Devices = append(t.Spec.Devices, sl.Spec.Devices[i])
 		}

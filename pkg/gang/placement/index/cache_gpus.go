@@ -1,4 +1,4 @@
-package placement
+package index
 
 import (
 	"maps"

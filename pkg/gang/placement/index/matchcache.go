@@ -1,10 +1,8 @@
-package placement
+package index
 
 import (
-	"context"
 	"sync"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -56,29 +54,4 @@ func (c *MatchCache) put(k matchKey, v []bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cur[k] = v
-}
-
-// sliceMatches returns, per device of the slice, whether it matches the
-// class, through the snapshot's MatchCache when there is one.
-func (s *Snapshot) sliceMatches(ctx context.Context, sl *resourceapi.ResourceSlice, className string) ([]bool, error) {
-	class, err := s.classes.Get(className)
-	if err != nil {
-		return nil, err
-	}
-	k := matchKey{slice: sl.UID, sliceRV: sl.ResourceVersion, sliceName: sl.Name, class: className, classRV: class.ResourceVersion}
-	if s.cfg.MatchCache != nil {
-		if v, ok := s.cfg.MatchCache.get(k); ok && len(v) == len(sl.Spec.Devices) {
-			return v, nil
-		}
-	}
-	out := make([]bool, len(sl.Spec.Devices))
-	for i := range sl.Spec.Devices {
-		if out[i], err = s.classMatches(ctx, className, sl.Spec.Driver, &sl.Spec.Devices[i]); err != nil {
-			return nil, err
-		}
-	}
-	if s.cfg.MatchCache != nil {
-		s.cfg.MatchCache.put(k, out)
-	}
-	return out, nil
 }

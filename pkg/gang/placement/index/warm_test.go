@@ -1,4 +1,4 @@
-package placement_test
+package index_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -24,13 +25,13 @@ func TestWarm(t *testing.T) {
 		{Name: "rack", Pods: 6, GPUsPerPod: 4, TopologyKey: "rack"},
 		{Name: "big", Pods: 24, GPUsPerPod: 8},
 	}
-	sc := benchScenario(256, 3)
+	sc := placementtest.HGXScenario(256, 3)
 	built, err := placementtest.Build(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache := placement.NewCache(built.Config)
-	feedCache(cache, built.Input)
+	cache := index.NewCache(built.Config.Index)
+	placementtest.FeedCache(cache, built.Input)
 	warmed, err := cache.Update(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestWarm(t *testing.T) {
 	if warmed, err = cache.Update(ctx, warmed); err != nil {
 		t.Fatal(err)
 	}
-	cold, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+	cold, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +62,8 @@ func TestWarm(t *testing.T) {
 			t.Fatal(err)
 		}
 		g2, _, _ := placementtest.BuildGang(spec)
-		d1, u1, err1 := warmed.Place(ctx, g1)
-		d2, u2, err2 := cold.Place(ctx, g2)
+		d1, u1, err1 := placement.Place(ctx, built.Config, warmed, g1)
+		d2, u2, err2 := placement.Place(ctx, built.Config, cold, g2)
 		if err1 != nil || err2 != nil || d1 == nil || d2 == nil {
 			t.Fatalf("%s: place: %v %v / %v %v", spec.Name, err1, u1, err2, u2)
 		}
@@ -77,7 +78,7 @@ func TestWarm(t *testing.T) {
 		t.Fatal("Place on the cold snapshot built no level index: the check above proves nothing")
 	}
 
-	stopped, err := placement.NewSnapshot(ctx, built.Config, built.Input)
+	stopped, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package placement
+package index
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -16,7 +15,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
-// Config tunes the engine. The zero value is usable.
+// Config tunes the snapshots. The zero value is usable.
 type Config struct {
 	// Tree configures the fabric levels above the NVLink domain.
 	Tree topology.TreeConfig
@@ -26,18 +25,9 @@ type Config struct {
 	// AllocateTimeout bounds one Allocate call; a call that runs out counts
 	// as "does not fit on this node". Default 100ms.
 	AllocateTimeout time.Duration
-	// CompareDomains is how many domains with the same leftover the engine
-	// verifies to compare rail alignment before it picks one. Default 4.
-	CompareDomains int
 	// MatchCache, when set, keeps CEL class matches of unchanged slices
 	// from one snapshot to the next.
 	MatchCache *MatchCache
-	// MaxSharedAnchors bounds how many nodes of one domain are tried as the
-	// anchor for the gang's shared claims. Default 16.
-	MaxSharedAnchors int
-	// PackOrder is how a domain's nodes are taken (packorder.go). Default
-	// PackLeastSpread.
-	PackOrder PackOrder
 }
 
 // DefaultFeatures are the allocator features of Kubernetes 1.37 with default
@@ -61,15 +51,6 @@ func (c Config) withDefaults() Config {
 	if c.AllocateTimeout <= 0 {
 		c.AllocateTimeout = 100 * time.Millisecond
 	}
-	if c.CompareDomains <= 0 {
-		c.CompareDomains = 4
-	}
-	if c.MaxSharedAnchors <= 0 {
-		c.MaxSharedAnchors = 16
-	}
-	if c.PackOrder == "" {
-		c.PackOrder = PackLeastSpread
-	}
 	return c
 }
 
@@ -86,45 +67,32 @@ type SnapshotInput struct {
 	ResourceClaims []*resourceapi.ResourceClaim
 }
 
-// Snapshot is one immutable view of the cluster plus the caches the engine
-// fills while placing gangs on it. Assume adds a decision to it.
+// Snapshot is one immutable view of the cluster plus the caches filled
+// while gangs are placed on it. Assume adds a placement to it.
 type Snapshot struct {
-	cfg      Config
-	tree     *topology.Tree
-	nodes    []*nodeState // sorted by name
-	byName   map[string]*nodeState
-	classes  classLister
-	trimmed  trimmedClasses
-	celCache *cel.Cache
+	cfg    Config
+	tree   *topology.Tree
+	nodes  []*NodeState // sorted by name
+	byName map[string]*NodeState
+	match  *matcher
 	// cluster-level slices (no spec.nodeName), sorted by name.
 	clusterSlices []*clusterSlice
 	// allocated devices of pools that are not node-local, by pool.
 	clusterAllocated map[poolID][]structured.DeviceID
 	// poolNode maps a node-local pool to its node.
-	poolNode map[poolID]*nodeState
-	levels   map[string]*levelIndex
-	adHoc    map[string]*topology.Level
-	allNodes []*v1.Node
+	poolNode map[poolID]*NodeState
+	levels   *levels
 	warnings []string
 	// holder: who holds an allocated device of a cluster-level pool
 	// (namespace/consumer), for explanations.
 	holder map[structured.DeviceID]string
-	// antiIndex: the bound pods' required anti-affinity terms, by topology
-	// key and label value of their node; antiWarnings: terms it ignored.
-	antiIndex    map[string]map[string][]*antiTerm
-	antiWarnings []string
+	// anti: the bound pods' required anti-affinity terms.
+	anti antiIndex
 	// touched: nodes Assume changed, globalTouched: Assume changed
 	// cluster-level allocations or anti-affinity terms; Cache.Update
 	// re-reads them from the cache.
 	touched       map[string]bool
 	globalTouched bool
-	// greedyOnly turns the search (search.go) off, for tests that measure
-	// what it adds (GreedyOnly in export_test.go).
-	greedyOnly bool
-	// oldRails: rail alignment as before the search over rail sets (the
-	// four most used sets of the first fill, no NICs following their
-	// GPUs), for comparisons (OldRails in export_test.go).
-	oldRails bool
 }
 
 type poolID struct{ driver, pool string }
@@ -141,9 +109,6 @@ type clusterSlice struct {
 // modify them while the snapshot is in use.
 func NewSnapshot(ctx context.Context, cfg Config, in SnapshotInput) (*Snapshot, error) {
 	cfg = cfg.withDefaults()
-	if _, err := ParsePackOrder(string(cfg.PackOrder)); err != nil {
-		return nil, err
-	}
 	if cfg.MatchCache != nil {
 		cfg.MatchCache.rotate()
 	}
@@ -152,16 +117,17 @@ func NewSnapshot(ctx context.Context, cfg Config, in SnapshotInput) (*Snapshot, 
 		return nil, fmt.Errorf("build fabric tree: %w", err)
 	}
 	s := &Snapshot{
-		cfg:              cfg,
-		tree:             tree,
-		byName:           make(map[string]*nodeState, len(in.Nodes)),
-		classes:          newClassLister(in.DeviceClasses),
-		celCache:         cel.NewCache(100, cel.Features{EnableConsumableCapacity: cfg.Features.ConsumableCapacity, EnableListTypeAttributes: cfg.Features.ListTypeAttributes}),
+		cfg:    cfg,
+		tree:   tree,
+		byName: make(map[string]*NodeState, len(in.Nodes)),
+		match: &matcher{
+			classes: newClassLister(in.DeviceClasses),
+			cel:     cel.NewCache(100, cel.Features{EnableConsumableCapacity: cfg.Features.ConsumableCapacity, EnableListTypeAttributes: cfg.Features.ListTypeAttributes}),
+			cache:   cfg.MatchCache,
+		},
 		clusterAllocated: map[poolID][]structured.DeviceID{},
-		poolNode:         map[poolID]*nodeState{},
-		levels:           map[string]*levelIndex{},
-		adHoc:            map[string]*topology.Level{},
-		allNodes:         in.Nodes,
+		poolNode:         map[poolID]*NodeState{},
+		levels:           newLevels(tree, in.Nodes),
 		touched:          map[string]bool{},
 	}
 	for _, n := range in.Nodes {
@@ -180,13 +146,71 @@ func NewSnapshot(ctx context.Context, cfg Config, in SnapshotInput) (*Snapshot, 
 }
 
 // Warnings lists what the snapshot ignored or found inconsistent (the
-// tree's warnings, slices with invalid node selectors), for logs.
+// tree's warnings, slices with invalid node selectors, anti-affinity terms
+// that do not compile), for logs.
 func (s *Snapshot) Warnings() []string {
-	return append(append(append([]string(nil), s.tree.Warnings...), s.warnings...), s.antiWarnings...)
+	return append(append(append([]string(nil), s.tree.Warnings...), s.warnings...), s.anti.warnings...)
 }
 
 // Tree returns the fabric tree of the snapshot.
 func (s *Snapshot) Tree() *topology.Tree { return s.tree }
+
+// Nodes returns every node, sorted by name; NodeState.Index is the
+// position. Callers must not modify the slice.
+func (s *Snapshot) Nodes() []*NodeState { return s.nodes }
+
+// Node returns the node of that name, or nil.
+func (s *Snapshot) Node(name string) *NodeState { return s.byName[name] }
+
+// LevelsFor returns the levels a gang with topology key key and preferred
+// key preferred (either may be "") is tried at, in order (levels.go).
+func (s *Snapshot) LevelsFor(key, preferred string) []*topology.Level {
+	return s.levels.forKeys(key, preferred)
+}
+
+// Level returns the tree level for a key, or a level grouped by that node
+// label (Index -1), made once per snapshot.
+func (s *Snapshot) Level(key string) *topology.Level { return s.levels.level(key) }
+
+// LevelIndex returns the level's domains by free devices of the class,
+// built on first use (levels.go). With class "" every domain has 0 free.
+func (s *Snapshot) LevelIndex(ctx context.Context, l *topology.Level, class string) (*LevelIndex, error) {
+	return s.levels.index(ctx, l, class, s)
+}
+
+// Warm does ahead of time the work the first gang placed on a new snapshot
+// would otherwise pay: for each named class, the class's matches of every
+// node-local device (CEL, kept in the MatchCache when there is one) and the
+// free-device index of every level of the fabric tree. Snapshots Cache.Update
+// derives from this one keep both, so warming once after the informers sync
+// takes that cost out of the first gang's placement (0.3-1.3 s at 5,000
+// nodes, docs/benchmarks.md).
+//
+// Rules: it costs in proportion to the cluster's devices per class and
+// changes no decision (placement builds the same indexes on first use);
+// classes the snapshot does not have are skipped; it checks ctx between
+// classes and levels and, once ctx is done, returns the classes warmed whole
+// so far with ctx's error. Idempotent. Not safe for concurrent use, like the
+// Snapshot.
+func (s *Snapshot) Warm(ctx context.Context, classes []string) (int, error) {
+	return s.levels.warm(ctx, classes, s.match.classes, s)
+}
+
+// LevelIndexes reports how many level indexes (level × class) the snapshot
+// holds: each is built on first use, by placement or Warm.
+func (s *Snapshot) LevelIndexes() int { return len(s.levels.built) }
+
+// HasAntiTerms reports whether a bound pod has a required anti-affinity
+// term the snapshot indexed.
+func (s *Snapshot) HasAntiTerms() bool { return len(s.anti.byKey) > 0 }
+
+// ConflictsWithBound reports whether pod p, with its required
+// anti-affinity terms, conflicts on node ns with a pod bound there or
+// nearby: p's terms against the bound pods in the same topology domain,
+// and every bound pod's terms against p (anti.go).
+func (s *Snapshot) ConflictsWithBound(p *v1.Pod, terms []*AntiTerm, ns *NodeState) bool {
+	return s.anti.conflicts(p, terms, ns, s.nodes)
+}
 
 func (s *Snapshot) indexSlices(all []*resourceapi.ResourceSlice) {
 	sorted := append([]*resourceapi.ResourceSlice(nil), all...)
@@ -224,9 +248,9 @@ func (s *Snapshot) indexPods(pods []*v1.Pod) {
 		if ns == nil {
 			continue
 		}
-		ns.addPod(podRequests(p))
+		ns.addPod(PodRequests(p))
 		ns.boundPods = append(ns.boundPods, p)
-		s.indexAnti(p, ns.node)
+		s.anti.add(p, ns.node)
 	}
 }
 
@@ -254,58 +278,5 @@ func (s *Snapshot) markAllocated(a *resourceapi.AllocationResult) {
 			continue
 		}
 		s.clusterAllocated[pid] = append(s.clusterAllocated[pid], id)
-	}
-}
-
-// classLister serves DeviceClasses to the allocator from the snapshot.
-type classLister struct {
-	byName map[string]*resourceapi.DeviceClass
-	sorted []*resourceapi.DeviceClass
-}
-
-func newClassLister(classes []*resourceapi.DeviceClass) classLister {
-	l := classLister{byName: make(map[string]*resourceapi.DeviceClass, len(classes))}
-	for _, c := range classes {
-		l.byName[c.Name] = c
-		l.sorted = append(l.sorted, c)
-	}
-	sort.Slice(l.sorted, func(i, j int) bool { return l.sorted[i].Name < l.sorted[j].Name })
-	return l
-}
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) { return l.sorted, nil }
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c := l.byName[name]; c != nil {
-		return c, nil
-	}
-	return nil, fmt.Errorf("device class %s not found", name)
-}
-
-// allocatedFor returns the allocated state for one Allocate call on ns with
-// the given cluster slices: only devices of pools the call can see, plus
-// the gang's in-flight devices.
-func (s *Snapshot) allocatedFor(ns *nodeState, cluster []*clusterSlice, inflight map[poolID][]structured.DeviceID) structured.AllocatedState {
-	set := sets.New[structured.DeviceID]()
-	set = set.Union(ns.allocated)
-	seen := map[poolID]bool{}
-	add := func(pid poolID) {
-		if seen[pid] {
-			return
-		}
-		seen[pid] = true
-		set.Insert(s.clusterAllocated[pid]...)
-		set.Insert(inflight[pid]...)
-	}
-	for _, sl := range ns.slices {
-		add(poolID{sl.Spec.Driver, sl.Spec.Pool.Name})
-	}
-	for _, cs := range cluster {
-		add(poolID{cs.slice.Spec.Driver, cs.slice.Spec.Pool.Name})
-	}
-	return structured.AllocatedState{
-		AllocatedDevices:         set,
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
 }

@@ -1,4 +1,4 @@
-package placement_test
+package index_test
 
 import (
 	"strings"
@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	pt "github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -44,7 +45,7 @@ func TestClassesStayApart(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			snap, err := placement.NewSnapshot(ctx, placement.Config{}, placement.SnapshotInput{
+			snap, err := index.NewSnapshot(ctx, index.Config{}, index.SnapshotInput{
 				Nodes: []*corev1.Node{pt.Node(node, "64", "512Gi", nil)}, ResourceSlices: []*resourceapi.ResourceSlice{slice},
 				DeviceClasses: classes, ResourceClaims: []*resourceapi.ResourceClaim{tc.claim},
 			})
@@ -56,7 +57,7 @@ func TestClassesStayApart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, u, err := snap.Place(ctx, g)
+			d, u, err := placement.Place(ctx, placement.Config{}, snap, g)
 			if err != nil || u != nil {
 				t.Fatalf("place: err %v, unschedulable %+v", err, u)
 			}

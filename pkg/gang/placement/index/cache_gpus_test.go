@@ -1,4 +1,4 @@
-package placement_test
+package index_test
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -52,10 +52,10 @@ func listFreeGPUs(sls []*resourceapi.ResourceSlice, claims []*resourceapi.Resour
 }
 
 // gpuWorld is a set of slices and claims changed one event at a time,
-// mirrored into a placement.Cache.
+// mirrored into a index.Cache.
 type gpuWorld struct {
 	r      *rand.Rand
-	cache  *placement.Cache
+	cache  *index.Cache
 	slices map[string]*resourceapi.ResourceSlice
 	claims map[types.UID]*resourceapi.ResourceClaim
 	nodes  []string // nodes that ever had a GPU slice
@@ -72,9 +72,9 @@ func newGPUWorld(t *testing.T, seed uint64) *gpuWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &gpuWorld{r: rand.New(rand.NewPCG(seed, 3)), cache: placement.NewCache(built.Config),
+	w := &gpuWorld{r: rand.New(rand.NewPCG(seed, 3)), cache: index.NewCache(built.Config.Index),
 		slices: map[string]*resourceapi.ResourceSlice{}, claims: map[types.UID]*resourceapi.ResourceClaim{}}
-	feedCache(w.cache, built.Input)
+	placementtest.FeedCache(w.cache, built.Input)
 	for _, sl := range built.Input.ResourceSlices {
 		w.slices[sl.Name] = sl
 		if sl.Spec.NodeName != nil {
@@ -237,7 +237,7 @@ func TestCacheFreeGPUs(t *testing.T) {
 // TestCacheFreeGPUsRules checks the rules on a small cluster by hand: two
 // nodes of domain nvl0 with 4 GPUs each.
 func TestCacheFreeGPUsRules(t *testing.T) {
-	c := placement.NewCache(placement.Config{})
+	c := index.NewCache(index.Config{})
 	c.SetSlice(gpuSliceFor("a-s1", "a", "nvl0", 4, 1))
 	c.SetSlice(gpuSliceFor("b-s1", "b", "nvl0", 4, 1))
 	id := func(pool, dev string) structured.DeviceID {
@@ -276,7 +276,7 @@ func TestCacheFreeGPUsRules(t *testing.T) {
 // domain per node (5,000 domains), "mnnvl" domains of 18 nodes.
 func BenchmarkCacheFreeGPUs(b *testing.B) {
 	for _, kind := range []string{"hgx", "mnnvl"} {
-		sc := benchScenario(5000, 1)
+		sc := placementtest.HGXScenario(5000, 1)
 		if kind == "mnnvl" {
 			sc = mnnvlScenario(5000, 18, 1)
 		}
@@ -285,8 +285,8 @@ func BenchmarkCacheFreeGPUs(b *testing.B) {
 			b.Fatal(err)
 		}
 		in := built.Input
-		c := placement.NewCache(built.Config)
-		feedCache(c, in)
+		c := index.NewCache(built.Config.Index)
+		placementtest.FeedCache(c, in)
 		want := listFreeGPUs(in.ResourceSlices, in.ResourceClaims, nil)
 		if diff := cmp.Diff(want, c.FreeGPUs(nil)); diff != "" {
 			b.Fatalf("%s: cache and listing differ:\n%s", kind, diff)

@@ -1,4 +1,4 @@
-package placement
+package index
 
 import (
 	"context"
@@ -239,11 +239,6 @@ func (c *Cache) deletePod(uid types.UID) {
 		delete(c.anti, uid)
 		c.global = true
 	}
-}
-
-func hasAntiAffinity(p *v1.Pod) bool {
-	a := p.Spec.Affinity
-	return a != nil && a.PodAntiAffinity != nil && len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0
 }
 
 // SetClaim adds or updates a ResourceClaim. Only allocated claims matter;

@@ -1,4 +1,4 @@
-package placement_test
+package index_test
 
 import (
 	"context"
@@ -15,28 +15,23 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // cacheWorld is a cluster changed one event at a time, mirrored into a
-// placement.Cache as the scheduler's informers would.
+// index.Cache as the scheduler's informers would.
 type cacheWorld struct {
 	t       *testing.T
 	r       *rand.Rand
-	cache   *placement.Cache
+	cache   *index.Cache
 	cfg     placement.Config
 	nodes   []*v1.Node
 	slices  []*resourceapi.ResourceSlice
-	pending []*placedGang // placed, not yet shown by the "informers"
-	bound   []*placedGang // shown
+	pending []*placementtest.PlacedGang // placed, not yet shown by the "informers"
+	bound   []*placementtest.PlacedGang // shown
 	next    int
-}
-
-type placedGang struct {
-	g      *placement.Gang
-	d      *placement.Decision
-	claims map[string]*resourceapi.ResourceClaim
 }
 
 func newCacheWorld(t *testing.T, seed uint64) *cacheWorld {
@@ -60,9 +55,9 @@ func newCacheWorld(t *testing.T, seed uint64) *cacheWorld {
 	}
 	// A loaded machine must not turn an Allocate timeout into a different
 	// decision between the cached and the fresh snapshot.
-	built.Config.AllocateTimeout = time.Minute
-	w := &cacheWorld{t: t, r: r, cfg: built.Config, cache: placement.NewCache(built.Config), nodes: built.Input.Nodes, slices: built.Input.ResourceSlices}
-	feedCache(w.cache, built.Input)
+	built.Config.Index.AllocateTimeout = time.Minute
+	w := &cacheWorld{t: t, r: r, cfg: built.Config, cache: index.NewCache(built.Config.Index), nodes: built.Input.Nodes, slices: built.Input.ResourceSlices}
+	placementtest.FeedCache(w.cache, built.Input)
 	return w
 }
 
@@ -79,19 +74,19 @@ func (w *cacheWorld) randomSpec() placementtest.GangSpec {
 
 // snapshot returns the incremental snapshot and a fresh one of the same
 // state, both with the pending decisions assumed.
-func (w *cacheWorld) snapshot(ctx context.Context, prev *placement.Snapshot) (*placement.Snapshot, *placement.Snapshot) {
+func (w *cacheWorld) snapshot(ctx context.Context, prev *index.Snapshot) (*index.Snapshot, *index.Snapshot) {
 	w.t.Helper()
 	incr, err := w.cache.Update(ctx, prev)
 	if err != nil {
 		w.t.Fatalf("update: %v", err)
 	}
-	fresh, err := placement.NewSnapshot(ctx, w.cfg, w.cache.Input())
+	fresh, err := index.NewSnapshot(ctx, w.cfg.Index, w.cache.Input())
 	if err != nil {
 		w.t.Fatalf("new snapshot: %v", err)
 	}
 	for _, pg := range w.pending {
-		for _, s := range []*placement.Snapshot{incr, fresh} {
-			if err := s.Assume(ctx, pg.g, pg.d); err != nil {
+		for _, s := range []*index.Snapshot{incr, fresh} {
+			if err := placement.Assume(ctx, s, pg.Gang, pg.Decision); err != nil {
 				w.t.Fatalf("assume: %v", err)
 			}
 		}
@@ -100,24 +95,21 @@ func (w *cacheWorld) snapshot(ctx context.Context, prev *placement.Snapshot) (*p
 }
 
 // step changes the world by one random event.
-func (w *cacheWorld) step(ctx context.Context, snap *placement.Snapshot) string {
+func (w *cacheWorld) step(ctx context.Context, snap *index.Snapshot) string {
 	switch op := w.r.IntN(20); {
 	case op < 8:
 		g, claims, err := placementtest.BuildGang(w.randomSpec())
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		d, _, err := snap.Place(ctx, g)
+		d, _, err := placement.Place(ctx, w.cfg, snap, g)
 		if err != nil {
 			w.t.Fatalf("place: %v", err)
 		}
 		if d == nil {
 			return "place: refused"
 		}
-		pg := &placedGang{g: g, d: d, claims: map[string]*resourceapi.ResourceClaim{}}
-		for _, c := range claims {
-			pg.claims[c.Name] = c
-		}
+		pg := placementtest.NewPlacedGang(g, d, claims)
 		w.pending = append(w.pending, pg)
 		return "place " + d.Domain
 	case op < 12 && len(w.pending) > 0:
@@ -167,28 +159,28 @@ func (w *cacheWorld) step(ctx context.Context, snap *placement.Snapshot) string 
 }
 
 // confirm writes a decision the way the informers would show it.
-func (w *cacheWorld) confirm(pg *placedGang) {
-	for i, pp := range pg.d.Pods {
-		if pg.g.Members[i].Pod.UID != pp.UID {
+func (w *cacheWorld) confirm(pg *placementtest.PlacedGang) {
+	for i, pp := range pg.Decision.Pods {
+		if pg.Gang.Members[i].Pod.UID != pp.UID {
 			w.t.Fatalf("decision pod %s is not member %d", pp.Name, i)
 		}
 	}
-	applyDecision(w.cache, pg)
+	placementtest.ApplyDecision(w.cache, pg)
 }
 
 // finish ends a gang: pods deleted or succeeded, claims deleted or
 // deallocated.
-func (w *cacheWorld) finish(pg *placedGang) {
-	for i, pp := range pg.d.Pods {
+func (w *cacheWorld) finish(pg *placementtest.PlacedGang) {
+	for i, pp := range pg.Decision.Pods {
 		if w.r.IntN(2) == 0 {
 			w.cache.DeletePod(pp.UID)
 			continue
 		}
-		p := pg.g.Members[i].Pod.DeepCopy()
+		p := pg.Gang.Members[i].Pod.DeepCopy()
 		p.Spec.NodeName, p.Status.Phase = pp.Node, v1.PodSucceeded
 		w.cache.SetPod(p)
 	}
-	for _, c := range pg.claims {
+	for _, c := range pg.Claims {
 		if w.r.IntN(2) == 0 {
 			w.cache.DeleteClaim(c.UID)
 			continue
@@ -216,7 +208,7 @@ func TestCacheMatchesFreshSnapshot(t *testing.T) {
 	reused, steps := 0, 0
 	for seed := range uint64(12) {
 		w := newCacheWorld(t, seed)
-		var snap *placement.Snapshot
+		var snap *index.Snapshot
 		for step := range 60 {
 			incr, fresh := w.snapshot(ctx, snap)
 			if incr == snap {
@@ -230,8 +222,8 @@ func TestCacheMatchesFreshSnapshot(t *testing.T) {
 					t.Fatal(err)
 				}
 				g2, _, _ := placementtest.BuildGang(ps)
-				d1, u1, err1 := incr.Place(ctx, g1)
-				d2, u2, err2 := fresh.Place(ctx, g2)
+				d1, u1, err1 := placement.Place(ctx, w.cfg, incr, g1)
+				d2, u2, err2 := placement.Place(ctx, w.cfg, fresh, g2)
 				if err1 != nil || err2 != nil {
 					t.Fatalf("seed %d step %d: place: %v / %v", seed, step, err1, err2)
 				}
@@ -242,12 +234,12 @@ func TestCacheMatchesFreshSnapshot(t *testing.T) {
 					t.Fatalf("seed %d step %d probe %s: refusal differs:\nincremental: %v\nfresh: %v", seed, step, ps.Name, u1, u2)
 				}
 			}
-			keys := placement.LevelKeys(incr)
-			a, err := placement.StateDigest(ctx, incr, keys)
+			keys := index.LevelKeys(incr)
+			a, err := index.StateDigest(ctx, incr, keys)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := placement.StateDigest(ctx, fresh, keys)
+			b, err := index.StateDigest(ctx, fresh, keys)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,55 +258,10 @@ func TestCacheMatchesFreshSnapshot(t *testing.T) {
 	t.Logf("%d of %d updates incremental", reused, steps)
 }
 
-// feedCache adds every object of in to the cache.
-func feedCache(c *placement.Cache, in placement.SnapshotInput) {
-	for _, n := range in.Nodes {
-		c.SetNode(n)
-	}
-	for _, sl := range in.ResourceSlices {
-		c.SetSlice(sl)
-	}
-	for _, dc := range in.DeviceClasses {
-		c.SetClass(dc)
-	}
-	for _, p := range in.Pods {
-		c.SetPod(p)
-	}
-	for _, rc := range in.ResourceClaims {
-		c.SetClaim(rc)
-	}
-}
-
-// applyDecision shows a decision to the cache as the informers would: pods
-// bound, claims allocated.
-func applyDecision(c *placement.Cache, pg *placedGang) {
-	for i, pp := range pg.d.Pods {
-		p := pg.g.Members[i].Pod.DeepCopy()
-		p.Spec.NodeName = pp.Node
-		c.SetPod(p)
-	}
-	for _, ca := range pg.d.Claims {
-		rc := pg.claims[ca.Name].DeepCopy()
-		rc.Status.Allocation = ca.Allocation.DeepCopy()
-		pg.claims[ca.Name] = rc
-		c.SetClaim(rc)
-	}
-}
-
-// finishGang deletes a gang's pods and claims from the cache.
-func finishGang(c *placement.Cache, pg *placedGang) {
-	for _, pp := range pg.d.Pods {
-		c.DeletePod(pp.UID)
-	}
-	for _, rc := range pg.claims {
-		c.DeleteClaim(rc.UID)
-	}
-}
-
 // TestCacheCaught: Caught says whether the cache was given an object at a
 // resourceVersion, so a lister ahead of the cache is not taken for it.
 func TestCacheCaught(t *testing.T) {
-	c := placement.NewCache(placement.Config{})
+	c := index.NewCache(index.Config{})
 	pod := placementtest.BoundPod("p", "n1", "1", "1Gi")
 	pod.ResourceVersion = "10"
 	claim := placementtest.AllocatedClaim("c", "n1", "gpu-0")

@@ -1,0 +1,41 @@
+package placement
+
+import "github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+
+// Config tunes the engine and the snapshots it places on. The zero value
+// is usable.
+type Config struct {
+	// Index configures the snapshots (index.NewSnapshot, index.NewCache);
+	// Place does not read it.
+	Index index.Config
+	// CompareDomains is how many domains with the same leftover the engine
+	// verifies to compare rail alignment before it picks one. Default 4.
+	CompareDomains int
+	// MaxSharedAnchors bounds how many nodes of one domain are tried as the
+	// anchor for the gang's shared claims. Default 16.
+	MaxSharedAnchors int
+	// PackOrder is how a domain's nodes are taken (packorder.go). Default
+	// PackLeastSpread.
+	PackOrder PackOrder
+
+	// greedyOnly turns the search (search.go) off, for tests that measure
+	// what it adds (GreedyOnly in export_test.go).
+	greedyOnly bool
+	// oldRails: rail alignment as before the search over rail sets (the
+	// four most used sets of the first fill, no NICs following their
+	// GPUs), for comparisons (OldRails in export_test.go).
+	oldRails bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.CompareDomains <= 0 {
+		c.CompareDomains = 4
+	}
+	if c.MaxSharedAnchors <= 0 {
+		c.MaxSharedAnchors = 16
+	}
+	if c.PackOrder == "" {
+		c.PackOrder = PackLeastSpread
+	}
+	return c
+}
