@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 )
 
 // discoverOptions are the flags of "kubelet-plugin discover".
@@ -84,7 +84,7 @@ func (o discoverOptions) newBackend() (devices.Backend, error) {
 		if o.mockFabric == "" {
 			return nil, fmt.Errorf("%w: --backend=mock needs --mock-fabric", errUsage)
 		}
-		fabric, err := gpumock.LoadFile(o.mockFabric)
+		fabric, err := mock.LoadFile(o.mockFabric)
 		if err != nil {
 			return nil, err
 		}
@@ -100,13 +100,13 @@ func (o discoverOptions) newBackend() (devices.Backend, error) {
 }
 
 // refreshMock rebuilds the mock node's trees at --mock-dir from the fabric
-// file as it is now (gpumock.Fabric.Refresh); a fabric file that does not
+// file as it is now (mock.Fabric.Refresh); a fabric file that does not
 // load leaves the old trees in place.
 func (o discoverOptions) refreshMock() (devices.Backend, error) {
 	if o.mockFabric == "" || o.mockDir == "" {
 		return nil, fmt.Errorf("%w: --backend=mock needs --mock-fabric and a mock dir", errUsage)
 	}
-	fabric, err := gpumock.LoadFile(o.mockFabric)
+	fabric, err := mock.LoadFile(o.mockFabric)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 func TestDispatch(t *testing.T) {
-	fabric := "../../test/gpu-mock/fabrics/hgx-h100x8.yaml"
+	fabric := "../../pkg/devices/mock/fabrics/hgx-h100x8.yaml"
 	tests := map[string]struct {
 		args     []string
 		wantCode int
@@ -88,7 +88,7 @@ func TestDiscoverStopsWhenCancelled(t *testing.T) {
 	cancel()
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
-	args := []string{"discover", "--mock-fabric", "../../test/gpu-mock/fabrics/hgx-h100x8.yaml", "--node", "h100-n01", "--mock-dir", t.TempDir()}
+	args := []string{"discover", "--mock-fabric", "../../pkg/devices/mock/fabrics/hgx-h100x8.yaml", "--node", "h100-n01", "--mock-dir", t.TempDir()}
 	code := dispatch(ctx, args, &stdout, &stderr)
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("discover took %v after cancellation", took)

@@ -14,9 +14,8 @@ ENV CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations GOFLAGS=-trimpath
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY cmd/ cmd/
+# pkg/ includes the mock backend (pkg/devices/mock, values-mock.yaml).
 COPY pkg/ pkg/
-# The mock backend (values-mock.yaml) is part of the binary.
-COPY test/gpu-mock/ test/gpu-mock/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -ldflags="-s -w" -o /out/gpufabric-kubelet-plugin ./cmd/kubelet-plugin
 # nvidia-cdi-hook, which the CDI specs' hooks run on the host: the plugin

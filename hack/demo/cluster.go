@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 	"github.com/gpufabric/gpufabric/pkg/topology"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
@@ -28,13 +28,13 @@ const (
 // demo is one run: the control plane, the fabric and the admin client.
 type demo struct {
 	cp     *framework.ControlPlane
-	fabric *gpumock.Fabric
+	fabric *mock.Fabric
 	opts   options
 	client kubernetes.Interface
 	nodes  []*corev1.Node
 }
 
-func newDemo(ctx context.Context, cp *framework.ControlPlane, fabric *gpumock.Fabric, o options) (*demo, error) {
+func newDemo(ctx context.Context, cp *framework.ControlPlane, fabric *mock.Fabric, o options) (*demo, error) {
 	client, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return nil, fmt.Errorf("build client: %w", err)

@@ -68,7 +68,7 @@ func TestDemoRejectsBadFabric(t *testing.T) {
 }
 
 // TestDemoOnEveryFixture runs the demo on each fixture fabric of
-// test/gpu-mock: it finishes with a report in which every gang is either
+// pkg/devices/mock: it finishes with a report in which every gang is either
 // placed or refused with a reason (an HGX fabric cannot hold the 64-GPU
 // training gang in one NVLink domain; it says so and what would help).
 func TestDemoOnEveryFixture(t *testing.T) {
@@ -76,7 +76,7 @@ func TestDemoOnEveryFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixtures, err := filepath.Glob(filepath.Join(root, "test", "gpu-mock", "fabrics", "*.yaml"))
+	fixtures, err := filepath.Glob(filepath.Join(root, "pkg", "devices", "mock", "fabrics", "*.yaml"))
 	if err != nil || len(fixtures) == 0 {
 		t.Fatalf("no fixtures: %v", err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
@@ -55,7 +55,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	start := time.Now()
 	// A bad fabric file fails here, with the discovery layer's error,
 	// before anything is started.
-	fabric, err := gpumock.LoadFile(o.fabric)
+	fabric, err := mock.LoadFile(o.fabric)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // Backend is the hardware that discovery reads. The NVML backend
-// (NewNVMLBackend) reads a real node; test/gpu-mock builds one from a fabric
+// (NewNVMLBackend) reads a real node; pkg/devices/mock builds one from a fabric
 // file. Discover runs the same code on both.
 type Backend interface {
 	// NVML returns the NVML library. Discover calls Init and Shutdown on it.

@@ -19,15 +19,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-// fixtures are the fabric files of test/gpu-mock/fabrics.
+// fixtures are the fabric files of pkg/devices/mock/fabrics.
 func fixtures(t testing.TB) []string {
 	t.Helper()
-	files, err := filepath.Glob("../../test/gpu-mock/fabrics/*.yaml")
+	files, err := filepath.Glob("mock/fabrics/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixture fabrics found: %v", err)
 	}
@@ -44,7 +44,7 @@ func TestDiscoverGolden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
-			fabric, err := gpumock.LoadFile(file)
+			fabric, err := mock.LoadFile(file)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +79,7 @@ func TestDiscoverGolden(t *testing.T) {
 
 // writeSummary prints one node: its labels, then one line per device with
 // what reviewers check (domain, rail, PCI placement, device nodes, taints).
-func writeSummary(w *strings.Builder, nr gpumock.NodeResources) {
+func writeSummary(w *strings.Builder, nr mock.NodeResources) {
 	inv := nr.Inventory
 	labels := make([]string, 0, len(nr.Node.Labels))
 	for k, v := range nr.Node.Labels {
@@ -176,7 +176,7 @@ func BenchmarkDiscoverNode(b *testing.B) {
 		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
 		b.Run(name, func(b *testing.B) {
 			ctx := klog.NewContext(context.Background(), logr.Discard())
-			fabric, err := gpumock.LoadFile(file)
+			fabric, err := mock.LoadFile(file)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -202,7 +202,7 @@ func BenchmarkDiscoverNode(b *testing.B) {
 // discovery).
 func TestDiscoverStopsWhenCancelled(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	fabric, err := gpumock.LoadFile("../../test/gpu-mock/fabrics/hgx-h100x8.yaml")
+	fabric, err := mock.LoadFile("mock/fabrics/hgx-h100x8.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 // GPUs, our own GPUFabricInfo call for NVLink fabric registration (nvml's
 // GetGpuFabricInfoV cannot be mocked), and sysfs under a configurable root
 // for PCI paths, NUMA nodes and RDMA devices. NewNVMLBackend reads a real
-// node; test/gpu-mock builds a Backend from a fabric file, so the same code
+// node; pkg/devices/mock builds a Backend from a fabric file, so the same code
 // runs on both.
 //
 // Discover returns an Inventory: per GPU and NIC the published attributes,

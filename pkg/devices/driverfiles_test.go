@@ -11,7 +11,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 )
 
 // TestDriverEdits generates the driver's CDI edits with NVIDIA's nvcdi
@@ -22,7 +22,7 @@ import (
 // the host's.
 func TestDriverEdits(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f, err := gpumock.LoadFile("../../test/gpu-mock/fabrics/hgx-h100x8.yaml")
+	f, err := mock.LoadFile("mock/fabrics/hgx-h100x8.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestDriverEdits(t *testing.T) {
 				}
 			}
 			var want []string
-			for _, l := range gpumock.DriverLibraries(version) {
+			for _, l := range mock.DriverLibraries(version) {
 				want = append(want, "/usr/lib/x86_64-linux-gnu/"+l)
 			}
 			want = append(want, "/usr/bin/nvidia-smi", "/usr/bin/nvidia-imex-ctl", "/lib/firmware/nvidia/"+version+"/gsp_ga10x.bin")
@@ -84,7 +84,7 @@ func TestDriverEdits(t *testing.T) {
 // that names the root.
 func TestDriverEditsWithoutDriver(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f, err := gpumock.LoadFile("../../test/gpu-mock/fabrics/hgx-h100x8.yaml")
+	f, err := mock.LoadFile("mock/fabrics/hgx-h100x8.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestDriverEditsWithoutDriver(t *testing.T) {
 // BenchmarkDriverEdits is the cost of one nvcdi generation on a mock node
 // (the plugin caches it per driver version, so a prepare does not pay it).
 func BenchmarkDriverEdits(b *testing.B) {
-	f, err := gpumock.LoadFile("../../test/gpu-mock/fabrics/hgx-h100x8.yaml")
+	f, err := mock.LoadFile("mock/fabrics/hgx-h100x8.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 )
 
 const eventFabric = `nodeGroups:
@@ -33,7 +33,7 @@ func TestWatchEvents(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "fabric.yaml")
 	writeFabric(t, path, eventFabric)
-	f, err := gpumock.LoadFile(path)
+	f, err := mock.LoadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 	"github.com/gpufabric/gpufabric/pkg/topology"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
 )
 
 const migFabric = `nodeGroups:
@@ -27,17 +27,17 @@ faults:
   migEnabled: {gpus: [1]}
 `
 
-func migNode(t *testing.T, opts ...devices.Option) (*gpumock.Backend, *devices.Inventory) {
+func migNode(t *testing.T, opts ...devices.Option) (*mock.Backend, *devices.Inventory) {
 	t.Helper()
 	return discoverNode(t, migFabric, "h", opts...)
 }
 
 // discoverNode builds node of a fabric file's text in a temp dir and runs
 // discovery on it.
-func discoverNode(t *testing.T, fabric, node string, opts ...devices.Option) (*gpumock.Backend, *devices.Inventory) {
+func discoverNode(t *testing.T, fabric, node string, opts ...devices.Option) (*mock.Backend, *devices.Inventory) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	f, err := gpumock.Parse("fabric.yaml", []byte(fabric))
+	f, err := mock.Parse("fabric.yaml", []byte(fabric))
 	if err != nil {
 		t.Fatal(err)
 	}

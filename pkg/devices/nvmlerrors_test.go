@@ -8,8 +8,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 	"github.com/gpufabric/gpufabric/pkg/topology"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
 )
 
 // TestNVMLErrorOnOneGPU breaks one NVML call of GPU 1 of a GB200 node and
@@ -24,23 +24,23 @@ func TestNVMLErrorOnOneGPU(t *testing.T) {
 	all := []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}
 	skipped := []string{"gpu-0", "gpu-2", "gpu-3"}
 	tests := map[string]result{
-		gpumock.CallGetHandle:                {GPUs: skipped, Healthy: 3},
-		gpumock.CallGetUUID:                  {GPUs: skipped, Healthy: 3},
-		gpumock.CallGetMinorNumber:           {GPUs: skipped, Healthy: 3},
-		gpumock.CallGetName:                  {GPUs: all, Taint: "GetName-ERROR_GPU_IS_LOST", Healthy: 3},
-		gpumock.CallGetMemoryInfo:            {GPUs: all, Taint: "GetMemoryInfo-ERROR_GPU_IS_LOST", Healthy: 3},
-		gpumock.CallGetPciInfo:               {GPUs: all, Taint: "GetPciInfo-ERROR_GPU_IS_LOST", Healthy: 3},
-		gpumock.CallGetArchitecture:          {GPUs: all, Taint: "GetArchitecture-ERROR_GPU_IS_LOST", Healthy: 3},
-		gpumock.CallGetCudaComputeCapability: {GPUs: all, Taint: "GetCudaComputeCapability-ERROR_GPU_IS_LOST", Healthy: 3},
-		gpumock.CallGetMigMode:               {GPUs: all, Taint: "GetMigMode-ERROR_GPU_IS_LOST", Healthy: 3},
-		gpumock.CallGetNvLinkState:           {GPUs: all, Taint: "GetNvLinkState-ERROR_GPU_IS_LOST", Healthy: 3},
-		gpumock.CallGetGpuFabricInfo:         {GPUs: all, Taint: "GetGpuFabricInfo-ERROR_GPU_IS_LOST", Healthy: 3},
+		mock.CallGetHandle:                {GPUs: skipped, Healthy: 3},
+		mock.CallGetUUID:                  {GPUs: skipped, Healthy: 3},
+		mock.CallGetMinorNumber:           {GPUs: skipped, Healthy: 3},
+		mock.CallGetName:                  {GPUs: all, Taint: "GetName-ERROR_GPU_IS_LOST", Healthy: 3},
+		mock.CallGetMemoryInfo:            {GPUs: all, Taint: "GetMemoryInfo-ERROR_GPU_IS_LOST", Healthy: 3},
+		mock.CallGetPciInfo:               {GPUs: all, Taint: "GetPciInfo-ERROR_GPU_IS_LOST", Healthy: 3},
+		mock.CallGetArchitecture:          {GPUs: all, Taint: "GetArchitecture-ERROR_GPU_IS_LOST", Healthy: 3},
+		mock.CallGetCudaComputeCapability: {GPUs: all, Taint: "GetCudaComputeCapability-ERROR_GPU_IS_LOST", Healthy: 3},
+		mock.CallGetMigMode:               {GPUs: all, Taint: "GetMigMode-ERROR_GPU_IS_LOST", Healthy: 3},
+		mock.CallGetNvLinkState:           {GPUs: all, Taint: "GetNvLinkState-ERROR_GPU_IS_LOST", Healthy: 3},
+		mock.CallGetGpuFabricInfo:         {GPUs: all, Taint: "GetGpuFabricInfo-ERROR_GPU_IS_LOST", Healthy: 3},
 	}
 	for call, want := range tests {
 		t.Run(call, func(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
-			fabric, err := gpumock.Parse("t.yaml", []byte(fmt.Sprintf(`
+			fabric, err := mock.Parse("t.yaml", []byte(fmt.Sprintf(`
 nodeGroups:
 - name: n1
   gpus: {model: GB200}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 )
 
 // nicView is what the bad-sysfs cases check about mlx5_0.
@@ -104,7 +104,7 @@ func TestBadSysfs(t *testing.T) {
 			wantNICs: 8, wantNIC: healthy, wantRail: devices.NoRail, wantRoot: "",
 		},
 	}
-	fabric, err := gpumock.LoadFile("../../test/gpu-mock/fabrics/hgx-h100x8.yaml")
+	fabric, err := mock.LoadFile("mock/fabrics/hgx-h100x8.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 
 const (
 	nodeName    = "gb200-r1-n01"
-	fabric      = "test/gpu-mock/fabrics/gb200-nvl72x2.yaml"
+	fabric      = "pkg/devices/mock/fabrics/gb200-nvl72x2.yaml"
 	imexChannel = 5
 )
 

@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 	"github.com/gpufabric/gpufabric/pkg/topology"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
@@ -112,7 +112,7 @@ func TestKindQuickstart(t *testing.T) {
 }
 
 // mockFabric parses the fabric file of values-mock.yaml.
-func mockFabric(t *testing.T, root string) *gpumock.Fabric {
+func mockFabric(t *testing.T, root string) *mock.Fabric {
 	t.Helper()
 	var values struct {
 		KubeletPlugin struct {
@@ -122,7 +122,7 @@ func mockFabric(t *testing.T, root string) *gpumock.Fabric {
 		} `json:"kubeletPlugin"`
 	}
 	must(t, "parse values-mock.yaml", yaml.Unmarshal([]byte(readFile(t, filepath.Join(root, mockValuesFile))), &values))
-	f, err := gpumock.Parse("values-mock.yaml", []byte(values.KubeletPlugin.Mock.Fabric))
+	f, err := mock.Parse("values-mock.yaml", []byte(values.KubeletPlugin.Mock.Fabric))
 	must(t, "parse mock fabric", err)
 	return f
 }

@@ -15,7 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
@@ -241,7 +241,7 @@ func checkMockFabric(t *testing.T, r *rendered, spec corev1.PodSpec, path string
 	if !ok {
 		t.Fatalf("ConfigMap %s has no key %s", cm.Name, filepath.Base(path))
 	}
-	if _, err := gpumock.Parse("values-mock.yaml", []byte(data)); err != nil {
+	if _, err := mock.Parse("values-mock.yaml", []byte(data)); err != nil {
 		t.Errorf("mock fabric: %v", err)
 	}
 }

@@ -16,8 +16,8 @@ import (
 )
 
 const (
-	gb200Fabric = "test/gpu-mock/fabrics/gb200-nvl72x2.yaml"
-	hgxFabric   = "test/gpu-mock/fabrics/hgx-h100x8.yaml"
+	gb200Fabric = "pkg/devices/mock/fabrics/gb200-nvl72x2.yaml"
+	hgxFabric   = "pkg/devices/mock/fabrics/hgx-h100x8.yaml"
 )
 
 // waitHealth reads health reports until device has want.

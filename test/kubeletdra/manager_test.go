@@ -44,7 +44,7 @@ func TestKubeletPreparesGroupClaim(t *testing.T) {
 	must(t, "create node", err)
 	rules, err := framework.LoadRules(framework.PluginRulesFile)
 	must(t, "load rules", err)
-	plugin := framework.NewPlugin(t, cp.KubeconfigWithRules(t, "gpufabric-plugin", rules), "test/gpu-mock/fabrics/gb200-nvl72x2.yaml", nodeName)
+	plugin := framework.NewPlugin(t, cp.KubeconfigWithRules(t, "gpufabric-plugin", rules), "pkg/devices/mock/fabrics/gb200-nvl72x2.yaml", nodeName)
 	plugin.Start()
 
 	pg, err := admin.SchedulingV1beta1().PodGroups("default").Create(ctx, &schedulingv1beta1.PodGroup{

@@ -1,4 +1,4 @@
-package gpumock_test
+package mock_test
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 )
 
 // TestIMEX checks what discovery and the IMEX daemon report per node: a
@@ -41,15 +41,15 @@ faults:
 		Problem string
 	}
 	want := map[string]view{
-		"gb1":  {IMEX: devices.IMEXInfo{Major: gpumock.IMEXMajor, Channels: 2048}, Status: "READY"},
-		"gb2":  {IMEX: devices.IMEXInfo{Major: gpumock.IMEXMajor, Channels: 2048}, Status: "NOT_READY"},
-		"gb3":  {IMEX: devices.IMEXInfo{Major: gpumock.IMEXMajor, Channels: 64}, Problem: "no imex daemon answers"},
+		"gb1":  {IMEX: devices.IMEXInfo{Major: mock.IMEXMajor, Channels: 2048}, Status: "READY"},
+		"gb2":  {IMEX: devices.IMEXInfo{Major: mock.IMEXMajor, Channels: 2048}, Status: "NOT_READY"},
+		"gb3":  {IMEX: devices.IMEXInfo{Major: mock.IMEXMajor, Channels: 64}, Problem: "no imex daemon answers"},
 		"gb4":  {IMEX: devices.IMEXInfo{Channels: 2048}, Status: "READY"},
-		"gb5":  {IMEX: devices.IMEXInfo{Major: gpumock.IMEXMajor, Channels: 2048}, Status: "READY"},
-		"h100": {IMEX: devices.IMEXInfo{Major: gpumock.IMEXMajor, Channels: 2048}, Problem: "no imex daemon answers"},
+		"gb5":  {IMEX: devices.IMEXInfo{Major: mock.IMEXMajor, Channels: 2048}, Status: "READY"},
+		"h100": {IMEX: devices.IMEXInfo{Major: mock.IMEXMajor, Channels: 2048}, Problem: "no imex daemon answers"},
 		"a100": {IMEX: devices.IMEXInfo{Channels: 2048}, Problem: "no imex daemon answers"},
 	}
-	f, err := gpumock.Parse("imex.yaml", []byte(fabric))
+	f, err := mock.Parse("imex.yaml", []byte(fabric))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,11 +88,11 @@ func TestRefreshSwapsTrees(t *testing.T) {
   gpus: {model: GB200}
   nvlink: {kind: mnnvl, clusterUUID: 5e0a7b3c-1d2f-4a6b-8c9d-e0f1a2b3c4d5, cliqueID: 1}
 `
-	notReady, err := gpumock.Parse("f.yaml", []byte(base+"faults:\n- node: gb\n  imex: {daemon: NotReady}\n"))
+	notReady, err := mock.Parse("f.yaml", []byte(base+"faults:\n- node: gb\n  imex: {daemon: NotReady}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready, err := gpumock.Parse("f.yaml", []byte(base))
+	ready, err := mock.Parse("f.yaml", []byte(base))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestRefreshSwapsTrees(t *testing.T) {
 			}
 		}
 	}()
-	var last *gpumock.Backend
+	var last *mock.Backend
 	for i := range 20 {
 		f := notReady
 		if i >= 10 {

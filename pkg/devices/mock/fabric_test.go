@@ -1,4 +1,4 @@
-package gpumock_test
+package mock_test
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
 
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 )
 
 const goodGroup = `
@@ -176,7 +176,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, err := gpumock.Parse("bad.yaml", []byte(tc.yaml))
+			_, err := mock.Parse("bad.yaml", []byte(tc.yaml))
 			if err == nil {
 				t.Fatal("Parse succeeded, want an error")
 			}
@@ -194,7 +194,7 @@ func TestLoadFileNamesFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Replace(goodGroup, "GB200", "X1", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := gpumock.LoadFile(path)
+	_, err := mock.LoadFile(path)
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("error %v does not name %s", err, path)
 	}
@@ -215,7 +215,7 @@ func TestFixturesNodes(t *testing.T) {
 	}
 	for file, want := range tests {
 		t.Run(file, func(t *testing.T) {
-			f, err := gpumock.LoadFile(filepath.Join("fabrics", file))
+			f, err := mock.LoadFile(filepath.Join("fabrics", file))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,7 +243,7 @@ func TestFixturesNodes(t *testing.T) {
 // TestMockSetsOnlyWhatDiscoveryCalls checks that the mock keeps the
 // library's behaviour for calls discovery does not make: they panic.
 func TestMockSetsOnlyWhatDiscoveryCalls(t *testing.T) {
-	f, err := gpumock.LoadFile("fabrics/hgx-h100x8.yaml")
+	f, err := mock.LoadFile("fabrics/hgx-h100x8.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestMockSetsOnlyWhatDiscoveryCalls(t *testing.T) {
 // node with its labels and slices.
 func TestDiscoverAll(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f, err := gpumock.LoadFile("fabrics/faults.yaml")
+	f, err := mock.LoadFile("fabrics/faults.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestBounds(t *testing.T) {
 			if !strings.HasPrefix(data, "nodeGroups:") {
 				data = "nodeGroups:\n" + data
 			}
-			_, err := gpumock.Parse("big.yaml", []byte(data))
+			_, err := mock.Parse("big.yaml", []byte(data))
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Fatalf("a file at the limit is refused: %v", err)
@@ -371,8 +371,8 @@ func TestBounds(t *testing.T) {
 // TestFileSizeLimit checks that a file over 8 MiB is refused before it is
 // parsed, by Parse and by LoadFile (which does not read it).
 func TestFileSizeLimit(t *testing.T) {
-	big := make([]byte, gpumock.MaxFileSize+1)
-	if _, err := gpumock.Parse("big.yaml", big); err == nil || !strings.Contains(err.Error(), "big.yaml: file is 8388609 bytes, more than the limit") {
+	big := make([]byte, mock.MaxFileSize+1)
+	if _, err := mock.Parse("big.yaml", big); err == nil || !strings.Contains(err.Error(), "big.yaml: file is 8388609 bytes, more than the limit") {
 		t.Errorf("Parse error = %v", err)
 	}
 	path := filepath.Join(t.TempDir(), "huge.yaml")
@@ -382,7 +382,7 @@ func TestFileSizeLimit(t *testing.T) {
 	if err := os.Truncate(path, 1<<30); err != nil { // sparse: a 1 GiB file that LoadFile must not read
 		t.Fatal(err)
 	}
-	if _, err := gpumock.LoadFile(path); err == nil || !strings.Contains(err.Error(), path+": file is 1073741824 bytes") {
+	if _, err := mock.LoadFile(path); err == nil || !strings.Contains(err.Error(), path+": file is 1073741824 bytes") {
 		t.Errorf("LoadFile error = %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package gpumock_test
+package mock_test
 
 import (
 	"fmt"
@@ -13,10 +13,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
 )
 
 // TestEnginePacksMIGByCounters: the scheduler's engine places gangs on the
@@ -34,7 +34,7 @@ faults:
 - node: h100-n1
   migEnabled: {gpus: [7]}
 `
-	f, err := gpumock.Parse("mig.yaml", []byte(fabric))
+	f, err := mock.Parse("mig.yaml", []byte(fabric))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package gpumock
+package mock
 
 // The fabric file as written. See the package doc and docs/fabric-file.md.
 

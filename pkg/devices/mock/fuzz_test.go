@@ -1,4 +1,4 @@
-package gpumock_test
+package mock_test
 
 import (
 	"os"
@@ -10,8 +10,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/devices"
+	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 	"github.com/gpufabric/gpufabric/pkg/topology"
-	gpumock "github.com/gpufabric/gpufabric/test/gpu-mock"
 )
 
 // FuzzParse feeds Parse any fabric file, seeded with the fixtures. Oracles:
@@ -36,7 +36,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(goodGroup + "faults:\n- node: n01\n  portDown: {rail: 0}\n  sysfs: {rail: 1, break: garbage-rate}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const name = "fuzz.yaml"
-		fabric, err := gpumock.Parse(name, data)
+		fabric, err := mock.Parse(name, data)
 		if err != nil {
 			checkParseError(t, name, err)
 			return
@@ -79,11 +79,11 @@ func checkParseError(t *testing.T, name string, err error) {
 }
 
 // checkNodes asserts the bounds of a loaded fabric and returns its nodes.
-func checkNodes(t *testing.T, fabric *gpumock.Fabric) []gpumock.NodeInfo {
+func checkNodes(t *testing.T, fabric *mock.Fabric) []mock.NodeInfo {
 	t.Helper()
 	nodes := fabric.Nodes()
-	if len(nodes) < 1 || len(nodes) > gpumock.MaxNodes {
-		t.Fatalf("fabric has %d nodes, want 1..%d", len(nodes), gpumock.MaxNodes)
+	if len(nodes) < 1 || len(nodes) > mock.MaxNodes {
+		t.Fatalf("fabric has %d nodes, want 1..%d", len(nodes), mock.MaxNodes)
 	}
 	seen := map[string]bool{}
 	for _, n := range nodes {
@@ -91,7 +91,7 @@ func checkNodes(t *testing.T, fabric *gpumock.Fabric) []gpumock.NodeInfo {
 			t.Fatalf("node name %q is a duplicate or not a DNS subdomain", n.Name)
 		}
 		seen[n.Name] = true
-		if n.GPUs < 1 || n.GPUs > gpumock.MaxGPUsPerNode || n.HCAs < 0 || n.HCAs > gpumock.MaxHCAsPerNode {
+		if n.GPUs < 1 || n.GPUs > mock.MaxGPUsPerNode || n.HCAs < 0 || n.HCAs > mock.MaxHCAsPerNode {
 			t.Fatalf("node %s has %d GPUs and %d HCAs", n.Name, n.GPUs, n.HCAs)
 		}
 		switch n.NVLinkKind {

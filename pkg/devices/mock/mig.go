@@ -1,4 +1,4 @@
-package gpumock
+package mock
 
 import (
 	"crypto/sha256"
@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	nvmlmock "github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/uuid"
 )
@@ -84,7 +84,7 @@ func migDevices(dev *server.Device) []nvml.Device {
 		sum := sha256.Sum256(fmt.Appendf(nil, "%s/gi%d/ci%d", dev.UUID, p.gi, p.ci))
 		u, _ := uuid.FromBytes(sum[:16])
 		giID, ciID := int(p.gi), int(p.ci)
-		out = append(out, &mock.Device{
+		out = append(out, &nvmlmock.Device{
 			GetUUIDFunc:              func() (string, nvml.Return) { return "MIG-" + u.String(), nvml.SUCCESS },
 			GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return giID, nvml.SUCCESS },
 			GetComputeInstanceIdFunc: func() (int, nvml.Return) { return ciID, nvml.SUCCESS },

@@ -1,4 +1,4 @@
-package gpumock
+package mock
 
 import (
 	"crypto/sha256"

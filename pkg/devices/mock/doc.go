@@ -1,4 +1,4 @@
-// Package gpumock turns a fabric file (YAML describing a whole GPU cluster)
+// Package mock turns a fabric file (YAML describing a whole GPU cluster)
 // into what pkg/devices discovers on each node: a mock nvml.Interface built
 // on go-nvml's DGX mock servers plus a fake sysfs and /dev tree on disk, so
 // the same discovery code runs on mock and real hardware. The full format is
@@ -46,4 +46,8 @@
 // as a devices.Backend, for the kubelet plugin's mock mode and tests);
 // Fabric.DiscoverAll / DiscoverNode (each node's Node object with labels,
 // Inventory, DriverResources and ResourceSlices, for scheduler tests).
-package gpumock
+//
+// It is production code: the kubelet plugin links it for --backend=mock
+// (--mock-fabric), which is how kind, the Helm chart's mock profile and the
+// demo run without GPUs. The fixture fabrics live next to it in fabrics/.
+package mock
