@@ -39,9 +39,11 @@ lint: tools
 unit:
 	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e /test/integration -e /hack/demo)
 
-# integration runs against a real etcd + kube-apiserver v1.37.1 (hack/demo's
-# test runs the whole demo); the kubeletdra module drives the plugin with
-# the real kubelet DRA manager.
+# integration runs against a real etcd + kube-apiserver v1.37.1: one test
+# package per subject under test/integration (scheduler, plugin, chart,
+# soak, kubectl, framework; peer's benchmarks only with -bench), in
+# parallel as go test runs packages; hack/demo's test runs the whole demo;
+# the kubeletdra module drives the plugin with the real kubelet DRA manager.
 integration: control-plane
 	@hack/install-tools.sh helm >/dev/null
 	@hack/build-kueue.sh >/dev/null
@@ -68,7 +70,7 @@ soak: control-plane
 	@hack/install-tools.sh helm >/dev/null
 	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) \
 	GPUFABRIC_SOAK_DURATION=$(SOAK_DURATION) GPUFABRIC_SOAK_SEED=$(SOAK_SEED) \
-		$(GO) test -timeout 60m -count 1 -run '^TestChaosSoak$$' -v ./test/integration/ 2>&1 | grep -E '^(soak:|--- |ok|FAIL|PASS)|VIOLATION'
+		$(GO) test -timeout 60m -count 1 -run '^TestChaosSoak$$' -v ./test/integration/soak/ 2>&1 | grep -E '^(soak:|--- |ok|FAIL|PASS)|VIOLATION'
 
 
 # demo runs the main job on an embedded control plane (see README).
@@ -92,7 +94,7 @@ bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem $(PKGS)
 
 # bench-peer runs gpufabric-scheduler and kube-scheduler v1.37.1 side by side
-# on one control plane and the same kwok nodes (test/integration
+# on one control plane and the same kwok nodes (test/integration/peer
 # BenchmarkPeer; results in docs/benchmarks.md): PEER_RUNS interleaved
 # runs per workload on PEER_NODES nodes, with the API floor of each one-gang
 # shape. PEER_WORKLOADS (comma list; empty: all) picks workloads: small
@@ -115,11 +117,11 @@ PEER_ENV = GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/nul
 	GPUFABRIC_PEER_TRACE_RUNS=$(PEER_TRACE_RUNS)
 .PHONY: bench-peer-traces
 bench-peer: control-plane
-	$(PEER_ENV) $(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 360m -v ./test/integration/ 2>&1 | \
+	$(PEER_ENV) $(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 360m -v ./test/integration/peer/ 2>&1 | \
 		grep -E '^(Benchmark|ok|FAIL|PASS)|_test.go:|--- '
 
 bench-peer-traces: control-plane
-	$(PEER_ENV) $(GO) test -run '^$$' -bench '^BenchmarkPeer(Fill|Churn)$$' -benchtime 1x -count 1 -timeout 180m -v ./test/integration/ 2>&1 | \
+	$(PEER_ENV) $(GO) test -run '^$$' -bench '^BenchmarkPeer(Fill|Churn)$$' -benchtime 1x -count 1 -timeout 180m -v ./test/integration/peer/ 2>&1 | \
 		grep -E '^(Benchmark|ok|FAIL|PASS)|_test.go:|--- '
 
 clean:

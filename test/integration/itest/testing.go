@@ -1,0 +1,33 @@
+package itest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Must fails the test (or benchmark) when err is set, saying what failed.
+func Must(tb testing.TB, what string, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("%s: %v", what, err)
+	}
+}
+
+// Poll waits until cond returns nil, and fails the test with its last error.
+func Poll(t *testing.T, what string, timeout time.Duration, cond func(context.Context) error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		err := cond(ctx)
+		if err == nil || ctx.Err() == nil || last == nil {
+			last = err // keep the last real answer over the deadline's
+		}
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v (last: %v)", what, err, last)
+	}
+}

@@ -1,0 +1,9 @@
+// Package peer holds the scale benchmarks of gpufabric-scheduler on a real
+// control plane with kwok nodes: side by side with kube-scheduler on the
+// same nodes (BenchmarkPeer, `make bench-peer`; the fill and churn traces
+// BenchmarkPeerFill and BenchmarkPeerChurn, `make bench-peer-traces`), with
+// the API floor of each shape, CPU profiles and per-gang timelines from the
+// scheduler's log; and alone (BenchmarkGang512, BenchmarkSmallGangs).
+// Results are in docs/benchmarks.md. Its one test, TestGangTimeline, checks
+// the timeline parser.
+package peer
