@@ -44,10 +44,14 @@ unit:
 # soak, kubectl, framework; peer's benchmarks only with -bench), in
 # parallel as go test runs packages; hack/demo's test runs the whole demo;
 # the kubeletdra module drives the plugin with the real kubelet DRA manager.
-integration: control-plane
+# The packages share the scheduler and plugin binaries of `make build`
+# (GPUFABRIC_SCHEDULER_BIN, GPUFABRIC_PLUGIN_BIN) instead of each building
+# its own.
+INTEGRATION_BIN = GPUFABRIC_SCHEDULER_BIN=$(CURDIR)/bin/scheduler GPUFABRIC_PLUGIN_BIN=$(CURDIR)/bin/kubelet-plugin
+integration: build control-plane
 	@hack/install-tools.sh helm >/dev/null
 	@hack/build-kueue.sh >/dev/null
-	export GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1); \
+	export GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) $(INTEGRATION_BIN); \
 	$(GO) test -timeout $(TEST_TIMEOUT) ./test/integration/... ./hack/demo/... && \
 	cd test/kubeletdra && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
