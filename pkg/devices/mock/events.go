@@ -96,10 +96,11 @@ type eventSet struct {
 	delivered int            // events of src delivered (or skipped)
 }
 
-// setEvents makes the server's event sets deliver the node's event faults.
-func (n *node) setEvents(s *server.Server, path string) {
+// setEvents makes the server's event sets deliver the event faults of
+// node (read again from the fabric file at path when it changes).
+func setEvents(s *server.Server, path, node string, events []eventFault) {
 	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
-		es := &eventSet{src: &eventSource{path: path, node: n.name, events: n.faults.events}, devices: s.Devices, masks: map[int]uint64{}}
+		es := &eventSet{src: &eventSource{path: path, node: node, events: events}, devices: s.Devices, masks: map[int]uint64{}}
 		if fi, err := os.Stat(path); err == nil {
 			es.src.stamp = [2]int64{fi.Size(), fi.ModTime().UnixNano()}
 		}

@@ -1,9 +1,6 @@
 package mock
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/gpufabric/gpufabric/pkg/devices"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -57,33 +54,4 @@ func applyIMEX(n *node, s faultSpec, errf errFunc) error {
 	}
 	n.faults.imex.noDriverSupport = n.faults.imex.noDriverSupport || is.NoDriverSupport
 	return nil
-}
-
-// writeProc writes the node's fake procfs: devices (with the IMEX major
-// when the driver supports IMEX), driver/nvidia/params and the IMEX daemon's
-// status.
-func (n *node) writeProc(root string) error {
-	w := &treeWriter{root: root}
-	imex := n.model.fabricCapable() && !n.faults.imex.noDriverSupport
-	var dev strings.Builder
-	dev.WriteString("Character devices:\n  1 mem\n  4 /dev/vc/0\n195 nvidia-frontend\n")
-	if imex {
-		fmt.Fprintf(&dev, "%d %s\n", IMEXMajor, devices.IMEXDeviceName)
-	}
-	dev.WriteString("508 nvidia-uvm\n510 nvidia-caps\n\nBlock devices:\n  7 loop\n259 blkext\n")
-	w.file("devices", dev.String())
-	channels := devices.DefaultIMEXChannels
-	if n.faults.imex.channels > 0 {
-		channels = n.faults.imex.channels
-	}
-	w.file("driver/nvidia-caps/mig-minors", migMinors(n.gpuCount))
-	w.file("driver/nvidia/params", fmt.Sprintf("ResmanDebugLevel: 4294967295\nImexChannelCount: %d\nCreateImexChannel0: 0\n", channels))
-	switch {
-	case n.kind != topology.DomainKindMNNVL || n.faults.imex.daemon == IMEXDaemonDown:
-	case n.faults.imex.daemon == IMEXDaemonNotReady:
-		w.file(imexStatusFile, "NOT_READY\n")
-	default:
-		w.file(imexStatusFile, devices.IMEXReady+"\n")
-	}
-	return w.err
 }

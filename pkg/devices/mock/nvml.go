@@ -37,7 +37,7 @@ func (n *node) newServer(lay layout, fabricPath string) *server.Server {
 			injectNVMLError(s, i, dev, f)
 		}
 	}
-	n.setEvents(s, fabricPath)
+	setEvents(s, fabricPath, n.name, n.faults.events)
 	return s
 }
 
