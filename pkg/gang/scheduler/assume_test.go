@@ -106,3 +106,24 @@ func TestAssumeVisible(t *testing.T) {
 		})
 	}
 }
+
+// TestAssumeInFlight: an entry in flight is never dropped by what the
+// informers show; once completed it ends by the visibility rules; a failed
+// commit's entry is dropped.
+func TestAssumeInFlight(t *testing.T) {
+	a := newAssumeCache()
+	always := func(*assumed) bool { return true }
+	a.addInFlight("ns/g", nil, nil)
+	if !a.waiting("ns/g", always) || len(a.pending(always)) != 1 {
+		t.Fatal("an entry in flight was dropped as visible")
+	}
+	a.complete("ns/g", nil)
+	if a.waiting("ns/g", always) || a.len() != 0 {
+		t.Fatal("a completed entry the informers show was kept")
+	}
+	a.addInFlight("ns/h", nil, nil)
+	a.drop("ns/h")
+	if a.len() != 0 {
+		t.Fatal("a dropped entry was kept")
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
@@ -110,18 +111,18 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("get podgroup: %w", err)
 	}
-	if pg.DeletionTimestamp != nil && s.records.get(pg.UID) == nil {
+	if pg.DeletionTimestamp != nil && s.commits.Record(pg.UID) == nil {
 		// Its pods keep it (finalizer podgroup-protection) until they are
 		// deleted; none of them is placed meanwhile.
 		s.podGroupDeleting(ctx, pg)
 		s.forget(key)
 		return s.gangDone(ctx, key)
 	}
-	if cm := s.records.get(pg.UID); cm != nil {
+	if cm := s.commits.Record(pg.UID); cm != nil {
 		// A commit of this gang is half done (a crash, or a failed undo):
 		// finish or roll it back first, then look again once the informers
 		// show it.
-		if err := s.recoverRecord(ctx, cm); err != nil {
+		if err := s.commits.RecoverRecord(ctx, cm); err != nil {
 			if !gate.Stops(err) {
 				s.queue.Park(key, cycle)
 			}
@@ -275,7 +276,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		if !s.cfg.DisablePreemption {
 			// Preemption plans on the listers, which do not show the
 			// commits in flight: let them land first.
-			s.pipe.wait()
+			s.pipe.Wait()
 		}
 		in, err := s.inputFor(a)
 		var extra string
@@ -301,14 +302,16 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	s.assumed.addInFlight(a.key, g, d)
 	s.cfg.Metrics.setAssumed(s.assumed.len())
 	if s.cfg.SerialCommits {
-		written, err := s.commit(ctx, a.pg, g, d)
-		return s.afterCommit(ctx, a, g, d, written, err)
+		txn := s.commits.Begin(a.pg, g, d)
+		err := txn.Run(ctx)
+		return s.afterCommit(ctx, a, g, d, txn.Written(), err)
 	}
 	a.async, s.handedOff = true, true
-	s.pipe.start(func() error {
+	s.pipe.Start(func() error {
 		defer s.queue.Done(a.key)
-		written, err := s.commit(ctx, a.pg, g, d)
-		err = s.afterCommit(ctx, a, g, d, written, err)
+		txn := s.commits.Begin(a.pg, g, d)
+		err := txn.Run(ctx)
+		err = s.afterCommit(ctx, a, g, d, txn.Written(), err)
 		s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds())
 		if err != nil && !gate.Stops(err) && ctx.Err() == nil {
 			logger.Error(err, "Committing a placed gang failed")
@@ -327,7 +330,7 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 	switch {
 	case gate.Stops(err):
 		return err // nothing may be undone; the entry goes with this term
-	case errors.Is(err, errConflict):
+	case errors.Is(err, commit.ErrConflict):
 		s.assumed.drop(a.key)
 		s.queue.FlushParked() // the devices it assumed are free again
 		a.result = resultConflict
@@ -354,7 +357,7 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 	}
 	s.forget(a.key)
 	s.cfg.Metrics.gangPlaced()
-	s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", placedMessage(g, d))
+	s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", commit.PlacedMessage(g, d))
 	for _, w := range d.Warnings {
 		s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventPreferenceIgnored, "Scheduling", w)
 	}
@@ -392,7 +395,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	if a.pg == nil {
 		return nil
 	}
-	return s.setCondition(ctx, a.pg, metav1.ConditionFalse, conditionReason, message)
+	return s.conditions.SetInitiallyScheduled(ctx, a.pg, metav1.ConditionFalse, conditionReason, message)
 }
 
 // forget drops a gang from the queue and from the pending metric.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"time"
@@ -63,7 +64,7 @@ func (s *Scheduler) advanceNomination(ctx context.Context, a *attempt, nm *nomin
 			return s.expire(ctx, a, nm, fmt.Sprintf("%d victim pods still running after %s", left, age.Round(time.Second)))
 		}
 		return fmt.Sprintf("preempting in %s: waiting for %d of %d victim pods to stop and %d of their claims to be freed",
-			where(rec.TopologyKey, rec.Domain), left, len(rec.Victims), claimsLeft), true, nil
+			commit.Where(rec.TopologyKey, rec.Domain), left, len(rec.Victims), claimsLeft), true, nil
 	}
 	if nm.settled.IsZero() {
 		nm.settled = time.Now()
@@ -71,7 +72,7 @@ func (s *Scheduler) advanceNomination(ctx context.Context, a *attempt, nm *nomin
 	if time.Since(nm.settled) > min(settleGrace, s.cfg.NominationTimeout) {
 		return s.expire(ctx, a, nm, "the victims are gone but the gang still does not fit")
 	}
-	return fmt.Sprintf("preempting in %s: the victims are gone, waiting for their devices to show free", where(rec.TopologyKey, rec.Domain)), true, nil
+	return fmt.Sprintf("preempting in %s: the victims are gone, waiting for their devices to show free", commit.Where(rec.TopologyKey, rec.Domain)), true, nil
 }
 
 // expire ends a nomination that did not lead to a placement in time.
@@ -111,7 +112,7 @@ func (s *Scheduler) evictNominated(ctx context.Context, a *attempt, nm *nominati
 				s.markVictimUnit(ctx, a, nm, unit)
 			}
 		}
-		err := parallel(ctx, s.cfg.CommitParallelism, len(batch), func(ctx context.Context, i int) error {
+		err := commit.Parallel(ctx, s.cfg.CommitParallelism, len(batch), func(ctx context.Context, i int) error {
 			return s.evictVictim(ctx, a, nm, batch[i])
 		})
 		if err != nil {
@@ -158,7 +159,7 @@ func (s *Scheduler) markVictimUnit(ctx context.Context, a *attempt, nm *nominati
 	}
 	msg := preemptedMessage(a, nm)
 	s.report.Event(pg, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
-	err = s.setPodGroupCondition(ctx, pg, metav1.Condition{
+	err = s.conditions.SetCondition(ctx, pg, metav1.Condition{
 		Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue, Reason: vocab.ReasonPreemptionByScheduler, Message: msg,
 	})
 	if err != nil && !errors.Is(err, gate.ErrFenced) && !errors.Is(err, gate.ErrAborted) {
@@ -168,7 +169,7 @@ func (s *Scheduler) markVictimUnit(ctx context.Context, a *attempt, nm *nominati
 
 func preemptedMessage(a *attempt, nm *nomination) string {
 	return fmt.Sprintf("%s: preempted by %s (priority %d) to make room in %s",
-		schedulerName, a.describe(), nm.rec.Priority, where(nm.rec.TopologyKey, nm.rec.Domain))
+		schedulerName, a.describe(), nm.rec.Priority, commit.Where(nm.rec.TopologyKey, nm.rec.Domain))
 }
 
 // evictVictim evicts one victim pod through the Eviction API (its
@@ -219,7 +220,7 @@ func (s *Scheduler) releaseGroupClaims(ctx context.Context, rec *nominationRecor
 		if c.Group == "" || s.groupRunning(rec, c.Group, live) {
 			continue
 		}
-		if _, err := s.releaseClaim(ctx, c.Namespace, c.Name, c.UID, map[types.UID]bool{c.Group: true}, everyAllocation); err != nil {
+		if _, err := s.commits.ReleaseClaim(ctx, c.Namespace, c.Name, c.UID, map[types.UID]bool{c.Group: true}, everyAllocation); err != nil {
 			return err
 		}
 	}
@@ -252,7 +253,7 @@ func (s *Scheduler) victimClaimsLeft(rec *nominationRecord) int {
 // nominatePods sets status.nominatedNodeName on the gang's pods, as
 // kube-scheduler does for a preemptor; best effort.
 func (s *Scheduler) nominatePods(ctx context.Context, d *placement.Decision) {
-	err := parallel(ctx, s.cfg.CommitParallelism, len(d.Pods), func(ctx context.Context, i int) error {
+	err := commit.Parallel(ctx, s.cfg.CommitParallelism, len(d.Pods), func(ctx context.Context, i int) error {
 		pp := d.Pods[i]
 		s.patchPodStatus(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pp.Namespace, Name: pp.Name}}, map[string]any{"nominatedNodeName": pp.Node})
 		return nil
@@ -272,7 +273,7 @@ func (s *Scheduler) unnominatePods(ctx context.Context, a *attempt) {
 		}
 		pods = ms.pending
 	}
-	_ = parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
+	_ = commit.Parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
 		if pods[i] != nil && pods[i].Status.NominatedNodeName != "" {
 			s.patchPodStatus(ctx, pods[i], map[string]any{"nominatedNodeName": nil})
 		}

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 )
 
 // A gang's life after it was placed, and the status of pods the scheduler
@@ -72,7 +70,7 @@ func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodG
 	if old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
 		return nil
 	}
-	if err := s.setPodGroupCondition(ctx, pg, cond); err != nil {
+	if err := s.conditions.SetCondition(ctx, pg, cond); err != nil {
 		return err
 	}
 	if old == nil || old.Status != cond.Status {
@@ -104,39 +102,6 @@ func lostMessage(running, expected, minCount int, ms *memberSet) string {
 		b.WriteString("; below minCount")
 	}
 	return b.String()
-}
-
-// setPodGroupCondition sets one condition on a PodGroup (re-read on
-// conflict); an unchanged condition is not rewritten.
-func (s *Scheduler) setPodGroupCondition(ctx context.Context, pg *schedulingv1beta1.PodGroup, cond metav1.Condition) error {
-	client := s.cfg.Client.SchedulingV1beta1().PodGroups(pg.Namespace)
-	cur := pg
-	first := true
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if !first {
-			var err error
-			if cur, err = client.Get(ctx, pg.Name, metav1.GetOptions{}); err != nil {
-				return err
-			}
-		}
-		first = false
-		if old := meta.FindStatusCondition(cur.Status.Conditions, cond.Type); old != nil &&
-			old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
-			return nil
-		}
-		if err := s.gate.Check(gate.StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
-			return err
-		}
-		next := cur.DeepCopy()
-		cond.ObservedGeneration = next.Generation
-		meta.SetStatusCondition(&next.Status.Conditions, cond)
-		_, err := client.UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: schedulerName})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("set %s on podgroup %s/%s: %w", cond.Type, pg.Namespace, pg.Name, err)
-	}
-	return nil
 }
 
 // podGroupMissing marks the waiting pods of a PodGroup that does not exist.

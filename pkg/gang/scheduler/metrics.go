@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 )
 
 // Refusal reasons of the gangs_refused_total and pending_gangs metrics.
@@ -19,13 +21,6 @@ const (
 	reasonNotReady = "waiting-for-members"
 )
 
-// Results of the recoveries_total metric.
-const (
-	RecoveryFinished   = "finished"
-	RecoveryRolledBack = "rolled-back"
-	RecoveryRejected   = "rejected"
-)
-
 // Results of attempt_duration_seconds.
 const (
 	resultPlaced        = "placed"
@@ -35,31 +30,20 @@ const (
 	resultError         = "error"
 )
 
-// Phases of commit_phase_duration_seconds.
-const (
-	phaseRecord       = "record"
-	phaseSharedClaims = "shared-claims"
-	phasePodClaims    = "pod-claims"
-	phaseBind         = "bind"
-	phaseCondition    = "condition"
-	phaseClearRecord  = "clear-record"
-)
-
 // Metrics of the scheduler. Create with NewMetrics; all methods accept a nil
 // receiver (no metrics). Every labelled series an alert may need exists
-// from the start, at zero.
+// from the start, at zero. The commit room's metrics are its own
+// (commit.Metrics), registered here with the others.
 type Metrics struct {
 	placement prometheus.Histogram
-	commit    prometheus.Histogram
 	attempts  *prometheus.HistogramVec
-	phases    *prometheus.HistogramVec
 	placed    prometheus.Counter
 	refused   *prometheus.CounterVec
 	freeGPUs  *prometheus.GaugeVec
-	recovered *prometheus.CounterVec
 	assumed   prometheus.Gauge
 	doubles   *prometheus.CounterVec
 	preempt   preemptionMetrics
+	commit    *commit.Metrics
 
 	mu sync.Mutex
 	// state reads the current term's queue and pending gangs at scrape.
@@ -85,16 +69,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	fast := prometheus.ExponentialBuckets(0.001, 2, 14) // 1 ms … 8 s
 	m := &Metrics{
 		placement: plainHistogram("placement_duration_seconds", "Time to build a snapshot and place one gang.", fast),
-		commit:    plainHistogram("commit_duration_seconds", "Time to write one gang's decision to the API.", prometheus.ExponentialBuckets(0.005, 2, 12)),
 		attempts:  histogram("attempt_duration_seconds", "Time of one scheduling attempt of a gang (snapshot, placement, commit), by result.", fast, "result"),
-		phases:    histogram("commit_phase_duration_seconds", "Time of one phase of a commit (all its writes), by phase.", fast, "phase"),
 		placed:    prometheus.NewCounter(prometheus.CounterOpts(opts("gangs_placed_total", "Gangs placed and committed."))),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("gangs_refused_total",
 			"Scheduling attempts that did not place a gang, by reason.")), []string{"reason"}),
 		freeGPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("free_gpus",
 			"GPUs per NVLink domain that no claim has allocated (committed or assumed).")), []string{"domain"}),
-		recovered: prometheus.NewCounterVec(prometheus.CounterOpts(opts("recoveries_total",
-			"Half-done commits found by recovery, by result: finished, rolled-back, or rejected (an invalid commit record, not acted on).")), []string{"result"}),
 		assumed: prometheus.NewGauge(prometheus.GaugeOpts(opts("assumed_gangs",
 			"Committed gangs whose writes the scheduler's informers do not show yet."))),
 		doubles: prometheus.NewCounterVec(prometheus.CounterOpts(opts("double_allocations_repaired_total",
@@ -103,22 +83,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{ReasonUnschedulable, ReasonSchedulerError, ReasonConflict, ReasonCommitError, ReasonUnsupported} {
 		m.refused.WithLabelValues(r)
 	}
-	for _, r := range []string{RecoveryFinished, RecoveryRolledBack, RecoveryRejected} {
-		m.recovered.WithLabelValues(r)
-	}
 	for _, a := range []string{"evicted", "released", "held"} {
 		m.doubles.WithLabelValues(a)
 	}
 	for _, r := range []string{resultPlaced, resultUnschedulable, resultNotReady, resultConflict, resultError} {
 		m.attempts.WithLabelValues(r)
 	}
-	for _, p := range []string{phaseRecord, phaseSharedClaims, phasePodClaims, phaseBind, phaseCondition, phaseClearRecord} {
-		m.phases.WithLabelValues(p)
-	}
 	m.preempt = newPreemptionMetrics(fast)
-	collectors := []prometheus.Collector{m.placement, m.commit, m.attempts, m.phases, m.placed, m.refused, m.freeGPUs,
-		m.recovered, m.assumed, m.doubles, &stateCollector{m: m}}
+	m.commit = commit.NewMetrics()
+	collectors := []prometheus.Collector{m.placement, m.attempts, m.placed, m.refused, m.freeGPUs,
+		m.assumed, m.doubles, &stateCollector{m: m}}
 	collectors = append(collectors, m.preempt.collectors()...)
+	collectors = append(collectors, m.commit.Collectors()...)
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -159,6 +135,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// commitMetrics are the commit room's metrics, nil without metrics.
+func (m *Metrics) commitMetrics() *commit.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.commit
+}
+
 // attach makes the metrics report a term's queue and pending gangs.
 func (m *Metrics) attach(state func() (map[string]int, map[string]int)) {
 	if m == nil {
@@ -175,21 +159,9 @@ func (m *Metrics) observePlacement(seconds float64) {
 	}
 }
 
-func (m *Metrics) observeCommit(seconds float64) {
-	if m != nil {
-		m.commit.Observe(seconds)
-	}
-}
-
 func (m *Metrics) observeAttempt(result string, seconds float64) {
 	if m != nil && result != "" {
 		m.attempts.WithLabelValues(result).Observe(seconds)
-	}
-}
-
-func (m *Metrics) observePhase(phase string, seconds float64) {
-	if m != nil {
-		m.phases.WithLabelValues(phase).Observe(seconds)
 	}
 }
 
@@ -213,12 +185,6 @@ func (m *Metrics) setFreeGPUs(free map[string]int) {
 	m.freeGPUs.Reset()
 	for d, n := range free {
 		m.freeGPUs.WithLabelValues(d).Set(float64(n))
-	}
-}
-
-func (m *Metrics) recovery(result string) {
-	if m != nil {
-		m.recovered.WithLabelValues(result).Inc()
 	}
 }
 

@@ -3,20 +3,20 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/gate"
-	"github.com/gpufabric/gpufabric/pkg/gang/queue"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // A nomination record says that a gang is preempting: which workloads it
@@ -30,6 +30,13 @@ const (
 	nominationVersion = 1
 	maxNominatedNodes = 10000
 )
+
+// nominationRecords is the kind of the nomination records in the record
+// store.
+var nominationRecords = commit.Kind{
+	What: "nomination record", Label: vocab.LabelNomination, Prefix: vocab.NominationPrefix,
+	CreateStep: gate.StepNominate, DeleteStep: gate.StepClearNomination, Replace: true,
+}
 
 // nominationRecord is the JSON of a nomination record.
 type nominationRecord struct {
@@ -73,17 +80,17 @@ func (r *nominationRecord) object(namespace string) (*v1.ConfigMap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode nomination record: %w", err)
 	}
-	if len(raw) > maxRecordBytes {
-		return nil, fmt.Errorf("nomination record of %d victims is %d bytes, over the limit of %d", len(r.Victims), len(raw), maxRecordBytes)
+	if len(raw) > commit.MaxRecordBytes {
+		return nil, fmt.Errorf("nomination record of %d victims is %d bytes, over the limit of %d", len(r.Victims), len(raw), commit.MaxRecordBytes)
 	}
-	return recordConfigMap(namespace, vocab.NominationName(r.UID), vocab.LabelNomination, raw), nil
+	return nominationRecords.Object(namespace, vocab.NominationName(r.UID), raw), nil
 }
 
 // decodeNomination reads and validates a nomination record: strict,
 // bounded JSON, valid names, and an object name that matches the UID.
 func decodeNomination(cm *v1.ConfigMap) (*nominationRecord, error) {
 	var r nominationRecord
-	if err := decodeStrict(cm, "nomination", &r); err != nil {
+	if err := commit.Decode(cm, "nomination", &r); err != nil {
 		return nil, err
 	}
 	if err := r.validate(); err != nil {
@@ -97,68 +104,64 @@ func decodeNomination(cm *v1.ConfigMap) (*nominationRecord, error) {
 }
 
 func (r *nominationRecord) validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var p commit.Problems
 	if r.Version != nominationVersion {
-		bad("version %d, want %d", r.Version, nominationVersion)
+		p.Addf("version %d, want %d", r.Version, nominationVersion)
 	}
-	checkKey(bad, "gang", r.Gang)
-	checkUID(bad, "uid", r.UID)
-	if len(r.Domain) > maxRecordText || len(r.TopologyKey) > maxRecordText {
-		bad("domain or key longer than %d bytes", maxRecordText)
+	checkKey(&p, "gang", r.Gang)
+	p.UID("uid", r.UID)
+	if len(r.Domain) > commit.MaxRecordText || len(r.TopologyKey) > commit.MaxRecordText {
+		p.Addf("domain or key longer than %d bytes", commit.MaxRecordText)
 	}
 	if len(r.Nodes) == 0 || len(r.Nodes) > maxNominatedNodes {
-		bad("%d nodes, want 1..%d", len(r.Nodes), maxNominatedNodes)
+		p.Addf("%d nodes, want 1..%d", len(r.Nodes), maxNominatedNodes)
 	}
 	for i, n := range r.Nodes {
-		checkName(bad, fmt.Sprintf("nodes[%d]", i), n)
+		p.Name(fmt.Sprintf("nodes[%d]", i), n)
 	}
-	if len(r.Victims) == 0 || len(r.Victims) > maxRecordPods {
-		bad("%d victims, want 1..%d", len(r.Victims), maxRecordPods)
+	if len(r.Victims) == 0 || len(r.Victims) > commit.MaxRecordPods {
+		p.Addf("%d victims, want 1..%d", len(r.Victims), commit.MaxRecordPods)
 	}
-	for i, p := range r.Victims {
-		checkNamespace(bad, fmt.Sprintf("victims[%d].ns", i), p.Namespace)
-		checkName(bad, fmt.Sprintf("victims[%d].n", i), p.Name)
-		checkUID(bad, fmt.Sprintf("victims[%d].u", i), p.UID)
-		checkKey(bad, fmt.Sprintf("victims[%d].unit", i), p.Unit)
+	for i, v := range r.Victims {
+		checkNamespace(&p, fmt.Sprintf("victims[%d].ns", i), v.Namespace)
+		p.Name(fmt.Sprintf("victims[%d].n", i), v.Name)
+		p.UID(fmt.Sprintf("victims[%d].u", i), v.UID)
+		checkKey(&p, fmt.Sprintf("victims[%d].unit", i), v.Unit)
 	}
-	if len(r.Claims) > maxRecordClaims {
-		bad("%d claims, over the limit of %d", len(r.Claims), maxRecordClaims)
+	if len(r.Claims) > commit.MaxRecordClaims {
+		p.Addf("%d claims, over the limit of %d", len(r.Claims), commit.MaxRecordClaims)
 	}
 	for i, c := range r.Claims {
-		checkNamespace(bad, fmt.Sprintf("claims[%d].ns", i), c.Namespace)
-		checkName(bad, fmt.Sprintf("claims[%d].n", i), c.Name)
-		checkUID(bad, fmt.Sprintf("claims[%d].u", i), c.UID)
+		checkNamespace(&p, fmt.Sprintf("claims[%d].ns", i), c.Namespace)
+		p.Name(fmt.Sprintf("claims[%d].n", i), c.Name)
+		p.UID(fmt.Sprintf("claims[%d].u", i), c.UID)
 		if c.Group != "" {
-			checkUID(bad, fmt.Sprintf("claims[%d].group", i), c.Group)
+			p.UID(fmt.Sprintf("claims[%d].group", i), c.Group)
 		}
 	}
 	if r.Created.IsZero() {
-		bad("no creation time")
+		p.Addf("no creation time")
 	}
-	if len(errs) > 8 {
-		errs = append(errs[:8], fmt.Errorf("and %d more", len(errs)-8))
-	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // checkKey validates a queue key: pg:<namespace>/<name> or pod:<namespace>/<name>.
-func checkKey(bad func(string, ...any), field, key string) {
+func checkKey(p *commit.Problems, field, key string) {
 	if !strings.HasPrefix(key, queue.PodGroupKeyPrefix) && !strings.HasPrefix(key, queue.PodKeyPrefix) {
-		bad("%s %q is not a gang key", field, truncate(key, 64))
+		p.Addf("%s %q is not a gang key", field, commit.Shorten(key, 64))
 		return
 	}
 	_, ns, name := queue.SplitKey(key)
-	checkNamespace(bad, field+" namespace", ns)
-	checkName(bad, field+" name", name)
+	checkNamespace(p, field+" namespace", ns)
+	p.Name(field+" name", name)
 }
 
-func checkNamespace(bad func(string, ...any), field, ns string) {
+func checkNamespace(p *commit.Problems, field, ns string) {
 	if len(ns) == 0 || len(ns) > 63 {
-		bad("%s %q is not a namespace", field, truncate(ns, 64))
+		p.Addf("%s %q is not a namespace", field, commit.Shorten(ns, 64))
 		return
 	}
-	checkName(bad, field, ns)
+	p.Name(field, ns)
 }
 
 // nomination is a live nomination: its record and when its victims were
@@ -220,14 +223,14 @@ func (n *nominationSet) len() int {
 // An invalid record is reported (event, log) and deleted: it holds no
 // nodes and evicts nothing.
 func (s *Scheduler) loadNominations(ctx context.Context) error {
-	list, err := s.listLabeled(ctx, vocab.LabelNomination, vocab.NominationPrefix)
+	list, err := s.commits.Store().List(ctx, nominationRecords)
 	if err != nil {
 		return err
 	}
 	for _, cm := range list {
 		rec, err := decodeNomination(cm)
 		if err != nil {
-			s.rejectRecord(ctx, cm, "nomination record", types.UID(strings.TrimPrefix(cm.Name, vocab.NominationPrefix)), err)
+			s.commits.Store().Reject(ctx, nominationRecords, cm, types.UID(strings.TrimPrefix(cm.Name, vocab.NominationPrefix)), err)
 			if err := s.endNomination(ctx, &nomination{rec: &nominationRecord{Gang: cm.Name}, cm: cm}); err != nil {
 				return err
 			}
@@ -239,25 +242,17 @@ func (s *Scheduler) loadNominations(ctx context.Context) error {
 	return nil
 }
 
-// createNomination writes a nomination record and remembers it.
+// createNomination writes a nomination record and remembers it. A record
+// of the gang an earlier term left (one this term did not load: it was
+// invalid) is replaced.
 func (s *Scheduler) createNomination(ctx context.Context, rec *nominationRecord) (*nomination, error) {
 	cm, err := rec.object(s.cfg.RecordNamespace)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.gate.Check(gate.StepNominate, rec.Gang); err != nil {
-		return nil, err
-	}
-	out, err := s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: schedulerName})
-	if apierrors.IsAlreadyExists(err) {
-		// A nomination of an earlier term this one did not load (it was
-		// invalid); replace it.
-		if err = s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{}); err == nil || apierrors.IsNotFound(err) {
-			out, err = s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: schedulerName})
-		}
-	}
+	out, err := s.commits.Store().Create(ctx, nominationRecords, rec.Gang, cm)
 	if err != nil {
-		return nil, fmt.Errorf("create nomination record %s/%s: %w", cm.Namespace, cm.Name, err)
+		return nil, err
 	}
 	nm := &nomination{rec: rec, cm: out}
 	s.nominations.put(nm)
@@ -267,12 +262,8 @@ func (s *Scheduler) createNomination(ctx context.Context, rec *nominationRecord)
 
 // endNomination deletes a nomination record and forgets it.
 func (s *Scheduler) endNomination(ctx context.Context, nm *nomination) error {
-	if err := s.gate.Check(gate.StepClearNomination, nm.rec.Gang); err != nil {
+	if err := s.commits.Store().Delete(ctx, nominationRecords, nm.rec.Gang, nm.cm); err != nil {
 		return err
-	}
-	err := s.cfg.Client.CoreV1().ConfigMaps(nm.cm.Namespace).Delete(ctx, nm.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &nm.cm.UID}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete nomination record %s/%s: %w", nm.cm.Namespace, nm.cm.Name, err)
 	}
 	s.nominations.remove(nm.rec.Gang)
 	s.cfg.Metrics.setNominations(s.nominations.len())

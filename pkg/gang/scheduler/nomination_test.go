@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"encoding/json"
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func validNomination() *nominationRecord {
 
 func nominationConfigMap(t testing.TB, name, raw string) *v1.ConfigMap {
 	t.Helper()
-	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{recordKey: raw}}
+	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{commit.RecordKey: raw}}
 }
 
 func TestDecodeNomination(t *testing.T) {
@@ -55,7 +56,7 @@ func TestDecodeNomination(t *testing.T) {
 		{name: "bad victim unit", object: name, raw: encode(func(r *nominationRecord) { r.Victims[0].Unit = "job" }), wantErr: "victims[0].unit"},
 		{name: "version", object: name, raw: encode(func(r *nominationRecord) { r.Version = 2 }), wantErr: "version 2"},
 		{name: "no time", object: name, raw: encode(func(r *nominationRecord) { r.Created = metav1.Time{} }), wantErr: "no creation time"},
-		{name: "too big", object: name, raw: strings.Repeat(" ", maxRecordBytes+1), wantErr: "over the limit"},
+		{name: "too big", object: name, raw: strings.Repeat(" ", commit.MaxRecordBytes+1), wantErr: "over the limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

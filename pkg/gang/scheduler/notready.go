@@ -138,7 +138,7 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 		return nil
 	}
 	s.report.Event(a.pg, v1.EventTypeNormal, vocab.ReasonWaitingForMembers, "Scheduling", msg)
-	err := s.setCondition(ctx, a.pg, metav1.ConditionFalse, vocab.ReasonWaitingForMembers, msg)
+	err := s.conditions.SetInitiallyScheduled(ctx, a.pg, metav1.ConditionFalse, vocab.ReasonWaitingForMembers, msg)
 	klog.FromContext(ctx).V(3).Info("Wrote waiting status", "members", len(a.members), "duration", time.Since(start))
 	return err
 }

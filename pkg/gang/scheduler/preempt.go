@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
@@ -132,7 +133,7 @@ func preemptionSummary(plan *preemption.Plan) string {
 		names = append(names, strings.TrimPrefix(strings.TrimPrefix(u.Key, queue.PodGroupKeyPrefix), queue.PodKeyPrefix))
 	}
 	return fmt.Sprintf("preempting %d workloads of priority %d or lower (%d pods, %d devices) to place the gang in %s: %s",
-		len(plan.Victims), plan.Cost.MaxPriority, plan.Cost.Pods, plan.Cost.Devices, where(plan.TopologyKey, plan.Domain), shortNames(names, 8))
+		len(plan.Victims), plan.Cost.MaxPriority, plan.Cost.Pods, plan.Cost.Devices, commit.Where(plan.TopologyKey, plan.Domain), shortNames(names, 8))
 }
 
 func shortNames(names []string, n int) string {
@@ -155,7 +156,7 @@ func (s *Scheduler) podGroupUID(key string) types.UID {
 // sharedClaimOf reports whether a claim is reserved for the PodGroup uid.
 func (s *Scheduler) sharedClaimOf(ns, name string, group types.UID) bool {
 	c, err := s.claims.ResourceClaims(ns).Get(name)
-	return err == nil && reservedFor(c, group)
+	return err == nil && commit.ReservedFor(c, group)
 }
 
 // endNominationOf ends the gang's nomination, if any (the gang was placed,

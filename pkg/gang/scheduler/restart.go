@@ -145,7 +145,7 @@ func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 		return true, err
 	}
 	// Same status: the boundary (lastTransitionTime) stays.
-	err = s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
+	err = s.conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
 		Reason: vocab.ReasonReplacingMembers, Message: fmt.Sprintf("%s: the old members are gone; the group is placed again, whole, when its controller recreates them", schedulerName)})
 	if err != nil {
 		return true, err
@@ -160,7 +160,7 @@ func (s *Scheduler) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup
 	if len(ms.pending) > 0 || len(ms.running) == 0 {
 		return nil
 	}
-	return s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
+	return s.conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
 		Reason: vocab.ReasonGangRestarted, Message: fmt.Sprintf("%s: the group was restarted whole and runs again", schedulerName)})
 }
 
@@ -170,7 +170,7 @@ func (s *Scheduler) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup
 // set False first, so that the boundary is this restart's.
 func (s *Scheduler) startRestart(ctx context.Context, pg *schedulingv1beta1.PodGroup, active bool, cause string) (time.Time, error) {
 	if active {
-		err := s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
+		err := s.conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
 			Reason: vocab.ReasonGangRestarted, Message: schedulerName + ": superseded by a new restart"})
 		if err != nil {
 			return time.Time{}, err
@@ -179,7 +179,7 @@ func (s *Scheduler) startRestart(ctx context.Context, pg *schedulingv1beta1.PodG
 	msg := fmt.Sprintf("%s: member %s was deleted by a taint manager and the group is disrupted only whole: evicting the other members; the group is placed again when its controller recreates them",
 		schedulerName, cause)
 	boundary := time.Now().Truncate(time.Second)
-	if err := s.setPodGroupCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
+	if err := s.conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
 		Reason: vocab.ReasonMemberDisrupted, Message: msg, LastTransitionTime: metav1.NewTime(boundary)}); err != nil {
 		return time.Time{}, err
 	}
@@ -246,7 +246,7 @@ func (s *Scheduler) releaseSharedClaims(ctx context.Context, pg *schedulingv1bet
 		if err != nil {
 			return fmt.Errorf("get shared claim: %w", err)
 		}
-		if _, err := s.releaseClaim(ctx, pg.Namespace, c.Name, c.UID, map[types.UID]bool{pg.UID: true}, everyAllocation); err != nil && !errors.Is(err, context.Canceled) {
+		if _, err := s.commits.ReleaseClaim(ctx, pg.Namespace, c.Name, c.UID, map[types.UID]bool{pg.UID: true}, everyAllocation); err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
 	}

@@ -41,11 +41,11 @@ func (s *Scheduler) newGuard(inf *informerSet) *guard.Guard {
 }
 
 // claimReleaser releases the claims the guard frees through the commit
-// protocol's releaseClaim: the consumers' reservations, then, with none
-// left, the allocation.
+// room (commit.Committer.ReleaseClaim): the consumers' reservations, then,
+// with none left, the allocation.
 type claimReleaser struct{ s *Scheduler }
 
 func (r claimReleaser) ReleaseClaim(ctx context.Context, namespace, name string, uid types.UID, consumers map[types.UID]bool) error {
-	_, err := r.s.releaseClaim(ctx, namespace, name, uid, consumers, func(*resourceapi.AllocationResult) bool { return true })
+	_, err := r.s.commits.ReleaseClaim(ctx, namespace, name, uid, consumers, func(*resourceapi.AllocationResult) bool { return true })
 	return err
 }

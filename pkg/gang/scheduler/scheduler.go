@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
@@ -36,7 +37,10 @@ type Scheduler struct {
 	cfg     Config
 	queue   queue.Interface
 	assumed *assumeCache
-	records *recordSet
+	// commits writes decisions and recovers half-done commits (set by
+	// Run); conditions writes PodGroup conditions for every room.
+	commits    *commit.Committer
+	conditions *conditions
 	// nominations: gangs preempting, and the nodes held for them.
 	nominations *nominationSet
 	// starving: how long gangs wait, and the domains held for those past
@@ -72,7 +76,7 @@ type Scheduler struct {
 	snap  *index.Snapshot
 	// pipe runs commits beside the worker; handedOff: the worker's current
 	// key went to it (the pipeline marks the key done).
-	pipe      *commitPipeline
+	pipe      *commit.Pipeline
 	handedOff bool
 	// notReadyWrites throttles the status writes of gangs not ready yet.
 	notReadyWrites writeTimes
@@ -92,12 +96,12 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg:         cfg,
 		queue:       queue.New(queue.Config{InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff, MaxUnschedulableWait: cfg.MaxUnschedulableWait}),
 		assumed:     newAssumeCache(),
-		records:     newRecordSet(),
 		nominations: newNominationSet(),
 		starving:    newStarvation(),
 	}
-	s.pipe = newCommitPipeline(cfg.CommitsInFlight, s.queue.ShutDown)
-	s.gate = &gate.Gate{Stopped: s.pipe.stopped, Fence: cfg.Fence, Hook: cfg.CommitHook}
+	s.pipe = commit.NewPipeline(cfg.CommitsInFlight, s.queue.ShutDown)
+	s.gate = &gate.Gate{Stopped: s.pipe.Stopped, Fence: cfg.Fence, Hook: cfg.CommitHook}
+	s.conditions = &conditions{client: cfg.Client, gate: s.gate}
 	return s, nil
 }
 
@@ -126,7 +130,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// showed then.
 	s.queue.Reorder()
 	logger.Info("Informers synced, recovering half-done commits")
-	if err := s.recoverAll(ctx); err != nil {
+	if err := s.commits.RecoverAll(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
 	if err := s.loadNominations(ctx); err != nil {
@@ -184,6 +188,11 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	}
 	context.AfterFunc(ctx, broadcaster.Shutdown)
 	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
+	s.commits = commit.New(commit.Config{
+		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Parallelism: s.cfg.CommitParallelism,
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.commitMetrics(), Conditions: s.conditions,
+		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, Nodes: s.nodes,
+	})
 	s.guard = s.newGuard(inf)
 	if err := s.guard.Watch(inf.claims); err != nil {
 		return err
@@ -200,15 +209,15 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 // in the pipeline while the next is placed (pipeline.go). It returns once
 // no commit is in flight.
 func (s *Scheduler) work(ctx context.Context) error {
-	defer s.pipe.wait()
+	defer s.pipe.Wait()
 	for {
-		if err := s.pipe.stopped(); err != nil {
+		if err := s.pipe.Stopped(); err != nil {
 			return err
 		}
 		key, quit := s.queue.Get()
 		if quit {
-			s.pipe.wait()
-			return s.pipe.stopped()
+			s.pipe.Wait()
+			return s.pipe.Stopped()
 		}
 		s.handedOff = false
 		err := s.scheduleKey(ctx, key)

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"sync"
 	"time"
@@ -140,15 +141,15 @@ func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, 
 		klog.FromContext(ctx).V(2).Info("Reserving a domain for a starving gang", "domain", res.Domain, "key", res.TopologyKey, "waited", waited)
 		s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventReserved, "Scheduling", fmt.Sprintf(
 			"waited %s, over the starvation bound of %s: holding %s (%d devices free, %d needed) against gangs of priority %d or lower that cannot finish before it has room",
-			waited.Round(time.Second), s.cfg.StarvationBound, where(res.TopologyKey, res.Domain), res.Free, res.Need, a.priority))
+			waited.Round(time.Second), s.cfg.StarvationBound, commit.Where(res.TopologyKey, res.Domain), res.Free, res.Need, a.priority))
 	}
 	r.shadow, r.shadowOK = preemption.Shadow(time.Now(), r.res.Need, s.freeIn(in, r.nodes), s.releasesIn(r.nodes))
 	if !r.shadowOK {
 		return fmt.Sprintf("holding %s for this gang (waited %s); what runs there declares no end, so nothing may backfill it",
-			where(r.res.TopologyKey, r.res.Domain), waited.Round(time.Second)), nil
+			commit.Where(r.res.TopologyKey, r.res.Domain), waited.Round(time.Second)), nil
 	}
 	return fmt.Sprintf("holding %s for this gang (waited %s); gangs that end by %s may backfill it",
-		where(r.res.TopologyKey, r.res.Domain), waited.Round(time.Second), r.shadow.UTC().Format(time.RFC3339)), nil
+		commit.Where(r.res.TopologyKey, r.res.Domain), waited.Round(time.Second), r.shadow.UTC().Format(time.RFC3339)), nil
 }
 
 // freeIn counts the free node-local devices of nodes in the input.

@@ -5,32 +5,42 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/gate"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
-
-	"github.com/gpufabric/gpufabric/pkg/gang/placement"
-
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
-// setCondition sets PodGroupInitiallyScheduled. Rules: an unchanged
-// condition is not rewritten; once True it never goes back to False (the
-// API calls it terminal).
-func (s *Scheduler) setCondition(ctx context.Context, pg *schedulingv1beta1.PodGroup, status metav1.ConditionStatus, reason, message string) error {
+// conditions writes PodGroup conditions, each write past the gate (re-read
+// on conflict). The loop and the commit and evict rooms write through it.
+type conditions struct {
+	client kubernetes.Interface
+	gate   *gate.Gate
+}
+
+var _ commit.Conditions = (*conditions)(nil)
+
+// SetInitiallyScheduled sets PodGroupInitiallyScheduled. Rules: an
+// unchanged condition is not rewritten; once True it never goes back to
+// False (the API calls it terminal).
+func (c *conditions) SetInitiallyScheduled(ctx context.Context, pg *schedulingv1beta1.PodGroup, status metav1.ConditionStatus, reason, message string) error {
 	cur := pg
 	first := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !first {
 			var err error
-			if cur, err = s.cfg.Client.SchedulingV1beta1().PodGroups(pg.Namespace).Get(ctx, pg.Name, metav1.GetOptions{}); err != nil {
+			if cur, err = c.client.SchedulingV1beta1().PodGroups(pg.Namespace).Get(ctx, pg.Name, metav1.GetOptions{}); err != nil {
 				return err
 			}
 		}
@@ -40,7 +50,7 @@ func (s *Scheduler) setCondition(ctx context.Context, pg *schedulingv1beta1.PodG
 			old.Status == status && old.Reason == reason && old.Message == message) {
 			return nil
 		}
-		if err := s.gate.Check(gate.StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
+		if err := c.gate.Check(gate.StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
 			return err
 		}
 		next := cur.DeepCopy()
@@ -48,11 +58,44 @@ func (s *Scheduler) setCondition(ctx context.Context, pg *schedulingv1beta1.PodG
 			Type: vocab.ConditionInitiallyScheduled, Status: status, Reason: reason,
 			Message: message, ObservedGeneration: next.Generation,
 		})
-		_, err := s.cfg.Client.SchedulingV1beta1().PodGroups(pg.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: schedulerName})
+		_, err := c.client.SchedulingV1beta1().PodGroups(pg.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: schedulerName})
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("set condition on podgroup %s/%s: %w", pg.Namespace, pg.Name, err)
+	}
+	return nil
+}
+
+// SetCondition sets one condition on a PodGroup; an unchanged condition
+// is not rewritten.
+func (c *conditions) SetCondition(ctx context.Context, pg *schedulingv1beta1.PodGroup, cond metav1.Condition) error {
+	client := c.client.SchedulingV1beta1().PodGroups(pg.Namespace)
+	cur := pg
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			var err error
+			if cur, err = client.Get(ctx, pg.Name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		first = false
+		if old := meta.FindStatusCondition(cur.Status.Conditions, cond.Type); old != nil &&
+			old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
+			return nil
+		}
+		if err := c.gate.Check(gate.StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
+			return err
+		}
+		next := cur.DeepCopy()
+		cond.ObservedGeneration = next.Generation
+		meta.SetStatusCondition(&next.Status.Conditions, cond)
+		_, err := client.UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: schedulerName})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set %s on podgroup %s/%s: %w", cond.Type, pg.Namespace, pg.Name, err)
 	}
 	return nil
 }
@@ -83,7 +126,7 @@ func (s *Scheduler) markUnschedulableUntil(ctx context.Context, a *attempt, mess
 		pods = ms.pending
 		message = fmt.Sprintf("gang %s/%s: %s", a.pg.Namespace, a.pg.Name, message)
 	}
-	err := parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
+	err := commit.Parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
 		if stop != nil && stop() {
 			return errStopWrites
 		}
@@ -133,38 +176,12 @@ func (s *Scheduler) setPodScheduled(ctx context.Context, pod *v1.Pod, reason, me
 
 // setPods sets PodScheduled=False on pods in parallel, best effort.
 func (s *Scheduler) setPods(ctx context.Context, pods []*v1.Pod, reason, message string) {
-	err := parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
+	err := commit.Parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
 		return s.setPodScheduled(ctx, pods[i], reason, message)
 	})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False", "reason", reason)
 	}
-}
-
-// where names a domain for messages: "<topology key> <domain>", or the
-// domain alone when the key is empty.
-func where(key, domain string) string {
-	if key == "" {
-		return domain
-	}
-	return key + " " + domain
-}
-
-// placedMessage says where a commit placed a gang: "placed 8 pods in <key>
-// <domain>" (with the split over lower levels when it spans several
-// domains there: "…, over 2 gpufabric.dev/nvlinkDomain domains (a: 5
-// pods, b: 3)"), or with minCount below the gang's size "placed 6 of 8 pods
-// (minCount 5) in …; the others join when there is room".
-func placedMessage(g *placement.Gang, d *placement.Decision) string {
-	at := where(d.TopologyKey, d.Domain)
-	if s := d.SpreadSummary(); s != "" {
-		at += ", " + s
-	}
-	if len(d.Pods) == len(g.Members) {
-		return fmt.Sprintf("placed %d pods in %s", len(d.Pods), at)
-	}
-	return fmt.Sprintf("placed %d of %d pods (minCount %d) in %s; the others join when there is room there",
-		len(d.Pods), len(g.Members), g.MinCount, at)
 }
 
 // markWaiting sets PodScheduled=False on the members a partial placement
@@ -174,14 +191,14 @@ func (s *Scheduler) markWaiting(ctx context.Context, a *attempt, g *placement.Ga
 	for _, pp := range d.Pods {
 		placed[pp.UID] = true
 	}
-	msg := fmt.Sprintf("gang %s: %s", g.Key(), placedMessage(g, d))
+	msg := fmt.Sprintf("gang %s: %s", g.Key(), commit.PlacedMessage(g, d))
 	var left []*v1.Pod
 	for _, m := range g.Members {
 		if !placed[m.Pod.UID] {
 			left = append(left, m.Pod)
 		}
 	}
-	err := parallel(ctx, s.cfg.CommitParallelism, len(left), func(ctx context.Context, i int) error {
+	err := commit.Parallel(ctx, s.cfg.CommitParallelism, len(left), func(ctx context.Context, i int) error {
 		return s.setPodUnschedulable(ctx, left[i], msg)
 	})
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
@@ -44,7 +44,7 @@ func floorShapes(workloads []peerWorkload) []floorShape {
 
 // peerFloor is the API floor of committing one gang of shape on this
 // apiserver: the writes gpufabric-scheduler's commit makes before the
-// gang's last pod is bound (pkg/gang/scheduler/commit.go writeAll), with
+// gang's last pod is bound (pkg/gang/commit/txn.go, Txn.writeAll), with
 // no decision to make and no informer to wait for.
 //
 // Untimed, in namespace ns: shape.pods claims and unscheduled pods (of a
@@ -195,7 +195,7 @@ func floorRecord(b *testing.B, ns string, pods []*corev1.Pod, claims []*resource
 	}
 	for j := range pods {
 		rec.Pods = append(rec.Pods, entry{Name: pods[j].Name, UID: string(pods[j].UID), Node: allocs[j].Devices.Results[0].Pool})
-		rec.Claims = append(rec.Claims, entry{Name: claims[j].Name, UID: string(claims[j].UID), Pod: pods[j].Name, Alloc: scheduler.AllocationFingerprint(allocs[j])})
+		rec.Claims = append(rec.Claims, entry{Name: claims[j].Name, UID: string(claims[j].UID), Pod: pods[j].Name, Alloc: commit.AllocationFingerprint(allocs[j])})
 	}
 	raw, err := json.Marshal(rec)
 	itest.Must(b, "encode floor record", err)

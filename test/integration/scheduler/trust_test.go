@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
@@ -194,7 +195,7 @@ func forgedRecord(pg *schedulingv1beta1.PodGroup, uids map[string]types.UID, nod
 	}
 	cl := []map[string]any{}
 	for _, c := range claims {
-		cl = append(cl, map[string]any{"n": c.Name, "u": c.UID, "pod": pg.Name + "-0", "alloc": scheduler.AllocationFingerprint(c.Status.Allocation)})
+		cl = append(cl, map[string]any{"n": c.Name, "u": c.UID, "pod": pg.Name + "-0", "alloc": commit.AllocationFingerprint(c.Status.Allocation)})
 	}
 	return map[string]any{"v": 1, "podGroup": map[string]any{"namespace": pg.Namespace, "name": pg.Name, "uid": pg.UID},
 		"domain": "dom-a", "pods": pods, "claims": cl}
@@ -224,7 +225,7 @@ func claimState(st *itest.GangState, prefix string) map[string]string {
 		if strings.HasPrefix(c.Name, prefix) {
 			a := "none"
 			if c.Status.Allocation != nil {
-				a = scheduler.AllocationFingerprint(c.Status.Allocation)
+				a = commit.AllocationFingerprint(c.Status.Allocation)
 			}
 			out[c.Name] = fmt.Sprintf("alloc=%s reservedFor=%v", a, schedReservations(c.Status.ReservedFor))
 		}

@@ -1,25 +1,26 @@
-package scheduler
+package commit
 
 import (
 	"context"
 	"errors"
-	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 )
 
-// parallel calls fn(ctx, i) for every i in [0, n) on at most workers
+// Parallel calls fn(ctx, i) for every i in [0, n) on at most workers
 // goroutines (one phase of a commit or recovery).
 //
 // After the first error no further call starts. Calls already started are
-// never abandoned: they run to completion with ctx, and parallel returns
+// never abandoned: they run to completion with ctx, and Parallel returns
 // only once every started call has returned. So when the caller undoes a
 // failed phase, no write of it is still in flight, and a "killed" scheduler
 // (gate.ErrAborted) leaves exactly the writes that got past the hook.
 //
 // It returns an error wrapping gate.ErrAborted if any call aborted (the process
 // is "dead": nothing may be undone), else the first error.
-func parallel(ctx context.Context, workers, n int, fn func(ctx context.Context, i int) error) error {
+func Parallel(ctx context.Context, workers, n int, fn func(ctx context.Context, i int) error) error {
 	workers = min(max(workers, 1), n)
 	var (
 		next    atomic.Int64

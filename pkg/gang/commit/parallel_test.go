@@ -1,14 +1,15 @@
-package scheduler
+package commit
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 )
 
 // TestParallelBoundsWorkers: never more than workers calls at once, every
@@ -16,7 +17,7 @@ import (
 func TestParallelBoundsWorkers(t *testing.T) {
 	var running, peak atomic.Int32
 	seen := make([]atomic.Int32, 100)
-	err := parallel(t.Context(), 4, len(seen), func(_ context.Context, i int) error {
+	err := Parallel(t.Context(), 4, len(seen), func(_ context.Context, i int) error {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -36,7 +37,7 @@ func TestParallelBoundsWorkers(t *testing.T) {
 			t.Errorf("index %d called %d times", i, n)
 		}
 	}
-	if err := parallel(t.Context(), 16, 0, nil); err != nil {
+	if err := Parallel(t.Context(), 16, 0, nil); err != nil {
 		t.Errorf("empty phase: %v", err)
 	}
 }
@@ -50,7 +51,7 @@ func TestParallelStopsAfterError(t *testing.T) {
 	var started, finished []int
 	var barrier sync.WaitGroup
 	barrier.Add(3)
-	err := parallel(t.Context(), 3, 50, func(_ context.Context, i int) error {
+	err := Parallel(t.Context(), 3, 50, func(_ context.Context, i int) error {
 		mu.Lock()
 		started = append(started, i)
 		mu.Unlock()
@@ -78,7 +79,7 @@ func TestParallelStopsAfterError(t *testing.T) {
 	if len(started) != 3 || fmt.Sprint(finished) != "[0]" {
 		t.Errorf("started %v, finished %v; want 3 started, the one in flight finished", started, finished)
 	}
-	err = parallel(t.Context(), 1, 10, func(_ context.Context, i int) error {
+	err = Parallel(t.Context(), 1, 10, func(_ context.Context, i int) error {
 		if i == 3 {
 			return boom
 		}

@@ -1,9 +1,8 @@
-package scheduler
+package commit
 
 import (
 	"context"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
 
@@ -16,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // finishCommit binds the record's members that are still unbound (in
@@ -27,13 +27,13 @@ import (
 // gated, its node exists, and every claim it uses (its own and the
 // PodGroup's) is allocated, reserved for it (or the PodGroup) and usable on
 // that node. Any other pod is skipped and the event says why.
-func (s *Scheduler) finishCommit(ctx context.Context, rec *commitRecord, live *liveCommit) error {
+func (c *Committer) finishCommit(ctx context.Context, rec *commitRecord, live *liveCommit) error {
 	var (
 		mu      sync.Mutex
 		skipped []string
 		bound   int
 	)
-	err := parallel(ctx, s.cfg.CommitParallelism, len(rec.Pods), func(ctx context.Context, i int) error {
+	err := Parallel(ctx, c.cfg.Parallelism, len(rec.Pods), func(ctx context.Context, i int) error {
 		p := live.members[i]
 		if p != nil && p.Spec.NodeName != "" {
 			mu.Lock()
@@ -41,9 +41,9 @@ func (s *Scheduler) finishCommit(ctx context.Context, rec *commitRecord, live *l
 			mu.Unlock()
 			return nil
 		}
-		why := s.unbindable(ctx, rec, live, i)
+		why := c.unbindable(ctx, rec, live, i)
 		if why == "" {
-			err := s.bind(ctx, p.Namespace, p.Name, p.UID, rec.Pods[i].Node)
+			err := c.bind(ctx, p.Namespace, p.Name, p.UID, rec.Pods[i].Node)
 			switch {
 			case err == nil:
 				mu.Lock()
@@ -64,22 +64,22 @@ func (s *Scheduler) finishCommit(ctx context.Context, rec *commitRecord, live *l
 	if err != nil {
 		return err
 	}
-	s.cfg.Metrics.recovery(RecoveryFinished)
-	msg := fmt.Sprintf("placed %d pods in %s (commit finished by recovery)", bound, where(rec.TopologyKey, rec.Domain))
+	c.cfg.Metrics.recovery(RecoveryFinished)
+	msg := fmt.Sprintf("placed %d pods in %s (commit finished by recovery)", bound, Where(rec.TopologyKey, rec.Domain))
 	klog.FromContext(ctx).Info("Finished a half-done commit", "podgroup", klog.KObj(live.pg), "bound", bound, "skipped", len(skipped))
 	if len(skipped) > 0 {
-		s.report.Event(live.pg, v1.EventTypeWarning, vocab.EventCommitRecovered, "Recovering",
+		c.cfg.Report.Event(live.pg, v1.EventTypeWarning, vocab.EventCommitRecovered, "Recovering",
 			fmt.Sprintf("%s; %d of %d pods not bound: %s", msg, len(skipped), len(rec.Pods), strings.Join(skipped, "; ")))
 	} else {
-		s.report.Event(live.pg, v1.EventTypeNormal, vocab.EventCommitRecovered, "Recovering", msg)
+		c.cfg.Report.Event(live.pg, v1.EventTypeNormal, vocab.EventCommitRecovered, "Recovering", msg)
 	}
-	return s.setCondition(ctx, live.pg, metav1.ConditionTrue, vocab.ReasonScheduled, msg)
+	return c.cfg.Conditions.SetInitiallyScheduled(ctx, live.pg, metav1.ConditionTrue, vocab.ReasonScheduled, msg)
 }
 
 // unbindable says why record pod i must not be bound by recovery, "" when
 // it may. Every claim the pod uses (its own and the PodGroup's) is read
 // live and must be allocated for that node and reserved for it.
-func (s *Scheduler) unbindable(ctx context.Context, rec *commitRecord, live *liveCommit, i int) string {
+func (c *Committer) unbindable(ctx context.Context, rec *commitRecord, live *liveCommit, i int) string {
 	rp := rec.Pods[i]
 	p := live.members[i]
 	switch {
@@ -92,31 +92,31 @@ func (s *Scheduler) unbindable(ctx context.Context, rec *commitRecord, live *liv
 	case len(p.Spec.SchedulingGates) > 0:
 		return "pod has scheduling gates"
 	}
-	node, err := s.nodes.Get(rp.Node)
+	node, err := c.cfg.Nodes.Get(rp.Node)
 	if err != nil {
 		return fmt.Sprintf("node %s does not exist", rp.Node)
 	}
 	group := live.pg.DeepCopy()
 	group.Spec.SchedulingPolicy.Gang = nil
 	g, err := placement.NewGang(group, []*v1.Pod{p}, func(ns, name string) (*resourceapi.ResourceClaim, error) {
-		return s.cfg.Client.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		return c.cfg.Client.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	})
 	if err != nil {
 		return fmt.Sprintf("its claims cannot be read: %v", err)
 	}
-	check := func(c *resourceapi.ResourceClaim, consumer types.UID) string {
-		if why := claimUsableOn(c, consumer, node); why != "" {
-			return fmt.Sprintf("claim %s %s", c.Name, why)
+	check := func(rc *resourceapi.ResourceClaim, consumer types.UID) string {
+		if why := claimUsableOn(rc, consumer, node); why != "" {
+			return fmt.Sprintf("claim %s %s", rc.Name, why)
 		}
 		return ""
 	}
-	for _, c := range g.SharedClaims {
-		if why := check(c, live.pg.UID); why != "" {
+	for _, rc := range g.SharedClaims {
+		if why := check(rc, live.pg.UID); why != "" {
 			return why
 		}
 	}
-	for _, c := range g.Members[0].Claims {
-		if why := check(c, p.UID); why != "" {
+	for _, rc := range g.Members[0].Claims {
+		if why := check(rc, p.UID); why != "" {
 			return why
 		}
 	}
@@ -132,7 +132,7 @@ func claimUsableOn(c *resourceapi.ResourceClaim, consumer types.UID, node *v1.No
 		return "is gone"
 	case c.Status.Allocation == nil:
 		return "is not allocated"
-	case !reservedFor(c, consumer):
+	case !ReservedFor(c, consumer):
 		return "is not reserved for it"
 	}
 	if sel := c.Status.Allocation.NodeSelector; sel != nil {

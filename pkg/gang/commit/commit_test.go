@@ -1,8 +1,8 @@
-package scheduler
+package commit
 
 import (
+	"context"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,7 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 func claim(name string, allocated bool, reservedFor ...types.UID) *resourceapi.ResourceClaim {
@@ -35,6 +37,23 @@ func claim(name string, allocated bool, reservedFor ...types.UID) *resourceapi.R
 
 func pod(name string) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+}
+
+// gatedConditions writes the InitiallyScheduled condition as the loop's
+// writer does for a commit: past the gate, then one status update.
+type gatedConditions struct {
+	client *fake.Clientset
+	gate   *gate.Gate
+}
+
+func (c gatedConditions) SetInitiallyScheduled(ctx context.Context, pg *schedulingv1beta1.PodGroup, status metav1.ConditionStatus, reason, message string) error {
+	if err := c.gate.Check(gate.StepCondition, pg.Namespace+"/"+pg.Name); err != nil {
+		return err
+	}
+	next := pg.DeepCopy()
+	next.Status.Conditions = append(next.Status.Conditions, metav1.Condition{Type: vocab.ConditionInitiallyScheduled, Status: status, Reason: reason, Message: message})
+	_, err := c.client.SchedulingV1beta1().PodGroups(pg.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	return err
 }
 
 // TestPlanWrites: shared claims first (reserved for the PodGroup), then each
@@ -106,21 +125,21 @@ func TestCommitPhases(t *testing.T) {
 		phases = append(phases, commitPhase(step, object))
 		return nil
 	}
-	s, err := New(Config{Client: client, RecordNamespace: "gpufabric-system", CommitParallelism: workers, CommitHook: hook})
-	if err != nil {
-		t.Fatal(err)
-	}
-	written, err := s.commit(t.Context(), pg, g, d)
-	if err != nil {
+	fence := &gate.Gate{Hook: hook}
+	c := New(Config{Client: client, RecordNamespace: "gpufabric-system", Parallelism: workers, Gate: fence,
+		Conditions: gatedConditions{client: client, gate: fence}})
+	txn := c.Begin(pg, g, d)
+	if err := txn.Run(t.Context()); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
+	written := txn.Written()
 	if !slices.IsSorted(phases) {
 		t.Errorf("phases out of order: %v", phases)
 	}
 	if len(written) != pods+1 {
 		t.Errorf("%d written claims reported, want %d", len(written), pods+1)
 	}
-	if s.records.get(pg.UID) != nil {
+	if c.Record(pg.UID) != nil {
 		t.Errorf("commit record still known after the commit")
 	}
 	// record, 2 shared, 2 per pod claim, a binding per pod, condition, clear, done.

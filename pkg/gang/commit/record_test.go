@@ -1,8 +1,7 @@
-package scheduler
+package commit
 
 import (
 	"encoding/json"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // validRecord is a well-formed record of PodGroup ns/pg with two members,
@@ -36,7 +36,7 @@ func validRecord() *commitRecord {
 
 func rawRecordConfigMap(t testing.TB, raw string) *v1.ConfigMap {
 	t.Helper()
-	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: vocab.RecordName("uid-pg"), Namespace: "gpufabric-system"}, Data: map[string]string{recordKey: raw}}
+	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: vocab.RecordName("uid-pg"), Namespace: "gpufabric-system"}, Data: map[string]string{RecordKey: raw}}
 }
 
 // TestRecordRoundTrip: a record written by a commit decodes to itself, with
@@ -98,7 +98,7 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"fingerprint", mutate(func(r *commitRecord) { r.Claims[0].Allocation = "all" }), `claims[0].alloc "all" is not a fingerprint`, ""},
 		{"record of another group", valid, "names podgroup UID", vocab.RecordName("uid-other")},
 		{"no record key", "", `no "record" key`, ""},
-		{"oversized", `{"v":1,"domain":"` + strings.Repeat("x", maxRecordBytes) + `"}`, "over the limit", ""},
+		{"oversized", `{"v":1,"domain":"` + strings.Repeat("x", MaxRecordBytes) + `"}`, "over the limit", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

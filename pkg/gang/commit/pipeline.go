@@ -1,4 +1,4 @@
-package scheduler
+package commit
 
 import (
 	"sync"
@@ -6,7 +6,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 )
 
-// commitPipeline runs the commits of placed gangs beside the worker, so the
+// Pipeline runs the commits of placed gangs beside the worker, so the
 // placement of the next gang does not wait for the API writes of the last
 // (docs/design/commit.md, "Pipelined commits").
 //
@@ -14,13 +14,13 @@ import (
 // its commit starts, so every later snapshot counts its devices as taken;
 // the entry leaves only after the commit and any undo returned. A gang's
 // queue key stays processing until its commit ended, so no second attempt
-// of the gang runs meanwhile. At most `slots` commits run at once: start
+// of the gang runs meanwhile. At most `slots` commits run at once: Start
 // blocks the worker for a free slot. The first commit that ends with an
 // error that stops the scheduler (a hook abort, a lost Lease) is kept:
-// every later write of every commit checks it (Scheduler.step) and fails,
-// onStop runs once (it shuts the queue, so the worker wakes), and the
-// worker returns it after wait. Safe for concurrent use.
-type commitPipeline struct {
+// every later write of every commit checks it (the gate's Stopped is
+// Stopped) and fails, onStop runs once (it shuts the queue, so the worker
+// wakes), and the worker returns it after Wait. Safe for concurrent use.
+type Pipeline struct {
 	slots  chan struct{}
 	wg     sync.WaitGroup
 	onStop func()
@@ -29,13 +29,15 @@ type commitPipeline struct {
 	stopErr error
 }
 
-func newCommitPipeline(slots int, onStop func()) *commitPipeline {
-	return &commitPipeline{slots: make(chan struct{}, max(slots, 1)), onStop: onStop}
+// NewPipeline returns a pipeline of slots commits at once (at least one);
+// onStop runs once, when the first commit stops the scheduler.
+func NewPipeline(slots int, onStop func()) *Pipeline {
+	return &Pipeline{slots: make(chan struct{}, max(slots, 1)), onStop: onStop}
 }
 
-// start runs fn in the background once a slot is free. fn's error is kept
+// Start runs fn in the background once a slot is free. fn's error is kept
 // when it stops the scheduler; any other error fn handles itself.
-func (p *commitPipeline) start(fn func() error) {
+func (p *Pipeline) Start(fn func() error) {
 	p.slots <- struct{}{}
 	p.wg.Go(func() {
 		defer func() { <-p.slots }()
@@ -45,7 +47,7 @@ func (p *commitPipeline) start(fn func() error) {
 	})
 }
 
-func (p *commitPipeline) stop(err error) {
+func (p *Pipeline) stop(err error) {
 	p.mu.Lock()
 	first := p.stopErr == nil
 	if first {
@@ -57,8 +59,8 @@ func (p *commitPipeline) stop(err error) {
 	}
 }
 
-// stopped returns the error that stopped the scheduler, or nil.
-func (p *commitPipeline) stopped() error {
+// Stopped returns the error that stopped the scheduler, or nil.
+func (p *Pipeline) Stopped() error {
 	if p == nil {
 		return nil
 	}
@@ -67,5 +69,5 @@ func (p *commitPipeline) stopped() error {
 	return p.stopErr
 }
 
-// wait returns once no commit is in flight.
-func (p *commitPipeline) wait() { p.wg.Wait() }
+// Wait returns once no commit is in flight.
+func (p *Pipeline) Wait() { p.wg.Wait() }

@@ -1,0 +1,62 @@
+// Package commit is gpufabric-scheduler's commit room: it writes a placed
+// gang's Decision to the API as a transaction (Txn), keeps the scheduler's
+// records (Store: commit records, and the evict room's nomination
+// records), and finishes or rolls back the commits a crash or a failed
+// undo left half done (recovery). The loop (pkg/gang/scheduler) builds one
+// Committer per leadership term and hands it what it needs: the client,
+// the listers, the gate, the reporter, metrics and a Conditions writer. It
+// never imports the loop.
+//
+// Files: commit.go (Committer, Config, the claim and binding writes),
+// txn.go (Txn: the write protocol and its phases, Run and Undo; messages),
+// record.go (the commit record: its JSON, validation, the records this term
+// knows), store.go (Store: create, delete, list and reject records; strict
+// decoding and validation helpers shared with nominations), recover.go
+// (recovery: roll back, release claims), finish.go (roll forward),
+// pipeline.go (commits beside the worker), parallel.go (the writers of one
+// phase), metrics.go (commit and recovery metrics).
+//
+// Rules:
+//   - A PodGroup commit writes, in phases: the commit record, the shared
+//     claims (reserved for the PodGroup), the per-pod claims (reserved for
+//     their pods), the bindings, the PodGroup condition, and deletes the
+//     record. A gang of one has no record and no condition. The writes of
+//     a phase run in parallel (Config.Parallelism); a phase starts when the
+//     previous one succeeded, so "a member is bound" implies "every claim
+//     write is done". Every claim write carries the resourceVersion the
+//     decision was made on; a conflict drops the decision (ErrConflict).
+//   - Every write passes the gate (gate.Gate.Check) right before it starts.
+//     An error that stops the scheduler (gate.Stops: a lost Lease, a crash
+//     test's hook) returns at once, once the writes already started have
+//     returned, and nothing is undone: the next leader's recovery finishes
+//     or rolls back what is left.
+//   - A failed Run is undone at once (Txn.Undo), by the recovery rules.
+//   - Records live in the scheduler's own namespace, which only its
+//     identity may write. A record is decoded strictly (no unknown fields,
+//     no trailing data, bounded) and validated before it is acted on; one
+//     that fails is reported (CommitRecordRejected) and deleted, never
+//     acted on.
+//   - Recovery runs before the first attempt of every leadership term
+//     (RecoverAll), and for one gang whenever its attempt finds its record
+//     (RecoverRecord). It decides from live reads: a PodGroup commit is
+//     finished when a member it names is bound, else rolled back; an
+//     allocation is cleared only when no reservation is left and it is the
+//     one the record's fingerprint names. Then every claim reserved for an
+//     unbound pod of ours is released. One gang's failure never stops the
+//     others.
+//   - Commits run beside the worker (Pipeline, up to CommitsInFlight); the
+//     first error that stops the scheduler is kept and every later write
+//     of every commit fails on it.
+//   - The PodGroup condition a commit writes goes through Conditions (the
+//     loop owns the condition's rules); events go through the reporter.
+//
+// The assume cache (the decisions being committed, or committed but not yet
+// shown by the informers and the placement cache) stays in the loop
+// (snapshot.go): it is part of what a snapshot is made of, its end rules
+// read the informers' listers and the placement cache, and every attempt
+// and the metrics loop read it. A commit neither reads nor writes it: the
+// loop adds the decision in flight before Run and completes or drops it
+// from Run's result (Txn.Written, ErrConflict).
+//
+// See docs/design/commit.md.
+package commit

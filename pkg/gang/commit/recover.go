@@ -1,0 +1,287 @@
+package commit
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+)
+
+// RecoverAll finishes or rolls back every half-done commit. It runs before
+// the first scheduling attempt of a leadership term, on synced informers;
+// every decision is re-checked with live reads before it writes.
+//
+// Rules: a PodGroup commit is finished when any member its record names is
+// bound, else rolled back (RecoverRecord). A record that fails validation
+// is reported on its PodGroup and removed, never acted on. Then every claim
+// reserved for an unbound pod of ours loses that reservation, and its
+// allocation when no reservation is left (a gang of one killed before its
+// binding). One group's failure is logged and retried by that gang's next
+// attempt; it never stops the recovery of the others or the term.
+func (c *Committer) RecoverAll(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	records, err := c.listRecords(ctx)
+	if err != nil {
+		return err
+	}
+	for _, cm := range records {
+		if err := c.RecoverRecord(ctx, cm); err != nil {
+			if gate.Stops(err) {
+				return err
+			}
+			logger.Error(err, "Recovering a half-done commit failed; the gang's next attempt retries", "record", klog.KObj(cm))
+		}
+	}
+	return c.releaseUnboundPods(ctx)
+}
+
+// listRecords lists the commit records live, retrying with backoff until
+// it succeeds or ctx is done: scheduling must not start before every record
+// is known.
+func (c *Committer) listRecords(ctx context.Context) ([]*v1.ConfigMap, error) {
+	out, err := c.store.List(ctx, CommitRecords)
+	for _, cm := range out {
+		c.records.put(cm)
+	}
+	return out, err
+}
+
+// liveCommit is what the API holds for the objects a record names.
+type liveCommit struct {
+	pg *schedulingv1beta1.PodGroup // nil: gone or replaced
+	// members[i] is the live pod of record pod i when it is a member of
+	// the PodGroup with the record's UID; gone[i] when no pod of that
+	// name and UID exists any more. A pod that exists but is not a member
+	// is neither: it is never touched.
+	members []*v1.Pod
+	gone    []bool
+	// claims[i] is the live claim of record claim i with the record's UID.
+	claims []*resourceapi.ResourceClaim
+}
+
+func (l *liveCommit) anyBound() bool {
+	return slices.ContainsFunc(l.members, func(p *v1.Pod) bool { return p != nil && p.Spec.NodeName != "" })
+}
+
+// RecoverRecord finishes or rolls back the commit a record describes, then
+// deletes the record. It returns an error only when the API failed (the
+// record stays and is retried).
+func (c *Committer) RecoverRecord(ctx context.Context, cm *v1.ConfigMap) error {
+	object := cm.Namespace + "/" + cm.Name
+	rec, err := decodeRecord(cm)
+	if err != nil {
+		c.store.Reject(ctx, CommitRecords, cm, recordUID(cm), err)
+		return c.deleteRecord(ctx, cm, object)
+	}
+	live, err := c.readCommit(ctx, rec)
+	if err != nil {
+		return err
+	}
+	if live.pg != nil && live.anyBound() {
+		err = c.finishCommit(ctx, rec, live)
+	} else {
+		err = c.rollBack(ctx, rec, live)
+	}
+	if err != nil {
+		return err
+	}
+	return c.deleteRecord(ctx, cm, rec.PodGroup.Namespace+"/"+rec.PodGroup.Name)
+}
+
+// readCommit reads the record's PodGroup, pods and claims live (pods and
+// claims in parallel) and keeps only what belongs to the commit.
+func (c *Committer) readCommit(ctx context.Context, rec *commitRecord) (*liveCommit, error) {
+	ns := rec.PodGroup.Namespace
+	live := &liveCommit{members: make([]*v1.Pod, len(rec.Pods)), gone: make([]bool, len(rec.Pods)), claims: make([]*resourceapi.ResourceClaim, len(rec.Claims))}
+	pg, err := c.cfg.Client.SchedulingV1beta1().PodGroups(ns).Get(ctx, rec.PodGroup.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, fmt.Errorf("get podgroup %s/%s: %w", ns, rec.PodGroup.Name, err)
+	case pg.UID == rec.PodGroup.UID:
+		live.pg = pg
+	}
+	err = Parallel(ctx, c.cfg.Parallelism, len(rec.Pods), func(ctx context.Context, i int) error {
+		p, err := c.cfg.Client.CoreV1().Pods(ns).Get(ctx, rec.Pods[i].Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			live.gone[i] = true
+		case err != nil:
+			return fmt.Errorf("get pod %s/%s: %w", ns, rec.Pods[i].Name, err)
+		case p.UID != rec.Pods[i].UID:
+			live.gone[i] = true
+		case isMember(p, live.pg):
+			live.members[i] = p
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = Parallel(ctx, c.cfg.Parallelism, len(rec.Claims), func(ctx context.Context, i int) error {
+		rc, err := c.cfg.Client.ResourceV1().ResourceClaims(ns).Get(ctx, rec.Claims[i].Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("get claim %s/%s: %w", ns, rec.Claims[i].Name, err)
+		case rc.UID == rec.Claims[i].UID:
+			live.claims[i] = rc
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return live, nil
+}
+
+// rollBack removes the commit's reservations and the allocations it made.
+// Rules: only reservations of the PodGroup and of record pods that are its
+// unbound members (or gone) are removed; an allocation is cleared only when
+// no reservation is left and it is exactly the one the record says the
+// commit wrote.
+func (c *Committer) rollBack(ctx context.Context, rec *commitRecord, live *liveCommit) error {
+	consumers := map[types.UID]bool{rec.PodGroup.UID: true}
+	for i, p := range rec.Pods {
+		if live.gone[i] || live.members[i] != nil {
+			consumers[p.UID] = true
+		}
+	}
+	var released atomic.Int32
+	err := Parallel(ctx, c.cfg.Parallelism, len(rec.Claims), func(ctx context.Context, i int) error {
+		rc := live.claims[i]
+		if rc == nil {
+			return nil
+		}
+		fp := rec.Claims[i].Allocation
+		changed, err := c.ReleaseClaim(ctx, rc.Namespace, rc.Name, rc.UID, consumers, func(a *resourceapi.AllocationResult) bool {
+			return fp != "" && AllocationFingerprint(a) == fp
+		})
+		if changed {
+			released.Add(1)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	c.cfg.Metrics.recovery(RecoveryRolledBack)
+	klog.FromContext(ctx).Info("Rolled back a half-done commit", "podgroup", klog.KRef(rec.PodGroup.Namespace, rec.PodGroup.Name), "domain", rec.Domain, "claimsReleased", released.Load())
+	if live.pg != nil {
+		c.cfg.Report.Event(live.pg, v1.EventTypeNormal, vocab.EventCommitRolledBack, "Recovering",
+			fmt.Sprintf("a half-done commit to %s was rolled back: %d of %d claims released, no pod was bound", Where(rec.TopologyKey, rec.Domain), released.Load(), len(rec.Claims)))
+	}
+	return nil
+}
+
+// ReleaseClaim removes the reservations of consumers from a claim with the
+// given UID, and its allocation when no reservation is left and clearAlloc
+// accepts it. Live read, conflict retries. It reports whether it wrote.
+func (c *Committer) ReleaseClaim(ctx context.Context, namespace, name string, uid types.UID, consumers map[types.UID]bool, clearAlloc func(*resourceapi.AllocationResult) bool) (bool, error) {
+	claims := c.cfg.Client.ResourceV1().ResourceClaims(namespace)
+	changed := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rc, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || rc.UID != uid {
+			return err
+		}
+		kept := slices.DeleteFunc(slices.Clone(rc.Status.ReservedFor), func(r resourceapi.ResourceClaimConsumerReference) bool { return consumers[r.UID] })
+		clear := len(kept) == 0 && rc.Status.Allocation != nil && clearAlloc(rc.Status.Allocation)
+		if len(kept) == len(rc.Status.ReservedFor) && !clear {
+			return nil
+		}
+		if err := c.cfg.Gate.Check(gate.StepClaimStatus, namespace+"/"+name); err != nil {
+			return err
+		}
+		rc = rc.DeepCopy()
+		rc.Status.ReservedFor = kept
+		if clear {
+			rc.Status.Allocation = nil
+		}
+		if _, err = claims.UpdateStatus(ctx, rc, metav1.UpdateOptions{FieldManager: schedulerName}); err == nil {
+			changed = true
+		}
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return changed, nil
+	}
+	if err != nil {
+		return changed, fmt.Errorf("release claim %s/%s: %w", namespace, name, err)
+	}
+	return changed, nil
+}
+
+// releasePodClaims undoes a failed commit of a gang of one: unless the pod
+// got bound, its reservations go, and the allocations the commit wrote when
+// no reservation is left.
+func (c *Committer) releasePodClaims(ctx context.Context, pod *v1.Pod, writes []claimWrite) error {
+	p, err := c.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if err == nil && p.UID == pod.UID && p.Spec.NodeName != "" {
+		return nil // the binding went through: the commit is complete
+	}
+	for _, w := range writes {
+		ours := func(a *resourceapi.AllocationResult) bool {
+			return w.alloc != nil && AllocationFingerprint(a) == AllocationFingerprint(w.alloc)
+		}
+		if _, err := c.ReleaseClaim(ctx, pod.Namespace, w.claim.Name, w.claim.UID, map[types.UID]bool{pod.UID: true}, ours); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseUnboundPods drops the reservations of claims held for unbound pods
+// of ours: no commit of ours is in flight while it runs. Only this
+// scheduler reserves claims for pods with its schedulerName. A claim that
+// fails is logged and left for the next term.
+func (c *Committer) releaseUnboundPods(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	claims, err := c.cfg.Claims.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list claims: %w", err)
+	}
+	anyAlloc := func(*resourceapi.AllocationResult) bool { return true }
+	for _, rc := range claims {
+		if rc.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range rc.Status.ReservedFor {
+			if r.APIGroup != "" || r.Resource != "pods" {
+				continue
+			}
+			if p, err := c.cfg.Pods.Pods(rc.Namespace).Get(r.Name); err != nil || p.UID != r.UID || !podstate.Ours(p) || p.Spec.NodeName != "" {
+				continue
+			}
+			live, err := c.cfg.Client.CoreV1().Pods(rc.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+			if err != nil || live.UID != r.UID || live.Spec.NodeName != "" {
+				continue // gone (kube-controller-manager cleans up) or bound
+			}
+			logger.Info("Releasing claim reserved for an unbound pod", "claim", klog.KObj(rc), "pod", klog.KObj(live))
+			if _, err := c.ReleaseClaim(ctx, rc.Namespace, rc.Name, rc.UID, map[types.UID]bool{r.UID: true}, anyAlloc); err != nil {
+				if gate.Stops(err) {
+					return err
+				}
+				logger.Error(err, "Releasing a claim of an unbound pod failed", "claim", klog.KObj(rc))
+			}
+		}
+	}
+	return nil
+}

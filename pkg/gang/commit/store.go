@@ -1,0 +1,228 @@
+package commit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+)
+
+// The scheduler's records (commit records, nomination records) are
+// ConfigMaps of its own namespace (Config.RecordNamespace) that only its
+// identity may write (RBAC, and the chart's admission policy refuses
+// everyone else), so no tenant can steer what it does with them. Each holds
+// one JSON document under RecordKey; the bounds below keep every record
+// under the apiserver's 1 MiB per object.
+const (
+	// RecordKey is the ConfigMap data key holding a record's JSON.
+	RecordKey = "record"
+	// MaxRecordBytes bounds a record's JSON.
+	MaxRecordBytes = 900 << 10
+	// MaxRecordPods bounds the pods a record names.
+	MaxRecordPods = 10000
+	// MaxRecordClaims bounds the claims a record names.
+	MaxRecordClaims = 4 + 32*MaxRecordPods
+	// MaxRecordText bounds a record's free text (a domain, a topology key).
+	MaxRecordText = 256
+)
+
+// Kind is one kind of record: its name in errors and events, its label and
+// name prefix, and the gate steps of its writes.
+type Kind struct {
+	// What names the kind: "commit record".
+	What   string
+	Label  string
+	Prefix string
+	// CreateStep and DeleteStep are checked at the gate before the writes.
+	CreateStep, DeleteStep gate.Step
+	// Replace: a create that finds a record of the same name (one an
+	// earlier term left and this one did not load) deletes it and creates
+	// again, instead of failing.
+	Replace bool
+}
+
+// CommitRecords is the kind of the commit records (record.go).
+var CommitRecords = Kind{
+	What: "commit record", Label: vocab.LabelCommitRecord, Prefix: vocab.RecordPrefix,
+	CreateStep: gate.StepRecord, DeleteStep: gate.StepClearRecord,
+}
+
+// Object is the scheduler-owned ConfigMap of this kind holding one record,
+// raw, under RecordKey.
+func (k Kind) Object(namespace, name string, raw []byte) *v1.ConfigMap {
+	return &v1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace,
+			Name:      name,
+			Labels:    map[string]string{k.Label: "true", "app.kubernetes.io/managed-by": schedulerName},
+		},
+		Data: map[string]string{RecordKey: string(raw)},
+	}
+}
+
+// Store writes, lists and rejects the scheduler's records. Every write
+// passes the gate first. Safe for concurrent use.
+type Store struct {
+	cfg Config
+}
+
+func newStore(cfg Config) *Store { return &Store{cfg: cfg} }
+
+// Namespace is the namespace the records live in.
+func (s *Store) Namespace() string { return s.cfg.RecordNamespace }
+
+// Create writes a record of kind k (object names what it is about, for the
+// gate) and returns it as created.
+func (s *Store) Create(ctx context.Context, k Kind, object string, cm *v1.ConfigMap) (*v1.ConfigMap, error) {
+	if err := s.cfg.Gate.Check(k.CreateStep, object); err != nil {
+		return nil, err
+	}
+	cms := s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace)
+	out, err := cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: schedulerName})
+	if k.Replace && apierrors.IsAlreadyExists(err) {
+		if err = cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err == nil || apierrors.IsNotFound(err) {
+			out, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: schedulerName})
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create %s %s/%s: %w", k.What, cm.Namespace, cm.Name, err)
+	}
+	return out, nil
+}
+
+// Delete removes a record of kind k. The delete carries the record's UID;
+// a record already gone (or replaced) is fine.
+func (s *Store) Delete(ctx context.Context, k Kind, object string, cm *v1.ConfigMap) error {
+	if err := s.cfg.Gate.Check(k.DeleteStep, object); err != nil {
+		return err
+	}
+	err := s.cfg.Client.CoreV1().ConfigMaps(cm.Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete %s %s/%s: %w", k.What, cm.Namespace, cm.Name, err)
+	}
+	return nil
+}
+
+// List lists the records of kind k live (label and name prefix), retrying
+// with backoff until it succeeds or ctx is done: scheduling must not start
+// before every record is known.
+func (s *Store) List(ctx context.Context, k Kind) ([]*v1.ConfigMap, error) {
+	sel := labels.Set{k.Label: "true"}.String()
+	delay := 100 * time.Millisecond
+	for {
+		list, err := s.cfg.Client.CoreV1().ConfigMaps(s.cfg.RecordNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err == nil {
+			out := make([]*v1.ConfigMap, 0, len(list.Items))
+			for i := range list.Items {
+				if cm := &list.Items[i]; strings.HasPrefix(cm.Name, k.Prefix) {
+					out = append(out, cm)
+				}
+			}
+			return out, nil
+		}
+		klog.FromContext(ctx).Error(err, "Listing records, retrying", "label", k.Label, "namespace", s.cfg.RecordNamespace, "delay", delay)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list %s records: %w", k.Label, context.Cause(ctx))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// Reject reports a record that cannot be trusted (before it is deleted
+// without being acted on): an event on the PodGroup with uid when there is
+// one, else on the record.
+func (s *Store) Reject(ctx context.Context, k Kind, cm *v1.ConfigMap, uid types.UID, err error) {
+	s.cfg.Metrics.recovery(RecoveryRejected)
+	klog.FromContext(ctx).Error(err, "Rejecting an invalid record; nothing is done with it",
+		"kind", k.What, "record", klog.KObj(cm), "content", Shorten(cm.Data[RecordKey], 2048))
+	note := fmt.Sprintf("%s %s/%s rejected and removed, nothing was done with it: %v", k.What, cm.Namespace, cm.Name, err)
+	if s.cfg.PodGroups != nil {
+		if pgs, lerr := s.cfg.PodGroups.List(labels.Everything()); lerr == nil {
+			for _, pg := range pgs {
+				if pg.UID == uid {
+					s.cfg.Report.Event(pg, v1.EventTypeWarning, vocab.EventCommitRecordRejected, "Recovering", note)
+					return
+				}
+			}
+		}
+	}
+	s.cfg.Report.Event(cm, v1.EventTypeWarning, vocab.EventCommitRecordRejected, "Recovering", note)
+}
+
+// Decode decodes the record of a ConfigMap into v: the key must be there,
+// at most MaxRecordBytes, strict JSON (no unknown fields, no trailing
+// data). what names the record in errors ("parse <what>").
+func Decode(cm *v1.ConfigMap, what string, v any) error {
+	raw, ok := cm.Data[RecordKey]
+	if !ok {
+		return fmt.Errorf("no %q key", RecordKey)
+	}
+	if len(raw) > MaxRecordBytes {
+		return fmt.Errorf("record is %d bytes, over the limit of %d", len(raw), MaxRecordBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("parse %s: %w", what, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("parse %s: trailing data", what)
+	}
+	return nil
+}
+
+// Problems collects what is wrong with a decoded record while it is
+// validated; Err names the first eight.
+type Problems []error
+
+// Addf adds a problem.
+func (p *Problems) Addf(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
+
+// Name adds a problem unless name is a valid Kubernetes object name (a DNS
+// subdomain).
+func (p *Problems) Name(field, name string) {
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		p.Addf("%s %q: %s", field, Shorten(name, 64), strings.Join(msgs, "; "))
+	}
+}
+
+// UID adds a problem unless uid looks like a UID.
+func (p *Problems) UID(field string, uid types.UID) {
+	if uid == "" || len(uid) > 128 || strings.ContainsAny(string(uid), "/\x00") {
+		p.Addf("%s %q is not a UID", field, Shorten(string(uid), 64))
+	}
+}
+
+// Err joins the problems (the first eight, and how many more), nil for
+// none.
+func (p Problems) Err() error {
+	errs := []error(p)
+	if len(errs) > 8 {
+		errs = append(errs[:8], fmt.Errorf("and %d more", len(errs)-8))
+	}
+	return errors.Join(errs...)
+}
+
+// Shorten cuts s to n bytes followed by "..." for logs and errors.
+func Shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
