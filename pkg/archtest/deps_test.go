@@ -41,8 +41,10 @@ var rules = []struct {
 	{"pkg/gang/guard", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
 	{"pkg/gang/preemption", []string{"pkg/topology", "pkg/gang/placement"}},
 	{"pkg/gang/commit", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate"}},
+	{"pkg/gang/evict", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate",
+		"pkg/gang/preemption", "pkg/gang/commit"}},
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
-		"pkg/gang/commit"}},
+		"pkg/gang/commit", "pkg/gang/evict"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab"}},
 }

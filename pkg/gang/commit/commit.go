@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -80,6 +81,12 @@ func (c *Committer) Store() *Store { return c.store }
 // this term knows of none: a commit of that gang may be half done while
 // there is one.
 func (c *Committer) Record(uid types.UID) *v1.ConfigMap { return c.records.get(uid) }
+
+// Begin plans the commit of decision d for gang g (pg nil for a gang of
+// one); nothing is written before Run.
+func (c *Committer) Begin(pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.Decision) *Txn {
+	return &Txn{c: c, pg: pg, gang: g, d: d, writes: planWrites(pg, g, d), written: map[types.UID]string{}}
+}
 
 // createRecord writes the commit record of a PodGroup commit.
 func (c *Committer) createRecord(ctx context.Context, rec *commitRecord) (*v1.ConfigMap, error) {

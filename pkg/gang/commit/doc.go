@@ -7,14 +7,15 @@
 // the listers, the gate, the reporter, metrics and a Conditions writer. It
 // never imports the loop.
 //
-// Files: commit.go (Committer, Config, the claim and binding writes),
-// txn.go (Txn: the write protocol and its phases, Run and Undo; messages),
-// record.go (the commit record: its JSON, validation, the records this term
-// knows), store.go (Store: create, delete, list and reject records; strict
-// decoding and validation helpers shared with nominations), recover.go
-// (recovery: roll back, release claims), finish.go (roll forward),
-// pipeline.go (commits beside the worker), parallel.go (the writers of one
-// phase), metrics.go (commit and recovery metrics).
+// Files: commit.go (Committer, Config, Begin, the record, claim and binding
+// writes), txn.go (Txn: the write protocol and its phases, Run and Undo;
+// messages), record.go (the commit record: its JSON, validation, the
+// records this term knows), store.go (Store: create, delete, list and
+// reject records; strict decoding and validation helpers shared with
+// nominations), recover.go (recovery: roll back, release claims),
+// finish.go (roll forward), pipeline.go (commits beside the worker),
+// parallel.go (the writers of one phase), metrics.go (commit and recovery
+// metrics).
 //
 // Rules:
 //   - A PodGroup commit writes, in phases: the commit record, the shared

@@ -94,12 +94,6 @@ type Txn struct {
 	written map[types.UID]string
 }
 
-// Begin plans the commit of decision d for gang g (pg nil for a gang of
-// one); nothing is written before Run.
-func (c *Committer) Begin(pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.Decision) *Txn {
-	return &Txn{c: c, pg: pg, gang: g, d: d, writes: planWrites(pg, g, d), written: map[types.UID]string{}}
-}
-
 func (t *Txn) wrote(claim *resourceapi.ResourceClaim) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

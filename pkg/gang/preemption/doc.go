@@ -1,8 +1,9 @@
 // Package preemption chooses what to evict so that a gang of higher
 // priority fits inside one fabric domain, and which domain a gang that has
-// waited too long may reserve. It is pure like the placement engine it
-// builds on: snapshot input in, plan out, no client-go; the scheduler
-// (pkg/gang/scheduler) gathers the input, evicts and reserves.
+// waited too long may reserve, and resolves priorities (priority.go) as
+// kube-scheduler does. It is pure like the placement engine it builds on:
+// snapshot input in, plan out, no client-go; the scheduler's evict room
+// (pkg/gang/evict) gathers the input, evicts and reserves.
 //
 // Rules of a plan (docs/design/preemption.md):
 //   - a victim is a Unit: a whole PodGroup whose disruptionMode is All, or

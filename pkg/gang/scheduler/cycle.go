@@ -22,6 +22,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 )
 
@@ -46,22 +47,6 @@ type attempt struct {
 	// short in the one with the most (devicesShort): it is parked with
 	// queue.parkDevicesShort. 0 otherwise.
 	short int
-}
-
-// uid is the UID of the PodGroup, or of the pod of a gang of one.
-func (a *attempt) uid() types.UID {
-	if a.pg != nil {
-		return a.pg.UID
-	}
-	return a.pod.UID
-}
-
-// describe names the gang for messages: "PodGroup ns/name" or "pod ns/name".
-func (a *attempt) describe() string {
-	if a.pg != nil {
-		return "PodGroup " + a.pg.Namespace + "/" + a.pg.Name
-	}
-	return "pod " + a.pod.Namespace + "/" + a.pod.Name
 }
 
 // about is the object events and conditions are about.
@@ -90,7 +75,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		}
 		if apierrors.IsNotFound(err) || err == nil && !podstate.Pending(pod) {
 			s.forget(key)
-			return s.gangDone(ctx, key)
+			return s.evict.GangDone(ctx, key)
 		}
 		if err != nil {
 			return fmt.Errorf("get pod: %w", err)
@@ -99,14 +84,14 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		if err == nil {
 			err = s.pinVolumes(g)
 		}
-		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, priority: podPriority(pod), members: []*v1.Pod{pod}}
+		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, priority: preemption.PodPriority(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		s.podGroupMissing(ctx, ns, name)
 		s.forget(key)
-		return s.gangDone(ctx, key)
+		return s.evict.GangDone(ctx, key)
 	}
 	if err != nil {
 		return fmt.Errorf("get podgroup: %w", err)
@@ -116,7 +101,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		// deleted; none of them is placed meanwhile.
 		s.podGroupDeleting(ctx, pg)
 		s.forget(key)
-		return s.gangDone(ctx, key)
+		return s.evict.GangDone(ctx, key)
 	}
 	if cm := s.commits.Record(pg.UID); cm != nil {
 		// A commit of this gang is half done (a crash, or a failed undo):
@@ -145,7 +130,11 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		}
 		klog.FromContext(ctx).Error(err, "Updating the members-lost condition", "podgroup", klog.KObj(pg))
 	}
-	if restarting, err := s.restartGang(ctx, pg, ms); err != nil || restarting {
+	restarting, replaced, err := s.restarts.RestartGang(ctx, pg, len(ms.pending), len(ms.running))
+	if replaced {
+		forgetOld(ms)
+	}
+	if err != nil || restarting {
 		if err == nil || !gate.Stops(err) {
 			s.queue.RetryAfter(key, time.Second)
 		}
@@ -159,7 +148,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	}
 	if len(ms.pending) == 0 {
 		s.forget(key)
-		return s.gangDone(ctx, key)
+		return s.evict.GangDone(ctx, key)
 	}
 	group := pg
 	if ms.anyBound {
@@ -174,7 +163,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	} else if errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0 {
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
 	}
-	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, priority: podGroupPriority(pg, ms.pending), members: ms.pending}
+	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, priority: preemption.PodGroupPriority(pg, ms.pending), members: ms.pending}
 	return s.place(ctx, a, g, err)
 }
 
@@ -233,6 +222,14 @@ func (s *Scheduler) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) 
 	return ms, nil
 }
 
+// forgetOld drops from ms what a whole-gang restart left behind once no
+// old member runs (evict.Restarter): finished or failed old members no
+// longer make the new members late ones.
+func forgetOld(ms *memberSet) {
+	ms.anyBound = len(ms.running) > 0
+	ms.lost = nil
+}
+
 // place places a built gang and commits or reports the result.
 func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, buildErr error) error {
 	begin := time.Now()
@@ -268,7 +265,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	case err != nil:
 		return s.refuse(ctx, a, ReasonSchedulerError, vocab.ReasonSchedulerError, err.Error())
 	case u != nil:
-		if len(s.heldNodes(a)) == 0 {
+		if len(s.evict.Held(a.preemptor())) == 0 {
 			// Held nodes come back without a claim's event.
 			a.short = devicesShort(g, u)
 		}
@@ -281,7 +278,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		in, err := s.inputFor(a)
 		var extra string
 		if err == nil {
-			extra, err = s.afterRefusal(ctx, a, g, in, a.members)
+			extra, err = s.evict.AfterRefusal(ctx, a.preemptor(), g, in)
 		}
 		if gate.Stops(err) {
 			return err
@@ -350,7 +347,7 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 	}
 	s.assumed.complete(a.key, written)
 	a.result = resultPlaced
-	if err := s.gangDone(ctx, a.key); gate.Stops(err) {
+	if err := s.evict.GangDone(ctx, a.key); gate.Stops(err) {
 		return err
 	} else if err != nil {
 		logger.Error(err, "Ending the gang's nomination")
@@ -382,7 +379,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	switch {
 	case metricReason == ReasonSchedulerError:
 		backoff = s.queue.ParkError(a.key, a.cycle)
-	case s.nominations.get(a.key) != nil:
+	case s.evict.Nominated(a.key):
 		backoff = s.queue.ParkShort(a.key, a.cycle) // its victims are going
 	case a.short > 0:
 		backoff = s.queue.ParkDevicesShort(a.key, a.cycle, a.short)

@@ -1,12 +1,15 @@
 // Package scheduler is gpufabric-scheduler's control loop around the pure
-// placement engine (pkg/gang/placement): informers, snapshots and the
-// assume cache, status conditions, events, metrics and leader election.
+// placement engine (pkg/gang/placement): one scheduling attempt is
+// informers → queue → snapshot → placement → commit or evict, then the
+// gang's status. The loop owns the informers, snapshots and the assume
+// cache, status conditions, events, metrics and leader election.
 //
 // The loop wires rooms that never import it: pkg/gang/queue (the queue
 // of gangs: active, backoff, parked; gang keys), pkg/gang/commit (the
 // commit protocol, the records, recovery, pipelined commits),
-// pkg/gang/guard (the double-allocation guard and device holds, a
-// controller with its own goroutines) and pkg/gang/podstate (the pod
+// pkg/gang/evict (preemption, nominations, reservations, whole-gang
+// restarts), pkg/gang/guard (the double-allocation guard and device holds,
+// a controller with its own goroutines) and pkg/gang/podstate (the pod
 // predicates every room shares). The loop computes a gang's rank for the
 // queue (priority.go), feeds it informer events (informers.go), and hands
 // the other rooms their listers, the gate, the reporter, the metrics and
@@ -15,17 +18,22 @@
 // Rules:
 //   - One worker places one gang at a time; every attempt places the gang
 //     on a snapshot of the informers, brought up to date by the placement
-//     cache from their events (docs/design/snapshot-cache.md), plus the
+//     cache from their events (docs/design/snapshot-cache.md), less the
+//     nodes other gangs hold against it (evict.Evictor.Held), plus the
 //     decisions being committed or committed but not yet visible in both
 //     the informers and the cache (the assume cache), so two gangs never
 //     get the same device. Commits run beside the worker (commit.Pipeline,
 //     up to CommitsInFlight); a gang's key stays processing until its
 //     commit ended.
 //   - A decision is committed by the commit room (commit.Txn); an attempt
-//     for a gang with a commit record recovers it first. Recovery runs
-//     before the first attempt of every leadership term.
+//     for a gang with a commit record recovers it first. Recovery, then the
+//     nomination records, are read before the first attempt of every
+//     leadership term.
+//   - A refused gang that may preempt waits for the commits in flight to
+//     land (preemption plans on the listers), then the evict room advances
+//     or starts its preemption, or reserves a domain for it.
 //   - Nothing here is global: metrics go to the registry in Config, clients
 //     and informers are per Scheduler.
 //
-// See docs/design/commit.md.
+// See docs/design/commit.md and docs/design/preemption.md.
 package scheduler

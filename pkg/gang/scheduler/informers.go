@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 )
@@ -55,7 +56,7 @@ type informerSet struct {
 	templates cache.SharedIndexInformer
 	pdbs      cache.SharedIndexInformer
 	// disrupted: members a taint manager deleted, by gang key.
-	disrupted disruptionLog
+	disrupted evict.Disruptions
 	// capacityEvents counts the events that can change free devices
 	// (slices, claims, nodes), so idle loops can skip their work.
 	capacityEvents atomic.Uint64
@@ -266,9 +267,9 @@ func (s *informerSet) nodeDeleted(q queue.Events, obj any) {
 }
 
 // noteDisruption remembers a member deleted by a taint manager and queues
-// its gang (restart.go).
+// its gang (evict.Restarter).
 func (s *informerSet) noteDisruption(q queue.Events, obj any) {
-	if p, ok := tombstone[*v1.Pod](obj); ok && s.disrupted.note(p) {
+	if p, ok := tombstone[*v1.Pod](obj); ok && s.disrupted.Note(p) {
 		q.Add(queue.KeyOf(p))
 	}
 }

@@ -122,3 +122,22 @@ func nextKey(q queue.Interface, d time.Duration) string {
 		return ""
 	}
 }
+
+// TestTrimObject: informer objects lose their managedFields and keep the
+// rest (annotations, status).
+func TestTrimObject(t *testing.T) {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"a": "b"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning}}
+	out, err := trimObject(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*v1.Pod)
+	if got.ManagedFields != nil || got.Annotations["a"] != "b" || got.Status.Phase != v1.PodRunning {
+		t.Errorf("trimmed pod %+v", got.ObjectMeta)
+	}
+	if _, err := trimObject("not an object"); err != nil {
+		t.Errorf("a non-object: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
+	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 )
 
 // Refusal reasons of the gangs_refused_total and pending_gangs metrics.
@@ -32,8 +33,8 @@ const (
 
 // Metrics of the scheduler. Create with NewMetrics; all methods accept a nil
 // receiver (no metrics). Every labelled series an alert may need exists
-// from the start, at zero. The commit room's metrics are its own
-// (commit.Metrics), registered here with the others.
+// from the start, at zero. The commit and evict rooms' metrics are their
+// own (commit.Metrics, evict.Metrics), registered here with the others.
 type Metrics struct {
 	placement prometheus.Histogram
 	attempts  *prometheus.HistogramVec
@@ -42,7 +43,7 @@ type Metrics struct {
 	freeGPUs  *prometheus.GaugeVec
 	assumed   prometheus.Gauge
 	doubles   *prometheus.CounterVec
-	preempt   preemptionMetrics
+	preempt   *evict.Metrics
 	commit    *commit.Metrics
 
 	mu sync.Mutex
@@ -89,11 +90,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{resultPlaced, resultUnschedulable, resultNotReady, resultConflict, resultError} {
 		m.attempts.WithLabelValues(r)
 	}
-	m.preempt = newPreemptionMetrics(fast)
+	m.preempt = evict.NewMetrics(fast)
 	m.commit = commit.NewMetrics()
 	collectors := []prometheus.Collector{m.placement, m.attempts, m.placed, m.refused, m.freeGPUs,
 		m.assumed, m.doubles, &stateCollector{m: m}}
-	collectors = append(collectors, m.preempt.collectors()...)
+	collectors = append(collectors, m.preempt.Collectors()...)
 	collectors = append(collectors, m.commit.Collectors()...)
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -141,6 +142,14 @@ func (m *Metrics) commitMetrics() *commit.Metrics {
 		return nil
 	}
 	return m.commit
+}
+
+// evictMetrics are the evict room's metrics, nil without metrics.
+func (m *Metrics) evictMetrics() *evict.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.preempt
 }
 
 // attach makes the metrics report a term's queue and pending gangs.

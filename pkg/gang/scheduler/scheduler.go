@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
+	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
@@ -37,15 +38,15 @@ type Scheduler struct {
 	cfg     Config
 	queue   queue.Interface
 	assumed *assumeCache
-	// commits writes decisions and recovers half-done commits (set by
-	// Run); conditions writes PodGroup conditions for every room.
+	// The rooms of one term (set by Run, rooms.go): commits writes
+	// decisions and recovers half-done commits; evict carries preemptions
+	// out and holds room for gangs (nominations, reservations); restarts
+	// restarts gangs disrupted only whole. conditions writes PodGroup
+	// conditions for the loop and the rooms.
 	commits    *commit.Committer
+	evict      *evict.Evictor
+	restarts   *evict.Restarter
 	conditions *conditions
-	// nominations: gangs preempting, and the nodes held for them.
-	nominations *nominationSet
-	// starving: how long gangs wait, and the domains held for those past
-	// Config.StarvationBound.
-	starving *starvation
 	// guard repairs double allocations and holds forgotten devices
 	// (rooms.go); set by Run.
 	guard   *guard.Guard
@@ -93,11 +94,9 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	cfg.Placement.Index.Tree = cfg.Tree
 	s := &Scheduler{
-		cfg:         cfg,
-		queue:       queue.New(queue.Config{InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff, MaxUnschedulableWait: cfg.MaxUnschedulableWait}),
-		assumed:     newAssumeCache(),
-		nominations: newNominationSet(),
-		starving:    newStarvation(),
+		cfg:     cfg,
+		queue:   queue.New(queue.Config{InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff, MaxUnschedulableWait: cfg.MaxUnschedulableWait}),
+		assumed: newAssumeCache(),
 	}
 	s.pipe = commit.NewPipeline(cfg.CommitsInFlight, s.queue.ShutDown)
 	s.gate = &gate.Gate{Stopped: s.pipe.Stopped, Fence: cfg.Fence, Hook: cfg.CommitHook}
@@ -133,11 +132,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if err := s.commits.RecoverAll(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	if err := s.loadNominations(ctx); err != nil {
+	nominated, err := s.evict.Load(ctx)
+	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	for _, nm := range s.nominations.all() {
-		s.queue.Add(nm.rec.Gang) // carried on (or ended) by its gang's next attempt
+	for _, key := range nominated {
+		s.queue.Add(key) // carried on (or ended) by its gang's next attempt
 	}
 	s.warm(ctx)
 	if s.cfg.OnRecovered != nil {
@@ -146,7 +146,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.cfg.Metrics.attach(func() (map[string]int, map[string]int) { return s.queue.Counts(), s.pending.counts() })
 	go s.metricsLoop(ctx)
 	go s.guard.Run(ctx)
-	go s.sweepNominations(ctx, 2*time.Second)
+	go s.evict.Run(ctx)
 	go func() {
 		<-ctx.Done()
 		s.queue.ShutDown()
@@ -188,11 +188,7 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	}
 	context.AfterFunc(ctx, broadcaster.Shutdown)
 	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
-	s.commits = commit.New(commit.Config{
-		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Parallelism: s.cfg.CommitParallelism,
-		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.commitMetrics(), Conditions: s.conditions,
-		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, Nodes: s.nodes,
-	})
+	s.wireRooms()
 	s.guard = s.newGuard(inf)
 	if err := s.guard.Watch(inf.claims); err != nil {
 		return err

@@ -189,7 +189,7 @@ func (s *Scheduler) snapshotInput() (index.SnapshotInput, error) {
 // date (no work in proportion to the cluster); with them, one built from
 // the listers.
 func (s *Scheduler) snapshot(ctx context.Context, a *attempt) (*index.Snapshot, error) {
-	held := s.heldNodes(a)
+	held := s.evict.Held(a.preemptor())
 	if len(held) == 0 && s.cache != nil {
 		snap, err := s.cache.Update(ctx, s.snap)
 		if err != nil {
@@ -212,7 +212,7 @@ func (s *Scheduler) inputFor(a *attempt) (index.SnapshotInput, error) {
 	if err != nil {
 		return in, err
 	}
-	return preemption.WithoutNodes(in, s.heldNodes(a)), nil
+	return preemption.WithoutNodes(in, s.evict.Held(a.preemptor())), nil
 }
 
 func (s *Scheduler) snapshotOf(ctx context.Context, in index.SnapshotInput) (*index.Snapshot, error) {

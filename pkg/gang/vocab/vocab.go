@@ -1,9 +1,10 @@
 // Package vocab is the one vocabulary of what gpufabric-scheduler writes to
 // the API: PodGroup condition types and reasons, pod reasons, event
-// reasons, and the names and labels of the objects it keeps in its own
-// namespace (commit records, nomination records, device holds). The
-// scheduler writes these words, pkg/inspect reads them back, and the chart
-// (its admission policy names the record prefixes) is tested against them.
+// reasons, the names and labels of the objects it keeps in its own
+// namespace (commit records, nomination records, device holds), and the
+// gang keys its nomination records hold. The scheduler writes these words,
+// pkg/inspect reads them back, and the chart (its admission policy names
+// the record prefixes) is tested against them.
 //
 // Rules:
 //   - A word the scheduler writes is declared here once; no other package
@@ -14,6 +15,8 @@
 package vocab
 
 import (
+	"strings"
+
 	"k8s.io/apimachinery/pkg/types"
 
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -138,3 +141,29 @@ func RecordName(uid types.UID) string { return RecordPrefix + string(uid) }
 // NominationName is the name of the nomination record of the gang with
 // uid.
 func NominationName(uid types.UID) string { return NominationPrefix + string(uid) }
+
+// Gang keys name a gang in the scheduler's queue and in the nomination
+// records it writes (the preemptor, and each victim's unit): a PodGroup is
+// "pg:<namespace>/<name>", a pod without one (a gang of one, or a victim
+// unit of one pod) "pod:<namespace>/<name>".
+const (
+	PodGroupKeyPrefix = "pg:"
+	PodKeyPrefix      = "pod:"
+)
+
+// PodGroupKey is the key of the PodGroup namespace/name.
+func PodGroupKey(namespace, name string) string { return PodGroupKeyPrefix + namespace + "/" + name }
+
+// PodKey is the key of the pod namespace/name.
+func PodKey(namespace, name string) string { return PodKeyPrefix + namespace + "/" + name }
+
+// SplitKey returns whether a key is a PodGroup's, and its namespace and
+// name.
+func SplitKey(key string) (isGroup bool, namespace, name string) {
+	rest, isGroup := strings.CutPrefix(key, PodGroupKeyPrefix)
+	if !isGroup {
+		rest = strings.TrimPrefix(key, PodKeyPrefix)
+	}
+	namespace, name, _ = strings.Cut(rest, "/")
+	return isGroup, namespace, name
+}

@@ -34,9 +34,27 @@ func TestNames(t *testing.T) {
 		{ConditionMembersLost, "gpufabric.dev/MembersLost"},
 		{LabelCommitRecord, "gpufabric.dev/commit-record"},
 		{HoldLabel, "gpufabric.dev/device-hold"},
+		{PodGroupKey("team-a", "train"), "pg:team-a/train"},
+		{PodKey("team-a", "p-0"), "pod:team-a/p-0"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q (released names never change)", tc.got, tc.want)
+		}
+	}
+}
+
+func TestGangKeys(t *testing.T) {
+	for _, tc := range []struct {
+		key           string
+		group         bool
+		namespace, nm string
+	}{
+		{PodGroupKey("ns", "pg"), true, "ns", "pg"},
+		{PodKey("ns", "p"), false, "ns", "p"},
+	} {
+		group, ns, name := SplitKey(tc.key)
+		if group != tc.group || ns != tc.namespace || name != tc.nm {
+			t.Errorf("SplitKey(%q) = %v, %q, %q; want %v, %q, %q", tc.key, group, ns, name, tc.group, tc.namespace, tc.nm)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package scheduler
+package evict
 
 import (
 	"fmt"
@@ -12,13 +12,19 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
-	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // mirrorAnnotation marks a static pod's mirror: evicting it does nothing.
 const mirrorAnnotation = "kubernetes.io/config.mirror"
+
+// victims reads what preemption may evict from the informers' listers.
+type victims struct {
+	cfg *Config
+}
 
 // victimSet is what preemption may evict, from the informers.
 type victimSet struct {
@@ -27,13 +33,13 @@ type victimSet struct {
 	budgets map[string]int
 }
 
-// gatherUnits returns every running workload of priority below `below`:
+// gather returns every running workload of priority below `below`:
 // bound, not terminating, not finished, not a mirror pod; a PodGroup with
 // disruptionMode All is one unit (all its running pods, any scheduler's),
 // any other pod is a unit of its own. Each unit gets the allocated claims
 // that only it holds, and the PodDisruptionBudgets that cover its pods.
-func (s *Scheduler) gatherUnits(below int32) (*victimSet, error) {
-	pods, err := s.pods.List(labels.Everything())
+func (v *victims) gather(below int32) (*victimSet, error) {
+	pods, err := v.cfg.Pods.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
@@ -44,7 +50,7 @@ func (s *Scheduler) gatherUnits(below int32) (*victimSet, error) {
 		if p.Spec.NodeName == "" || podstate.Terminated(p) || p.DeletionTimestamp != nil || p.Annotations[mirrorAnnotation] != "" {
 			continue
 		}
-		key, prio, whole := s.unitOf(p, groups)
+		key, prio, whole := v.unitOf(p, groups)
 		if prio >= below {
 			continue
 		}
@@ -59,10 +65,10 @@ func (s *Scheduler) gatherUnits(below int32) (*victimSet, error) {
 		}
 		unitOfPod[p.UID] = key
 	}
-	if err := s.assignClaims(byKey, unitOfPod); err != nil {
+	if err := v.assignClaims(byKey, unitOfPod); err != nil {
 		return nil, err
 	}
-	budgets, err := s.assignBudgets(byKey)
+	budgets, err := v.assignBudgets(byKey)
 	if err != nil {
 		return nil, err
 	}
@@ -77,25 +83,25 @@ func (s *Scheduler) gatherUnits(below int32) (*victimSet, error) {
 
 // unitOf returns a running pod's unit key, its priority, and whether the
 // unit is a whole PodGroup.
-func (s *Scheduler) unitOf(p *v1.Pod, groups map[string]*schedulingv1beta1.PodGroup) (string, int32, bool) {
-	name := queue.PodGroupName(p)
+func (v *victims) unitOf(p *v1.Pod, groups map[string]*schedulingv1beta1.PodGroup) (string, int32, bool) {
+	name := podGroupName(p)
 	if name == "" {
-		return queue.PodKeyPrefix + p.Namespace + "/" + p.Name, podPriority(p), false
+		return vocab.PodKey(p.Namespace, p.Name), preemption.PodPriority(p), false
 	}
-	key := queue.PodGroupKey(p.Namespace, name)
+	key := vocab.PodGroupKey(p.Namespace, name)
 	pg, seen := groups[key]
 	if !seen {
-		pg, _ = s.podGroups.PodGroups(p.Namespace).Get(name)
+		pg, _ = v.cfg.PodGroups.PodGroups(p.Namespace).Get(name)
 		groups[key] = pg
 	}
 	if pg == nil {
-		return queue.PodKeyPrefix + p.Namespace + "/" + p.Name, podPriority(p), false
+		return vocab.PodKey(p.Namespace, p.Name), preemption.PodPriority(p), false
 	}
-	prio := podGroupPriority(pg, []*v1.Pod{p})
+	prio := preemption.PodGroupPriority(pg, []*v1.Pod{p})
 	if dm := pg.Spec.DisruptionMode; dm != nil && dm.All != nil {
 		return key, prio, true
 	}
-	return queue.PodKeyPrefix + p.Namespace + "/" + p.Name, prio, false
+	return vocab.PodKey(p.Namespace, p.Name), prio, false
 }
 
 func startOf(p *v1.Pod) time.Time {
@@ -107,8 +113,8 @@ func startOf(p *v1.Pod) time.Time {
 
 // assignClaims gives each unit the allocated claims all of whose
 // consumers are in it.
-func (s *Scheduler) assignClaims(byKey map[string]*preemption.Unit, unitOfPod map[types.UID]string) error {
-	claims, err := s.claims.List(labels.Everything())
+func (v *victims) assignClaims(byKey map[string]*preemption.Unit, unitOfPod map[types.UID]string) error {
+	claims, err := v.cfg.Claims.List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("list resource claims: %w", err)
 	}
@@ -137,7 +143,7 @@ func consumerUnit(ns string, ref resourceapi.ResourceClaimConsumerReference, uni
 	case ref.APIGroup == "" && ref.Resource == "pods":
 		return unitOfPod[ref.UID]
 	case ref.Resource == "podgroups":
-		if u := byKey[queue.PodGroupKey(ns, ref.Name)]; u != nil && u.Group {
+		if u := byKey[vocab.PodGroupKey(ns, ref.Name)]; u != nil && u.Group {
 			return u.Key
 		}
 	}
@@ -146,8 +152,8 @@ func consumerUnit(ns string, ref resourceapi.ResourceClaimConsumerReference, uni
 
 // assignBudgets counts each unit's pods per PodDisruptionBudget that
 // selects them and returns the disruptions each budget allows.
-func (s *Scheduler) assignBudgets(byKey map[string]*preemption.Unit) (map[string]int, error) {
-	pdbs, err := s.pdbs.List(labels.Everything())
+func (v *victims) assignBudgets(byKey map[string]*preemption.Unit) (map[string]int, error) {
+	pdbs, err := v.cfg.PDBs.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list pod disruption budgets: %w", err)
 	}
@@ -171,4 +177,52 @@ func (s *Scheduler) assignBudgets(byKey map[string]*preemption.Unit) (map[string
 		}
 	}
 	return budgets, nil
+}
+
+// priority is a running pod's priority as a preemption victim.
+func (v *victims) priority(p *v1.Pod) int32 {
+	_, prio, _ := v.unitOf(p, map[string]*schedulingv1beta1.PodGroup{})
+	return prio
+}
+
+// podGroupUID returns the UID of the PodGroup of a unit key, "" if gone.
+func (v *victims) podGroupUID(key string) types.UID {
+	_, ns, name := vocab.SplitKey(key)
+	pg, err := v.cfg.PodGroups.PodGroups(ns).Get(name)
+	if err != nil {
+		return ""
+	}
+	return pg.UID
+}
+
+// sharedClaimOf reports whether a claim is reserved for the PodGroup uid.
+func (v *victims) sharedClaimOf(ns, name string, group types.UID) bool {
+	c, err := v.cfg.Claims.ResourceClaims(ns).Get(name)
+	return err == nil && commit.ReservedFor(c, group)
+}
+
+// coveredByBudget reports whether a PodDisruptionBudget selects the pod.
+func (v *victims) coveredByBudget(p *v1.Pod) (bool, error) {
+	pdbs, err := v.cfg.PDBs.PodDisruptionBudgets(p.Namespace).List(labels.Everything())
+	if err != nil {
+		return false, err
+	}
+	for _, pdb := range pdbs {
+		if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil && sel.Matches(labels.Set(p.Labels)) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// live returns the UIDs of a nomination record's victim pods that still
+// exist.
+func (v *victims) live(rec *nominationRecord) map[types.UID]bool {
+	live := map[types.UID]bool{}
+	for _, vp := range rec.Victims {
+		if p, err := v.cfg.Pods.Pods(vp.Namespace).Get(vp.Name); err == nil && p.UID == vp.UID && !podstate.Terminated(p) {
+			live[p.UID] = true
+		}
+	}
+	return live
 }

@@ -1,14 +1,13 @@
-package scheduler
+package evict
 
 import (
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -46,11 +45,11 @@ func TestDisruptionLog(t *testing.T) {
 		{"no pod group", single, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var d disruptionLog
-			if noted := d.note(tc.pod); noted != (tc.want != "") {
+			var d Disruptions
+			if noted := d.Note(tc.pod); noted != (tc.want != "") {
 				t.Errorf("note = %v", noted)
 			}
-			key := queue.PodGroupKey("ns", "train")
+			key := vocab.PodGroupKey("ns", "train")
 			if got := d.take(key); got != tc.want {
 				t.Errorf("take = %q, want %q", got, tc.want)
 			}
@@ -66,30 +65,11 @@ func TestDisruptionLog(t *testing.T) {
 			if got := d.take(key); got != tc.want {
 				t.Errorf("take after restore = %q, want %q", got, tc.want)
 			}
-			d.note(tc.pod)
+			d.Note(tc.pod)
 			d.restore(key, "older")
 			if got := d.take(key); got != tc.want {
 				t.Errorf("restore overwrote a newer disruption: %q", got)
 			}
 		})
-	}
-}
-
-// TestTrimObject: informer objects lose their managedFields and keep the
-// rest (annotations, status).
-func TestTrimObject(t *testing.T) {
-	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"a": "b"},
-		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}},
-		Status: v1.PodStatus{Phase: v1.PodRunning}}
-	out, err := trimObject(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := out.(*v1.Pod)
-	if got.ManagedFields != nil || got.Annotations["a"] != "b" || got.Status.Phase != v1.PodRunning {
-		t.Errorf("trimmed pod %+v", got.ObjectMeta)
-	}
-	if _, err := trimObject("not an object"); err != nil {
-		t.Errorf("a non-object: %v", err)
 	}
 }

@@ -1,13 +1,9 @@
-package scheduler
+package evict
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/gate"
-	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
-	"github.com/gpufabric/gpufabric/pkg/gang/queue"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"sync"
 	"time"
 
@@ -18,6 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // Whole-gang restart (docs/design/health.md): when a taint manager deletes
@@ -54,18 +54,19 @@ func taintDisruption(p *v1.Pod) string {
 	return ""
 }
 
-// disruptionLog remembers, per PodGroup key, the last member a taint
-// manager deleted, from the informer events (the pod may be gone before
-// its gang's turn). Safe for concurrent use.
-type disruptionLog struct {
+// Disruptions remembers, per PodGroup key, the last member a taint manager
+// deleted, from the informer events (the pod may be gone before its gang's
+// turn): the loop's pod informer notes them, the Restarter takes them. The
+// zero value is ready; safe for concurrent use.
+type Disruptions struct {
 	mu sync.Mutex
 	m  map[string]string
 }
 
-// note records p when it is a bound member of ours that a taint manager
+// Note records p when it is a bound member of ours that a taint manager
 // deletes; it reports whether it did.
-func (d *disruptionLog) note(p *v1.Pod) bool {
-	if !podstate.Ours(p) || queue.PodGroupName(p) == "" || p.Spec.NodeName == "" {
+func (d *Disruptions) Note(p *v1.Pod) bool {
+	if !podstate.Ours(p) || podGroupName(p) == "" || p.Spec.NodeName == "" {
 		return false
 	}
 	reason := taintDisruption(p)
@@ -77,12 +78,12 @@ func (d *disruptionLog) note(p *v1.Pod) bool {
 	if d.m == nil {
 		d.m = map[string]string{}
 	}
-	d.m[queue.KeyOf(p)] = fmt.Sprintf("%s on %s (%s)", p.Name, p.Spec.NodeName, reason)
+	d.m[keyOf(p)] = fmt.Sprintf("%s on %s (%s)", p.Name, p.Spec.NodeName, reason)
 	return true
 }
 
 // take returns and forgets the PodGroup's recorded disruption.
-func (d *disruptionLog) take(key string) string {
+func (d *Disruptions) take(key string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cause := d.m[key]
@@ -93,7 +94,7 @@ func (d *disruptionLog) take(key string) string {
 // restore puts back a disruption taken for a restart that could not
 // start (an API error): the gang's next turn tries again, unless a newer
 // one was noted meanwhile.
-func (d *disruptionLog) restore(key, cause string) {
+func (d *Disruptions) restore(key, cause string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.m == nil {
@@ -110,14 +111,33 @@ func wholeDisruption(pg *schedulingv1beta1.PodGroup) bool {
 	return dm != nil && dm.All != nil
 }
 
-// restartGang runs the whole-gang restart of pg. It returns true while the
-// old members are going (nothing of the gang is placed meanwhile); after
-// that it leaves in ms only what was created after the boundary, so the
-// new members are placed as a gang.
-func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) (bool, error) {
-	cause := s.inf.disrupted.take(queue.PodGroupKey(pg.Namespace, pg.Name))
+// Restarter restarts PodGroups disrupted only whole (disruptionMode All)
+// when a taint manager deleted a member: the rules above. One per
+// leadership term; safe for concurrent use.
+type Restarter struct {
+	cfg *Config
+	w   *writer
+}
+
+// NewRestarter returns the Restarter for cfg (its Disruptions are the ones
+// the loop's pod informer notes).
+func NewRestarter(cfg Config) *Restarter {
+	r := &Restarter{cfg: &cfg}
+	r.w = &writer{cfg: r.cfg}
+	return r
+}
+
+// RestartGang runs the whole-gang restart of pg, whose members now are
+// pending (waiting to be placed) and running. It returns going=true while
+// the old members are going: nothing of the gang is placed meanwhile.
+// After that it returns replaced=true while the members left are the
+// restart's new gang: the loop forgets the old members (the finished or
+// failed ones no longer make the new ones late members), so the new
+// members are placed as a gang; it ends the restart once that gang runs.
+func (r *Restarter) RestartGang(ctx context.Context, pg *schedulingv1beta1.PodGroup, pending, running int) (going, replaced bool, err error) {
+	cause := r.cfg.Disruptions.take(vocab.PodGroupKey(pg.Namespace, pg.Name))
 	if !wholeDisruption(pg) {
-		return false, nil
+		return false, false, nil
 	}
 	cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget)
 	active := cond != nil && cond.Status == metav1.ConditionTrue
@@ -126,41 +146,39 @@ func (s *Scheduler) restartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 	case active && cond.Reason == vocab.ReasonMemberDisrupted:
 		boundary = cond.LastTransitionTime.Time
 	case cause != "":
-		var err error
-		if boundary, err = s.startRestart(ctx, pg, active, cause); err != nil {
-			s.inf.disrupted.restore(queue.PodGroupKey(pg.Namespace, pg.Name), cause)
-			return true, err
+		if boundary, err = r.startRestart(ctx, pg, active, cause); err != nil {
+			r.cfg.Disruptions.restore(vocab.PodGroupKey(pg.Namespace, pg.Name), cause)
+			return true, false, err
 		}
 	case active && cond.Reason == vocab.ReasonReplacingMembers:
-		return false, s.replaced(ctx, pg, ms)
+		return false, true, r.replaced(ctx, pg, pending, running)
 	default:
-		return false, nil
+		return false, false, nil
 	}
-	old, err := s.evictOldMembers(ctx, pg, boundary)
+	old, err := r.evictOldMembers(ctx, pg, boundary)
 	if err != nil || old > 0 {
-		return true, err
+		return true, false, err
 	}
 	// Once: a released claim may be the new gang's on the next turn.
-	if err := s.releaseSharedClaims(ctx, pg); err != nil {
-		return true, err
+	if err := r.releaseSharedClaims(ctx, pg); err != nil {
+		return true, false, err
 	}
 	// Same status: the boundary (lastTransitionTime) stays.
-	err = s.conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
+	err = r.cfg.Conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
 		Reason: vocab.ReasonReplacingMembers, Message: fmt.Sprintf("%s: the old members are gone; the group is placed again, whole, when its controller recreates them", schedulerName)})
 	if err != nil {
-		return true, err
+		return true, false, err
 	}
-	return false, s.replaced(ctx, pg, ms)
+	return false, true, r.replaced(ctx, pg, pending, running)
 }
 
-// replaced treats what is left in ms as a new gang and ends the restart
-// once that gang runs.
-func (s *Scheduler) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) error {
-	forgetOld(ms)
-	if len(ms.pending) > 0 || len(ms.running) == 0 {
+// replaced ends the restart once the new gang runs: none of it waits and
+// some of it runs.
+func (r *Restarter) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup, pending, running int) error {
+	if pending > 0 || running == 0 {
 		return nil
 	}
-	return s.conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
+	return r.cfg.Conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
 		Reason: vocab.ReasonGangRestarted, Message: fmt.Sprintf("%s: the group was restarted whole and runs again", schedulerName)})
 }
 
@@ -168,9 +186,9 @@ func (s *Scheduler) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup
 // and returns the restart's boundary, its lastTransitionTime. A condition
 // already True (a preemption, a restart whose new gang lost a member) is
 // set False first, so that the boundary is this restart's.
-func (s *Scheduler) startRestart(ctx context.Context, pg *schedulingv1beta1.PodGroup, active bool, cause string) (time.Time, error) {
+func (r *Restarter) startRestart(ctx context.Context, pg *schedulingv1beta1.PodGroup, active bool, cause string) (time.Time, error) {
 	if active {
-		err := s.conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
+		err := r.cfg.Conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
 			Reason: vocab.ReasonGangRestarted, Message: schedulerName + ": superseded by a new restart"})
 		if err != nil {
 			return time.Time{}, err
@@ -179,33 +197,32 @@ func (s *Scheduler) startRestart(ctx context.Context, pg *schedulingv1beta1.PodG
 	msg := fmt.Sprintf("%s: member %s was deleted by a taint manager and the group is disrupted only whole: evicting the other members; the group is placed again when its controller recreates them",
 		schedulerName, cause)
 	boundary := time.Now().Truncate(time.Second)
-	if err := s.conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
+	if err := r.cfg.Conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
 		Reason: vocab.ReasonMemberDisrupted, Message: msg, LastTransitionTime: metav1.NewTime(boundary)}); err != nil {
 		return time.Time{}, err
 	}
-	s.report.Event(pg, v1.EventTypeWarning, vocab.EventGangRestart, "Restarting", msg)
+	r.cfg.Report.Event(pg, v1.EventTypeWarning, vocab.EventGangRestart, "Restarting", msg)
 	klog.FromContext(ctx).Info("Restarting a gang whole", "podgroup", klog.KObj(pg), "cause", cause)
 	return boundary, nil
 }
 
 // evictOldMembers evicts the members bound before boundary that still run
 // and returns how many old bound members are left (running or going).
-func (s *Scheduler) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.PodGroup, boundary time.Time) (int, error) {
-	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
+func (r *Restarter) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.PodGroup, boundary time.Time) (int, error) {
+	pods, err := r.cfg.Gangs.GroupPods(pg.Namespace, pg.Name)
 	if err != nil {
 		return 0, fmt.Errorf("list members: %w", err)
 	}
 	left := 0
-	for _, o := range objs {
-		p, ok := o.(*v1.Pod)
-		if !ok || !podstate.Ours(p) || p.Spec.NodeName == "" || p.CreationTimestamp.After(boundary) || podstate.Terminated(p) {
+	for _, p := range pods {
+		if !podstate.Ours(p) || p.Spec.NodeName == "" || p.CreationTimestamp.After(boundary) || podstate.Terminated(p) {
 			continue
 		}
 		left++
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		if err := s.evictMember(ctx, p); err != nil {
+		if err := r.evictMember(ctx, p); err != nil {
 			return left, err
 		}
 	}
@@ -215,13 +232,13 @@ func (s *Scheduler) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.P
 // evictMember evicts one member of a gang being restarted through the
 // Eviction API (its PodDisruptionBudgets apply; a refusal is retried on the
 // gang's next turn).
-func (s *Scheduler) evictMember(ctx context.Context, p *v1.Pod) error {
-	err := s.evict(ctx, p)
+func (r *Restarter) evictMember(ctx context.Context, p *v1.Pod) error {
+	err := r.w.evict(ctx, p)
 	switch {
 	case errors.Is(err, gate.ErrAborted) || errors.Is(err, gate.ErrFenced):
 		return err
 	case err == nil:
-		s.report.Event(p, v1.EventTypeWarning, vocab.EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, queue.PodGroupName(p)))
+		r.cfg.Report.Event(p, v1.EventTypeWarning, vocab.EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, podGroupName(p)))
 		return nil
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return nil
@@ -234,29 +251,21 @@ func (s *Scheduler) evictMember(ctx context.Context, p *v1.Pod) error {
 
 // releaseSharedClaims releases the PodGroup's shared claims, so the new
 // gang may go to another domain.
-func (s *Scheduler) releaseSharedClaims(ctx context.Context, pg *schedulingv1beta1.PodGroup) error {
+func (r *Restarter) releaseSharedClaims(ctx context.Context, pg *schedulingv1beta1.PodGroup) error {
 	for _, st := range pg.Status.ResourceClaimStatuses {
 		if st.ResourceClaimName == nil {
 			continue
 		}
-		c, err := s.getClaim(pg.Namespace, *st.ResourceClaimName)
+		c, err := r.cfg.Claims.ResourceClaims(pg.Namespace).Get(*st.ResourceClaimName)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("get shared claim: %w", err)
 		}
-		if _, err := s.commits.ReleaseClaim(ctx, pg.Namespace, c.Name, c.UID, map[types.UID]bool{pg.UID: true}, everyAllocation); err != nil && !errors.Is(err, context.Canceled) {
+		if _, err := r.cfg.Releaser.ReleaseClaim(ctx, pg.Namespace, c.Name, c.UID, map[types.UID]bool{pg.UID: true}, everyAllocation); err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
 	}
 	return nil
-}
-
-// forgetOld drops from ms what the restart left behind once no old member
-// runs: finished or failed old members no longer make the new members late
-// ones.
-func forgetOld(ms *memberSet) {
-	ms.anyBound = len(ms.running) > 0
-	ms.lost = nil
 }

@@ -1,4 +1,4 @@
-package scheduler
+package evict
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
-	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
@@ -59,6 +58,20 @@ type nominationRecord struct {
 	Claims  []nominatedClaim `json:"claims,omitempty"`
 	Created metav1.Time      `json:"created"`
 }
+
+// unitOf returns the unit of the victim pod with uid, "" if the record
+// does not name it.
+func (r *nominationRecord) unitOf(uid types.UID) string {
+	for _, v := range r.Victims {
+		if v.UID == uid {
+			return v.Unit
+		}
+	}
+	return ""
+}
+
+// metav1Now is now as a record stores it (seconds).
+func metav1Now() metav1.Time { return metav1.NewTime(time.Now().Truncate(time.Second)) }
 
 type nominatedPod struct {
 	Namespace string    `json:"ns"`
@@ -147,11 +160,11 @@ func (r *nominationRecord) validate() error {
 
 // checkKey validates a queue key: pg:<namespace>/<name> or pod:<namespace>/<name>.
 func checkKey(p *commit.Problems, field, key string) {
-	if !strings.HasPrefix(key, queue.PodGroupKeyPrefix) && !strings.HasPrefix(key, queue.PodKeyPrefix) {
+	if !strings.HasPrefix(key, vocab.PodGroupKeyPrefix) && !strings.HasPrefix(key, vocab.PodKeyPrefix) {
 		p.Addf("%s %q is not a gang key", field, commit.Shorten(key, 64))
 		return
 	}
-	_, ns, name := queue.SplitKey(key)
+	_, ns, name := vocab.SplitKey(key)
 	checkNamespace(p, field+" namespace", ns)
 	p.Name(field+" name", name)
 }
@@ -219,53 +232,58 @@ func (n *nominationSet) len() int {
 	return len(n.byKey)
 }
 
-// loadNominations lists the nomination records at the start of a term.
-// An invalid record is reported (event, log) and deleted: it holds no
-// nodes and evicts nothing.
-func (s *Scheduler) loadNominations(ctx context.Context) error {
-	list, err := s.commits.Store().List(ctx, nominationRecords)
+// Load lists the nomination records at the start of a term and returns
+// the keys of their gangs (the loop queues them: each gang's next attempt
+// carries its preemption on, or ends it). An invalid record is reported
+// (event, log) and deleted: it holds no nodes and evicts nothing.
+func (e *Evictor) Load(ctx context.Context) ([]string, error) {
+	list, err := e.cfg.Store.List(ctx, nominationRecords)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, cm := range list {
 		rec, err := decodeNomination(cm)
 		if err != nil {
-			s.commits.Store().Reject(ctx, nominationRecords, cm, types.UID(strings.TrimPrefix(cm.Name, vocab.NominationPrefix)), err)
-			if err := s.endNomination(ctx, &nomination{rec: &nominationRecord{Gang: cm.Name}, cm: cm}); err != nil {
-				return err
+			e.cfg.Store.Reject(ctx, nominationRecords, cm, types.UID(strings.TrimPrefix(cm.Name, vocab.NominationPrefix)), err)
+			if err := e.endNomination(ctx, &nomination{rec: &nominationRecord{Gang: cm.Name}, cm: cm}); err != nil {
+				return nil, err
 			}
 			continue
 		}
-		s.nominations.put(&nomination{rec: rec, cm: cm})
+		e.nominations.put(&nomination{rec: rec, cm: cm})
 	}
-	s.cfg.Metrics.setNominations(s.nominations.len())
-	return nil
+	e.cfg.Metrics.setNominations(e.nominations.len())
+	var keys []string
+	for _, nm := range e.nominations.all() {
+		keys = append(keys, nm.rec.Gang)
+	}
+	return keys, nil
 }
 
 // createNomination writes a nomination record and remembers it. A record
 // of the gang an earlier term left (one this term did not load: it was
 // invalid) is replaced.
-func (s *Scheduler) createNomination(ctx context.Context, rec *nominationRecord) (*nomination, error) {
-	cm, err := rec.object(s.cfg.RecordNamespace)
+func (e *Evictor) createNomination(ctx context.Context, rec *nominationRecord) (*nomination, error) {
+	cm, err := rec.object(e.cfg.Store.Namespace())
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.commits.Store().Create(ctx, nominationRecords, rec.Gang, cm)
+	out, err := e.cfg.Store.Create(ctx, nominationRecords, rec.Gang, cm)
 	if err != nil {
 		return nil, err
 	}
 	nm := &nomination{rec: rec, cm: out}
-	s.nominations.put(nm)
-	s.cfg.Metrics.setNominations(s.nominations.len())
+	e.nominations.put(nm)
+	e.cfg.Metrics.setNominations(e.nominations.len())
 	return nm, nil
 }
 
 // endNomination deletes a nomination record and forgets it.
-func (s *Scheduler) endNomination(ctx context.Context, nm *nomination) error {
-	if err := s.commits.Store().Delete(ctx, nominationRecords, nm.rec.Gang, nm.cm); err != nil {
+func (e *Evictor) endNomination(ctx context.Context, nm *nomination) error {
+	if err := e.cfg.Store.Delete(ctx, nominationRecords, nm.rec.Gang, nm.cm); err != nil {
 		return err
 	}
-	s.nominations.remove(nm.rec.Gang)
-	s.cfg.Metrics.setNominations(s.nominations.len())
+	e.nominations.remove(nm.rec.Gang)
+	e.cfg.Metrics.setNominations(e.nominations.len())
 	return nil
 }

@@ -1,9 +1,7 @@
-package scheduler
+package evict
 
 import (
 	"encoding/json"
-	"github.com/gpufabric/gpufabric/pkg/gang/commit"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 func validNomination() *nominationRecord {

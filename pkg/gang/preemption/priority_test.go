@@ -1,4 +1,4 @@
-package scheduler
+package preemption
 
 import (
 	"testing"
@@ -34,10 +34,10 @@ func TestPriorityResolution(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := podGroupPriority(tc.pg, tc.members); got != tc.wantPrio {
+			if got := PodGroupPriority(tc.pg, tc.members); got != tc.wantPrio {
 				t.Errorf("priority = %d, want %d", got, tc.wantPrio)
 			}
-			if got := mayPreempt(tc.pg, tc.members); got != tc.wantPreempt {
+			if got := MayPreempt(tc.pg, tc.members); got != tc.wantPreempt {
 				t.Errorf("mayPreempt = %v, want %v", got, tc.wantPreempt)
 			}
 		})

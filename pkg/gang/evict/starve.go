@@ -1,10 +1,8 @@
-package scheduler
+package evict
 
 import (
 	"context"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/commit"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"sync"
 	"time"
 
@@ -15,10 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // reservation is a starving gang's hold on a domain (in memory: a new
@@ -37,13 +37,14 @@ type reservation struct {
 // starvation tracks how long gangs wait and the reservations of those past
 // the bound. Safe for concurrent use.
 type starvation struct {
+	cfg     *Config
 	mu      sync.Mutex
 	since   map[string]time.Time
 	holding map[string]*reservation
 }
 
-func newStarvation() *starvation {
-	return &starvation{since: map[string]time.Time{}, holding: map[string]*reservation{}}
+func newStarvation(cfg *Config) *starvation {
+	return &starvation{cfg: cfg, since: map[string]time.Time{}, holding: map[string]*reservation{}}
 }
 
 // waited returns how long a gang has been refused, starting the clock at
@@ -95,16 +96,16 @@ func (st *starvation) all() []*reservation {
 // refusedSince is when the API says the gang was first refused: the
 // PodGroupInitiallyScheduled=False or PodScheduled=False transition, not
 // before the object was created; now when it says nothing.
-func refusedSince(a *attempt) time.Time {
-	if a.pg != nil {
-		if c := meta.FindStatusCondition(a.pg.Status.Conditions, vocab.ConditionInitiallyScheduled); c != nil && c.Status == "False" {
-			return latest(c.LastTransitionTime.Time, a.pg.CreationTimestamp.Time)
+func refusedSince(a *Attempt) time.Time {
+	if a.PodGroup != nil {
+		if c := meta.FindStatusCondition(a.PodGroup.Status.Conditions, vocab.ConditionInitiallyScheduled); c != nil && c.Status == "False" {
+			return latest(c.LastTransitionTime.Time, a.PodGroup.CreationTimestamp.Time)
 		}
 		return time.Now()
 	}
-	for _, c := range a.pod.Status.Conditions {
+	for _, c := range a.Pod.Status.Conditions {
 		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
-			return latest(c.LastTransitionTime.Time, a.pod.CreationTimestamp.Time)
+			return latest(c.LastTransitionTime.Time, a.Pod.CreationTimestamp.Time)
 		}
 	}
 	return time.Now()
@@ -120,30 +121,30 @@ func latest(a, b time.Time) time.Time {
 // reserve gives a gang past the starvation bound the domain closest to
 // fitting it, or refreshes the one it holds; it returns a sentence for
 // the refusal message.
-func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, in index.SnapshotInput) (string, error) {
-	if s.cfg.StarvationBound <= 0 {
+func (st *starvation) reserve(ctx context.Context, a *Attempt, g *placement.Gang, in index.SnapshotInput) (string, error) {
+	if st.cfg.StarvationBound <= 0 {
 		return "", nil
 	}
-	waited := s.starving.waited(a.key, refusedSince(a))
-	if waited < s.cfg.StarvationBound {
+	waited := st.waited(a.Key, refusedSince(a))
+	if waited < st.cfg.StarvationBound {
 		// Look again when the bound passes, cluster change or not.
-		s.queue.RetryAfter(a.key, s.cfg.StarvationBound-waited+100*time.Millisecond)
+		st.cfg.Queue.RetryAfter(a.Key, st.cfg.StarvationBound-waited+100*time.Millisecond)
 		return "", nil
 	}
-	r := s.starving.get(a.key)
-	if r == nil || r.priority != a.priority {
-		res, err := preemption.ClosestDomain(ctx, s.cfg.Placement, in, g, 0)
+	r := st.get(a.Key)
+	if r == nil || r.priority != a.Priority {
+		res, err := preemption.ClosestDomain(ctx, st.cfg.Placement, in, g, 0)
 		if err != nil || res == nil {
 			return "", err
 		}
-		r = &reservation{key: a.key, priority: a.priority, res: res, nodes: sets.New(res.Nodes...)}
-		s.cfg.Metrics.setReservations(s.starving.put(r))
+		r = &reservation{key: a.Key, priority: a.Priority, res: res, nodes: sets.New(res.Nodes...)}
+		st.cfg.Metrics.setReservations(st.put(r))
 		klog.FromContext(ctx).V(2).Info("Reserving a domain for a starving gang", "domain", res.Domain, "key", res.TopologyKey, "waited", waited)
-		s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventReserved, "Scheduling", fmt.Sprintf(
+		st.cfg.Report.Event(a.about(), v1.EventTypeNormal, vocab.EventReserved, "Scheduling", fmt.Sprintf(
 			"waited %s, over the starvation bound of %s: holding %s (%d devices free, %d needed) against gangs of priority %d or lower that cannot finish before it has room",
-			waited.Round(time.Second), s.cfg.StarvationBound, commit.Where(res.TopologyKey, res.Domain), res.Free, res.Need, a.priority))
+			waited.Round(time.Second), st.cfg.StarvationBound, commit.Where(res.TopologyKey, res.Domain), res.Free, res.Need, a.Priority))
 	}
-	r.shadow, r.shadowOK = preemption.Shadow(time.Now(), r.res.Need, s.freeIn(in, r.nodes), s.releasesIn(r.nodes))
+	r.shadow, r.shadowOK = preemption.Shadow(time.Now(), r.res.Need, st.freeIn(in, r.nodes), st.releasesIn(r.nodes))
 	if !r.shadowOK {
 		return fmt.Sprintf("holding %s for this gang (waited %s); what runs there declares no end, so nothing may backfill it",
 			commit.Where(r.res.TopologyKey, r.res.Domain), waited.Round(time.Second)), nil
@@ -153,7 +154,7 @@ func (s *Scheduler) reserve(ctx context.Context, a *attempt, g *placement.Gang, 
 }
 
 // freeIn counts the free node-local devices of nodes in the input.
-func (s *Scheduler) freeIn(in index.SnapshotInput, nodes sets.Set[string]) int {
+func (st *starvation) freeIn(in index.SnapshotInput, nodes sets.Set[string]) int {
 	n := 0
 	for node, free := range preemption.FreeDevices(in) {
 		if nodes.Has(node) {
@@ -165,8 +166,8 @@ func (s *Scheduler) freeIn(in index.SnapshotInput, nodes sets.Set[string]) int {
 
 // releasesIn lists, for the pods running on nodes with
 // activeDeadlineSeconds, when their devices come back.
-func (s *Scheduler) releasesIn(nodes sets.Set[string]) []preemption.Release {
-	claims, err := s.claims.List(labels.Everything())
+func (st *starvation) releasesIn(nodes sets.Set[string]) []preemption.Release {
+	claims, err := st.cfg.Claims.List(labels.Everything())
 	if err != nil {
 		return nil
 	}
@@ -179,13 +180,12 @@ func (s *Scheduler) releasesIn(nodes sets.Set[string]) []preemption.Release {
 	}
 	var out []preemption.Release
 	for node := range nodes {
-		pods, err := s.inf.pods.GetIndexer().ByIndex(nodeIndex, node)
+		pods, err := st.cfg.Gangs.NodePods(node)
 		if err != nil {
 			continue
 		}
-		for _, o := range pods {
-			p, ok := o.(*v1.Pod)
-			if !ok || podstate.Terminated(p) || devicesOf[p.UID] == 0 || p.Spec.ActiveDeadlineSeconds == nil {
+		for _, p := range pods {
+			if podstate.Terminated(p) || devicesOf[p.UID] == 0 || p.Spec.ActiveDeadlineSeconds == nil {
 				continue
 			}
 			end := startOf(p).Add(time.Duration(*p.Spec.ActiveDeadlineSeconds) * time.Second)
@@ -211,10 +211,10 @@ func runFor(pods []*v1.Pod) time.Duration {
 // reservedNodes are the nodes starving gangs hold against attempt a: those
 // of reservations of other gangs of a's priority or higher that a may not
 // backfill.
-func (s *Scheduler) reservedNodes(a *attempt, held sets.Set[string]) {
-	now, d := time.Now(), runFor(a.members)
-	for _, r := range s.starving.all() {
-		if r.key == a.key || r.priority < a.priority || preemption.MayBackfill(now, d, r.shadow, r.shadowOK) {
+func (st *starvation) reservedNodes(a *Attempt, held sets.Set[string]) {
+	now, d := time.Now(), runFor(a.Members)
+	for _, r := range st.all() {
+		if r.key == a.Key || r.priority < a.Priority || preemption.MayBackfill(now, d, r.shadow, r.shadowOK) {
 			continue
 		}
 		held.Insert(r.nodes.UnsortedList()...)

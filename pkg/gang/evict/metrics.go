@@ -1,4 +1,4 @@
-package scheduler
+package evict
 
 import "github.com/prometheus/client_golang/prometheus"
 
@@ -10,8 +10,11 @@ const (
 	preemptExpired = "expired"
 )
 
-// preemptionMetrics are the metrics of preemption and reservations.
-type preemptionMetrics struct {
+// Metrics of preemption and reservations; the loop registers Collectors
+// with the rest of gpufabric-scheduler's metrics. All methods accept a nil
+// receiver (no metrics). Every labelled series an alert may need exists
+// from the start, at zero.
+type Metrics struct {
 	attempts     *prometheus.CounterVec
 	victims      *prometheus.CounterVec
 	evaluation   prometheus.Histogram
@@ -19,13 +22,20 @@ type preemptionMetrics struct {
 	reservations prometheus.Gauge
 }
 
-func newPreemptionMetrics(buckets []float64) preemptionMetrics {
-	m := preemptionMetrics{
+func opts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: "gpufabric", Subsystem: "scheduler", Name: name, Help: help}
+}
+
+// NewMetrics creates the evict room's metrics (not registered); buckets
+// are the evaluation histogram's.
+func NewMetrics(buckets []float64) *Metrics {
+	o := opts("preemption_evaluation_duration_seconds", "Time to choose the victims of one preemption.")
+	m := &Metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts(opts("preemptions_total",
 			"Preemption evaluations and their outcome: planned (victims being evicted), no-plan, eviction-refused (a PodDisruptionBudget refused an eviction), expired (the gang was not placed in time).")), []string{"result"}),
 		victims: prometheus.NewCounterVec(prometheus.CounterOpts(opts("preemption_victims_total",
 			"Workloads evicted by preemption, by unit: group (a PodGroup with disruptionMode All) or pod.")), []string{"unit"}),
-		evaluation: plainHistogram("preemption_evaluation_duration_seconds", "Time to choose the victims of one preemption.", buckets),
+		evaluation: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, Buckets: buckets}),
 		nominations: prometheus.NewGauge(prometheus.GaugeOpts(opts("nominations",
 			"Gangs preempting now: their victims are going and nodes are held for them."))),
 		reservations: prometheus.NewGauge(prometheus.GaugeOpts(opts("reservations",
@@ -40,15 +50,16 @@ func newPreemptionMetrics(buckets []float64) preemptionMetrics {
 	return m
 }
 
-func (p preemptionMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{p.attempts, p.victims, p.evaluation, p.nominations, p.reservations}
+// Collectors are the metrics to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.attempts, m.victims, m.evaluation, m.nominations, m.reservations}
 }
 
 func (m *Metrics) preemption(result string, seconds float64) {
 	if m != nil {
-		m.preempt.attempts.WithLabelValues(result).Inc()
+		m.attempts.WithLabelValues(result).Inc()
 		if seconds >= 0 {
-			m.preempt.evaluation.Observe(seconds)
+			m.evaluation.Observe(seconds)
 		}
 	}
 }
@@ -61,17 +72,17 @@ func (m *Metrics) victim(group bool) {
 	if group {
 		unit = "group"
 	}
-	m.preempt.victims.WithLabelValues(unit).Inc()
+	m.victims.WithLabelValues(unit).Inc()
 }
 
 func (m *Metrics) setNominations(n int) {
 	if m != nil {
-		m.preempt.nominations.Set(float64(n))
+		m.nominations.Set(float64(n))
 	}
 }
 
 func (m *Metrics) setReservations(n int) {
 	if m != nil {
-		m.preempt.reservations.Set(float64(n))
+		m.reservations.Set(float64(n))
 	}
 }
