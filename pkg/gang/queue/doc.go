@@ -1,9 +1,10 @@
 // Package queue is gpufabric-scheduler's one queue of gangs, modelled on
 // kube-scheduler's scheduling queue: an active queue served by rank, a
 // backoff queue, and the parked (unschedulable) gangs, plus the gangs not
-// ready yet. It also owns the gang keys. It knows nothing of the scheduler
-// that drives it: the scheduler injects the rank function and calls
-// Interface; the informers' handlers call Events.
+// ready yet. It also owns the gang keys (in vocab's format, which
+// nomination records store). It knows nothing of the scheduler that drives
+// it: the scheduler injects the rank function and calls Interface; the
+// informers' handlers call Events.
 //
 // Files: queue.go (Interface, Events, Config, Queue: add, get, wait,
 // forget, counts), parked.go (the parked gangs and the wake-ups),
