@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"sort"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -178,7 +178,7 @@ func (e *EnginePolicy) gang(g TraceGang) (*placement.Gang, error) {
 	}
 	name := fmt.Sprintf("g%05d", g.ID)
 	pg := &schedulingv1beta1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: placementtest.Namespace, Name: name, UID: types.UID("podgroup-" + name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: scenario.Namespace, Name: name, UID: types.UID("podgroup-" + name)},
 		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
 			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(g.Pods)},
 		}},
@@ -192,8 +192,8 @@ func (e *EnginePolicy) gang(g TraceGang) (*placement.Gang, error) {
 	pods := make([]*v1.Pod, g.Pods)
 	for i := range pods {
 		pod := fmt.Sprintf("%s-%03d", name, i)
-		claims[pod+"-gpu"] = placementtest.GPUClaim(pod+"-gpu", int64(g.GPUsPerPod))
-		pods[i] = placementtest.Pod(pod, "1", "1Gi", pod+"-gpu")
+		claims[pod+"-gpu"] = scenario.GPUClaim(pod+"-gpu", int64(g.GPUsPerPod))
+		pods[i] = scenario.Pod(pod, "1", "1Gi", pod+"-gpu")
 		pods[i].Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: &pg.Name}
 	}
 	gang, err := placement.NewGang(pg, pods, func(_, name string) (*resourceapi.ResourceClaim, error) {

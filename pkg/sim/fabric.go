@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"os"
 	"sort"
 
@@ -10,7 +11,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -79,14 +79,14 @@ func GenerateFabric(spec FabricSpec) (*Fabric, error) {
 	if rpl <= 0 {
 		rpl = 8
 	}
-	sc := placementtest.Scenario{Levels: []string{LabelRack, LabelLeaf}}
+	sc := scenario.Scenario{Levels: []string{LabelRack, LabelLeaf}}
 	var name string
 	switch spec.Kind {
 	case KindNVL72:
 		name = fmt.Sprintf("%d NVL72 domains (18 nodes × 4 GPUs), %d racks/leaf", spec.Size, rpl)
 		for d := range spec.Size {
 			id := fmt.Sprintf("nvl%03d", d)
-			sc.Domains = append(sc.Domains, placementtest.DomainSpec{
+			sc.Domains = append(sc.Domains, scenario.DomainSpec{
 				ID: id, Nodes: 18, GPUsPerNode: 4, CPU: "144", Memory: "1Ti",
 				Labels: map[string]string{LabelRack: id, LabelLeaf: fmt.Sprintf("leaf%02d", d/rpl)},
 			})
@@ -99,7 +99,7 @@ func GenerateFabric(spec FabricSpec) (*Fabric, error) {
 		name = fmt.Sprintf("%d HGX nodes × 8 GPUs, %d nodes/rack, %d racks/leaf", spec.Size, npr, rpl)
 		for rack := 0; rack*npr < spec.Size; rack++ {
 			id := fmt.Sprintf("r%03d", rack)
-			sc.Domains = append(sc.Domains, placementtest.DomainSpec{
+			sc.Domains = append(sc.Domains, scenario.DomainSpec{
 				ID: id, Kind: string(topology.DomainKindNVSwitch), Nodes: min(npr, spec.Size-rack*npr), GPUsPerNode: 8,
 				CPU: "128", Memory: "2Ti",
 				Labels: map[string]string{LabelRack: id, LabelLeaf: fmt.Sprintf("leaf%02d", rack/rpl)},
@@ -108,7 +108,7 @@ func GenerateFabric(spec FabricSpec) (*Fabric, error) {
 	default:
 		return nil, fmt.Errorf("unknown fabric kind %q", spec.Kind)
 	}
-	built, err := placementtest.Build(sc)
+	built, err := scenario.Build(sc)
 	if err != nil {
 		return nil, fmt.Errorf("build fabric: %w", err)
 	}
@@ -161,7 +161,7 @@ func NewFabric(name string, levels []string, in index.SnapshotInput) (*Fabric, e
 		return nil, fmt.Errorf("fabric tree: %w", err)
 	}
 	if len(in.DeviceClasses) == 0 {
-		in.DeviceClasses = placementtest.DeviceClasses()
+		in.DeviceClasses = scenario.DeviceClasses()
 	}
 	f := &Fabric{Name: name, Input: in, Tree: tree, NodeIndex: map[string]int{}}
 	for _, n := range in.Nodes {

@@ -2,23 +2,22 @@ package sim
 
 import (
 	"context"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 )
 
 // tinyFabric builds NVLink domains of 4-GPU nodes, one rack each, all in
 // leaf l0; busy maps a node to its number of busy GPUs.
 func tinyFabric(t *testing.T, nodes map[string]int, busy map[string]int) *Fabric {
 	t.Helper()
-	sc := placementtest.Scenario{Levels: []string{LabelRack, LabelLeaf}}
+	sc := scenario.Scenario{Levels: []string{LabelRack, LabelLeaf}}
 	for _, id := range []string{"a", "b", "c"} {
 		if nodes[id] == 0 {
 			continue
 		}
-		sc.Domains = append(sc.Domains, placementtest.DomainSpec{ID: id, Nodes: nodes[id], GPUsPerNode: 4,
+		sc.Domains = append(sc.Domains, scenario.DomainSpec{ID: id, Nodes: nodes[id], GPUsPerNode: 4,
 			Labels: map[string]string{LabelRack: id, LabelLeaf: "l0"}})
 	}
 	for node, n := range busy {
@@ -26,9 +25,9 @@ func tinyFabric(t *testing.T, nodes map[string]int, busy map[string]int) *Fabric
 		for i := range gpus {
 			gpus[i] = i
 		}
-		sc.Load = append(sc.Load, placementtest.LoadSpec{Node: node, GPUs: gpus})
+		sc.Load = append(sc.Load, scenario.LoadSpec{Node: node, GPUs: gpus})
 	}
-	built, err := placementtest.Build(sc)
+	built, err := scenario.Build(sc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package placement_test
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"runtime"
 	"slices"
 	"testing"
@@ -18,11 +19,11 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 )
 
-func buildBench(b *testing.B, nodes int, seed uint64, gangs ...placementtest.GangSpec) *placementtest.Built {
+func buildBench(b *testing.B, nodes int, seed uint64, gangs ...scenario.GangSpec) *scenario.Built {
 	b.Helper()
-	sc := placementtest.HGXScenario(nodes, seed)
+	sc := scenario.HGXScenario(nodes, seed)
 	sc.Gangs = gangs
-	built, err := placementtest.Build(sc)
+	built, err := scenario.Build(sc)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func BenchmarkGang64x8(b *testing.B) {
 	ctx := context.Background()
 	runtime.LockOSThread() // threadCPU measures this thread
 	defer runtime.UnlockOSThread()
-	built := buildBench(b, 5000, 1, placementtest.GangSpec{Name: "big", Pods: 64, GPUsPerPod: 8})
+	built := buildBench(b, 5000, 1, scenario.GangSpec{Name: "big", Pods: 64, GPUsPerPod: 8})
 	built.Config.Index.MatchCache = index.NewMatchCache()
 	var snap *index.Snapshot
 	var build, warm [2]time.Duration
@@ -97,9 +98,9 @@ func BenchmarkGang64x8(b *testing.B) {
 // placements per second. The snapshot is rebuilt (untimed) when full.
 func BenchmarkOnePodGangs(b *testing.B) {
 	ctx := context.Background()
-	var specs []placementtest.GangSpec
+	var specs []scenario.GangSpec
 	for i, g := range []int64{1, 2, 4, 8} {
-		specs = append(specs, placementtest.GangSpec{Name: fmt.Sprintf("one-%d", i), Pods: 1, GPUsPerPod: g})
+		specs = append(specs, scenario.GangSpec{Name: fmt.Sprintf("one-%d", i), Pods: 1, GPUsPerPod: g})
 	}
 	built := buildBench(b, 5000, 2, specs...)
 	fresh := func() *index.Snapshot {
@@ -146,7 +147,7 @@ func BenchmarkOnePodGangs(b *testing.B) {
 // scheduler without a count filter would) on 500 nodes / 4,000 GPUs.
 func BenchmarkEngine16x8Small(b *testing.B) {
 	ctx := context.Background()
-	built := buildBench(b, 500, 3, placementtest.GangSpec{Name: "g", Pods: 16, GPUsPerPod: 8})
+	built := buildBench(b, 500, 3, scenario.GangSpec{Name: "g", Pods: 16, GPUsPerPod: 8})
 	snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 	if err != nil {
 		b.Fatal(err)
@@ -164,7 +165,7 @@ func BenchmarkEngine16x8Small(b *testing.B) {
 
 func BenchmarkNaive16x8Small(b *testing.B) {
 	ctx := context.Background()
-	built := buildBench(b, 500, 3, placementtest.GangSpec{Name: "g", Pods: 16, GPUsPerPod: 8})
+	built := buildBench(b, 500, 3, scenario.GangSpec{Name: "g", Pods: 16, GPUsPerPod: 8})
 	var maxAlloc time.Duration
 	for b.Loop() {
 		maxAlloc = max(maxAlloc, naivePlace(ctx, b, built))
@@ -175,7 +176,7 @@ func BenchmarkNaive16x8Small(b *testing.B) {
 // naivePlace is first fit without topology: for each member, try the nodes
 // in name order with an allocator over all slices. It returns the slowest
 // Allocate call.
-func naivePlace(ctx context.Context, b *testing.B, built *placementtest.Built) time.Duration {
+func naivePlace(ctx context.Context, b *testing.B, built *scenario.Built) time.Duration {
 	allocated := sets.New[structured.DeviceID]()
 	for _, c := range built.Input.ResourceClaims {
 		for _, r := range c.Status.Allocation.Devices.Results {
@@ -231,7 +232,7 @@ func (l classList) Get(name string) (*resourceapi.DeviceClass, error) {
 // BenchmarkGang64x8, the same gang placed in a spine).
 func BenchmarkRefusal(b *testing.B) {
 	ctx := context.Background()
-	built := buildBench(b, 5000, 1, placementtest.GangSpec{Name: "big", Pods: 64, GPUsPerPod: 8, TopologyKey: "rack"})
+	built := buildBench(b, 5000, 1, scenario.GangSpec{Name: "big", Pods: 64, GPUsPerPod: 8, TopologyKey: "rack"})
 	built.Config.Index.MatchCache = index.NewMatchCache()
 	snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 	if err != nil {
@@ -268,7 +269,7 @@ func BenchmarkRefusal(b *testing.B) {
 // snapshot's and Place's share.
 func BenchmarkSmallGangCycle(b *testing.B) {
 	ctx := context.Background()
-	built := buildBench(b, 5000, 1, placementtest.GangSpec{Name: "small", Pods: 3, GPUsPerPod: 1})
+	built := buildBench(b, 5000, 1, scenario.GangSpec{Name: "small", Pods: 3, GPUsPerPod: 1})
 	built.Config.Index.MatchCache = index.NewMatchCache()
 	var build, place time.Duration
 	for b.Loop() {
@@ -306,7 +307,7 @@ func BenchmarkSmallGangCycleCached(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	warm, _, _ := placementtest.BuildGang(placementtest.GangSpec{Name: "warm", Pods: 3, GPUsPerPod: 1})
+	warm, _, _ := scenario.BuildGang(scenario.GangSpec{Name: "warm", Pods: 3, GPUsPerPod: 1})
 	if d, u, err := placement.Place(ctx, built.Config, snap, warm); err != nil || d == nil {
 		b.Fatalf("place: %v %+v", err, u)
 	}
@@ -316,7 +317,7 @@ func BenchmarkSmallGangCycleCached(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		g, claims, err := placementtest.BuildGang(placementtest.GangSpec{Name: fmt.Sprintf("small-%d", i), Pods: 3, GPUsPerPod: 1})
+		g, claims, err := scenario.BuildGang(scenario.GangSpec{Name: fmt.Sprintf("small-%d", i), Pods: 3, GPUsPerPod: 1})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
-	pt "github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -62,7 +62,7 @@ func viewGang(g *placement.Gang) gangView {
 func TestNewGang(t *testing.T) {
 	pg := func(minCount int32) *schedulingv1beta1.PodGroup {
 		return &schedulingv1beta1.PodGroup{
-			ObjectMeta: metav1.ObjectMeta{Namespace: pt.Namespace, Name: "pg", Annotations: map[string]string{
+			ObjectMeta: metav1.ObjectMeta{Namespace: scenario.Namespace, Name: "pg", Annotations: map[string]string{
 				topology.AnnotationPreferredTopologyKey: "rack", topology.AnnotationRailAlignment: topology.RailAlignmentRequired,
 			}},
 			Spec: schedulingv1beta1.PodGroupSpec{
@@ -76,7 +76,7 @@ func TestNewGang(t *testing.T) {
 	// A pod with a template claim resolved through its status, and the
 	// PodGroup's template claim (shared, not per pod).
 	pod := func(name string, withStatus bool) *v1.Pod {
-		p := pt.Pod(name, "1", "1Gi")
+		p := scenario.Pod(name, "1", "1Gi")
 		p.Spec.ResourceClaims = []v1.PodResourceClaim{
 			{Name: "gpu", ResourceClaimTemplateName: strp("gpu-tmpl")},
 			{Name: "fabric", ResourceClaimTemplateName: strp("fabric-tmpl")},
@@ -86,7 +86,7 @@ func TestNewGang(t *testing.T) {
 		}
 		return p
 	}
-	claims := getter(pt.Claim("pg-fabric-x", topology.FabricDomainDeviceClass, 1), pt.GPUClaim("b-gpu-x", 4), pt.GPUClaim("a-gpu-x", 4))
+	claims := getter(scenario.Claim("pg-fabric-x", topology.FabricDomainDeviceClass, 1), scenario.GPUClaim("b-gpu-x", 4), scenario.GPUClaim("a-gpu-x", 4))
 	tests := map[string]struct {
 		pg      *schedulingv1beta1.PodGroup
 		pods    []*v1.Pod
@@ -124,13 +124,13 @@ func TestNewGang(t *testing.T) {
 // engine calls Allocate once.
 func TestFragmentedIsCheap(t *testing.T) {
 	ctx := context.Background()
-	sc := pt.Scenario{Domains: []pt.DomainSpec{{ID: "f", Kind: string(topology.DomainKindNVSwitch), Nodes: 1000, GPUsPerNode: 8}}}
+	sc := scenario.Scenario{Domains: []scenario.DomainSpec{{ID: "f", Kind: string(topology.DomainKindNVSwitch), Nodes: 1000, GPUsPerNode: 8}}}
 	for i := range 999 {
-		sc.Load = append(sc.Load, pt.LoadSpec{Node: pt.NodeName("f", i), GPUs: []int{0, 2, 4, 6, 7}})
+		sc.Load = append(sc.Load, scenario.LoadSpec{Node: scenario.NodeName("f", i), GPUs: []int{0, 2, 4, 6, 7}})
 	}
-	sc.Load = append(sc.Load, pt.LoadSpec{Node: pt.NodeName("f", 999), GPUs: []int{0, 2, 4, 6}})
-	sc.Gangs = []pt.GangSpec{{Name: "four", Pods: 1, GPUsPerPod: 4}}
-	b, err := pt.Build(sc)
+	sc.Load = append(sc.Load, scenario.LoadSpec{Node: scenario.NodeName("f", 999), GPUs: []int{0, 2, 4, 6}})
+	sc.Gangs = []scenario.GangSpec{{Name: "four", Pods: 1, GPUsPerPod: 4}}
+	b, err := scenario.Build(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestFragmentedIsCheap(t *testing.T) {
 	if err != nil || d == nil {
 		t.Fatalf("not placed: %v %+v", err, u)
 	}
-	if got, want := d.Pods[0].Node, pt.NodeName("f", 999); got != want {
+	if got, want := d.Pods[0].Node, scenario.NodeName("f", 999); got != want {
 		t.Errorf("node = %s, want %s", got, want)
 	}
 	if d.Stats.AllocateCalls != 1 || d.Stats.DomainsVerified != 1 {
@@ -157,9 +157,9 @@ func TestFragmentedIsCheap(t *testing.T) {
 // values) is ignored with a warning instead of failing every placement.
 func TestInvalidPoolSelectorIgnored(t *testing.T) {
 	ctx := context.Background()
-	b, err := pt.Build(pt.Scenario{
-		Domains: []pt.DomainSpec{{ID: "a", Nodes: 2, GPUsPerNode: 4, Channels: 1}},
-		Gangs:   []pt.GangSpec{{Name: "g", Pods: 2, GPUsPerPod: 4, FabricClaim: true}, {Name: "plain", Pods: 2, GPUsPerPod: 4}},
+	b, err := scenario.Build(scenario.Scenario{
+		Domains: []scenario.DomainSpec{{ID: "a", Nodes: 2, GPUsPerNode: 4, Channels: 1}},
+		Gangs:   []scenario.GangSpec{{Name: "g", Pods: 2, GPUsPerPod: 4, FabricClaim: true}, {Name: "plain", Pods: 2, GPUsPerPod: 4}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -191,9 +191,9 @@ func TestInvalidPoolSelectorIgnored(t *testing.T) {
 // deleted node never blocks the placement of unrelated gangs.
 func TestAssumeOnDeletedNode(t *testing.T) {
 	ctx := context.Background()
-	b, err := pt.Build(pt.Scenario{
-		Domains: []pt.DomainSpec{{ID: "a", Kind: string(topology.DomainKindNVSwitch), Nodes: 2, GPUsPerNode: 4}},
-		Gangs:   []pt.GangSpec{{Name: "first", Pods: 1, GPUsPerPod: 4}, {Name: "second", Pods: 1, GPUsPerPod: 4}},
+	b, err := scenario.Build(scenario.Scenario{
+		Domains: []scenario.DomainSpec{{ID: "a", Kind: string(topology.DomainKindNVSwitch), Nodes: 2, GPUsPerNode: 4}},
+		Gangs:   []scenario.GangSpec{{Name: "first", Pods: 1, GPUsPerPod: 4}, {Name: "second", Pods: 1, GPUsPerPod: 4}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -249,15 +249,15 @@ func TestAntiAffinityExistingPods(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := pt.Build(pt.Scenario{
-				Domains: []pt.DomainSpec{{ID: "a", Nodes: 4, GPUsPerNode: 4}},
-				Gangs:   []pt.GangSpec{{Name: "g", Pods: 1, GPUsPerPod: 1}},
+			b, err := scenario.Build(scenario.Scenario{
+				Domains: []scenario.DomainSpec{{ID: "a", Nodes: 4, GPUsPerNode: 4}},
+				Gangs:   []scenario.GangSpec{{Name: "g", Pods: 1, GPUsPerPod: 1}},
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range 3 {
-				p := pt.BoundPod(fmt.Sprintf("running-%d", i), pt.NodeName("a", i), "1", "1Gi")
+				p := scenario.BoundPod(fmt.Sprintf("running-%d", i), scenario.NodeName("a", i), "1", "1Gi")
 				tt.existing(p)
 				b.Input.Pods = append(b.Input.Pods, p)
 			}
@@ -270,7 +270,7 @@ func TestAntiAffinityExistingPods(t *testing.T) {
 			if err != nil || d == nil {
 				t.Fatalf("not placed: %v %+v", err, u)
 			}
-			if got, want := d.Pods[0].Node, pt.NodeName("a", 3); got != want {
+			if got, want := d.Pods[0].Node, scenario.NodeName("a", 3); got != want {
 				t.Errorf("placed on %s, want %s (the only node without a conflicting pod)", got, want)
 			}
 		})
@@ -281,7 +281,7 @@ func TestAntiAffinityExistingPods(t *testing.T) {
 // refused with the field named.
 func TestUnsupportedFields(t *testing.T) {
 	pod := func(f func(*v1.Pod)) *v1.Pod {
-		p := pt.Pod("p", "1", "1Gi")
+		p := scenario.Pod("p", "1", "1Gi")
 		f(p)
 		return p
 	}

@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"slices"
 	"testing"
 	"time"
@@ -13,14 +14,14 @@ import (
 )
 
 // fragmentRails replaces the bench cluster's load
-// (placementtest.HGXScenario: HGX nodes, GPU i on rail i, 16 nodes per
+// (scenario.HGXScenario: HGX nodes, GPU i on rail i, 16 nodes per
 // rack, 8 racks per leaf) so that
 // every node has 4 free GPUs: in each leaf, the nodes in name order
 // 0..104 have rails k..k+3 (mod 8) free for k = their position mod 7 (15
 // nodes per set), and the last 23 have rails 1, 3, 5 and 7, the one set
 // where 16 pods fit. A greedy fill of a leaf uses the first 16 nodes,
 // whose most used rail sets have room for 15 pods each.
-func fragmentRails(sc *placementtest.Scenario) {
+func fragmentRails(sc *scenario.Scenario) {
 	for i := range sc.Load {
 		rack, node := i/16, i%16
 		j := (rack%8)*16 + node
@@ -58,12 +59,12 @@ func BenchmarkRailRequired(b *testing.B) {
 
 func benchRails(b *testing.B, fragmented, old bool) {
 	ctx := context.Background()
-	sc := placementtest.HGXScenario(5000, 1)
+	sc := scenario.HGXScenario(5000, 1)
 	if fragmented {
 		fragmentRails(&sc)
 	}
-	sc.Gangs = []placementtest.GangSpec{{Name: "rails", Pods: 16, GPUsPerPod: 4, TopologyKey: "leaf", RailAlignment: topology.RailAlignmentRequired}}
-	built, err := placementtest.Build(sc)
+	sc.Gangs = []scenario.GangSpec{{Name: "rails", Pods: 16, GPUsPerPod: 4, TopologyKey: "leaf", RailAlignment: topology.RailAlignmentRequired}}
+	built, err := scenario.Build(sc)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -21,7 +22,7 @@ import (
 func railOutcomes(t *testing.T, file string, old bool) map[string]string {
 	t.Helper()
 	ctx := context.Background()
-	b, err := placementtest.Build(readScenario(t, file))
+	b, err := scenario.Build(readScenario(t, file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,13 +105,13 @@ func TestRailsAgainstOldRule(t *testing.T) {
 // both rails and its NIC on one of them.
 func TestSplitRequestsRenamedBack(t *testing.T) {
 	ctx := context.Background()
-	sc := placementtest.Scenario{
-		Domains: []placementtest.DomainSpec{{ID: "m", Nodes: 2, GPUsPerNode: 8, Rails: []int64{0, 0, 1, 1, 2, 2, 3, 3}, NUMA: make([]int64, 8), NICsPerNode: 4}},
-		Load:    []placementtest.LoadSpec{{Node: "m-n00", GPUs: []int{3, 4, 5, 6, 7}}, {Node: "m-n01", GPUs: []int{1, 3, 4, 5, 6, 7}}},
-		Gangs: []placementtest.GangSpec{{Name: "g", Pods: 2, GPUsPerPod: 2, NICsPerPod: 1,
+	sc := scenario.Scenario{
+		Domains: []scenario.DomainSpec{{ID: "m", Nodes: 2, GPUsPerNode: 8, Rails: []int64{0, 0, 1, 1, 2, 2, 3, 3}, NUMA: make([]int64, 8), NICsPerNode: 4}},
+		Load:    []scenario.LoadSpec{{Node: "m-n00", GPUs: []int{3, 4, 5, 6, 7}}, {Node: "m-n01", GPUs: []int{1, 3, 4, 5, 6, 7}}},
+		Gangs: []scenario.GangSpec{{Name: "g", Pods: 2, GPUsPerPod: 2, NICsPerPod: 1,
 			TopologyKey: topology.TopologyKeyNVLinkDomain, RailAlignment: topology.RailAlignmentRequired}},
 	}
-	b, err := placementtest.Build(sc)
+	b, err := scenario.Build(sc)
 	if err != nil {
 		t.Fatal(err)
 	}

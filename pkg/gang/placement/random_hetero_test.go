@@ -3,6 +3,7 @@ package placement_test
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"math/rand/v2"
 	"runtime"
 	"testing"
@@ -28,16 +29,16 @@ type hNode struct {
 // taints, fabric channels) and one heterogeneous gang: up to 6 pods asking
 // 1..4 GPUs each, some all on one NUMA node (matchAttribute), sometimes a
 // minCount below the gang's size.
-func randomHeteroCase(r *rand.Rand, maxNodes int) (placementtest.Scenario, []hNode) {
+func randomHeteroCase(r *rand.Rand, maxNodes int) (scenario.Scenario, []hNode) {
 	taint := v1.Taint{Key: "maint", Value: "x", Effect: v1.TaintEffectNoSchedule}
-	sc := placementtest.Scenario{Levels: []string{"rack"}}
+	sc := scenario.Scenario{Levels: []string{"rack"}}
 	var nodes []hNode
 	total := 1 + r.IntN(maxNodes)
 	for di := 0; total > 0; di++ {
 		n := 1 + r.IntN(total)
 		total -= n
 		gpus := 2 * (1 + r.IntN(4))
-		d := placementtest.DomainSpec{
+		d := scenario.DomainSpec{
 			ID: fmt.Sprintf("d%d", di), Nodes: n, GPUsPerNode: gpus, CPU: "8",
 			Labels: map[string]string{"rack": fmt.Sprintf("r%d", r.IntN(2))}, Channels: r.IntN(2),
 		}
@@ -52,7 +53,7 @@ func randomHeteroCase(r *rand.Rand, maxNodes int) (placementtest.Scenario, []hNo
 			hn := hNode{bfNode: bfNode{domain: d.ID, rack: d.Labels["rack"], freeGPUs: gpus, freeMilliCPU: 8000, tainted: d.Taints != nil, channels: d.Channels}}
 			hn.numa = [2]int{gpus / 2, gpus / 2}
 			loadCPU := r.IntN(5)
-			load := placementtest.LoadSpec{Node: placementtest.NodeName(d.ID, i), CPU: fmt.Sprintf("%d", loadCPU)}
+			load := scenario.LoadSpec{Node: scenario.NodeName(d.ID, i), CPU: fmt.Sprintf("%d", loadCPU)}
 			hn.freeMilliCPU -= 1000 * int64(loadCPU)
 			for g := range gpus {
 				if r.IntN(3) == 0 {
@@ -65,25 +66,25 @@ func randomHeteroCase(r *rand.Rand, maxNodes int) (placementtest.Scenario, []hNo
 			nodes = append(nodes, hn)
 		}
 	}
-	g := placementtest.GangSpec{Name: "g", CPU: fmt.Sprintf("%d", 1+r.IntN(3)), FabricClaim: r.IntN(4) == 0}
+	g := scenario.GangSpec{Name: "g", CPU: fmt.Sprintf("%d", 1+r.IntN(3)), FabricClaim: r.IntN(4) == 0}
 	g.PodGPUs = randomPods(r)
 	randomHeteroGang(r, &g)
 	if r.IntN(2) == 0 {
 		g.PodGPUs, g.TopologyKey = packedPods(r, nodes), topology.TopologyKeyNVLinkDomain
 		g.MinCount = min(g.MinCount, len(g.PodGPUs))
 	}
-	sc.Gangs = []placementtest.GangSpec{g}
+	sc.Gangs = []scenario.GangSpec{g}
 	return sc, nodes
 }
 
 // randomPods draws 1 to 6 pods asking 1..4 GPUs, a quarter of them 2..4
 // GPUs on one NUMA node.
-func randomPods(r *rand.Rand) []placementtest.PodGPUSpec {
-	var out []placementtest.PodGPUSpec
+func randomPods(r *rand.Rand) []scenario.PodGPUSpec {
+	var out []scenario.PodGPUSpec
 	for range 1 + r.IntN(6) {
-		pg := placementtest.PodGPUSpec{GPUs: int64(1 + r.IntN(4))}
+		pg := scenario.PodGPUSpec{GPUs: int64(1 + r.IntN(4))}
 		if r.IntN(4) == 0 {
-			pg = placementtest.PodGPUSpec{GPUs: int64(2 + r.IntN(3)), SameNUMA: true}
+			pg = scenario.PodGPUSpec{GPUs: int64(2 + r.IntN(3)), SameNUMA: true}
 		}
 		out = append(out, pg)
 	}
@@ -96,7 +97,7 @@ func randomPods(r *rand.Rand) []placementtest.PodGPUSpec {
 // shuffles them; the gang is kept in one NVLink domain. When the pods
 // cover the domain, the gang fits it exactly by GPUs, so rank order and
 // first fit dead-end often.
-func packedPods(r *rand.Rand, nodes []hNode) []placementtest.PodGPUSpec {
+func packedPods(r *rand.Rand, nodes []hNode) []scenario.PodGPUSpec {
 	size := map[string]int{}
 	largest := nodes[0].domain
 	for _, n := range nodes {
@@ -104,7 +105,7 @@ func packedPods(r *rand.Rand, nodes []hNode) []placementtest.PodGPUSpec {
 			largest = n.domain
 		}
 	}
-	var out []placementtest.PodGPUSpec
+	var out []scenario.PodGPUSpec
 	for _, n := range nodes {
 		if n.domain != largest {
 			continue
@@ -112,7 +113,7 @@ func packedPods(r *rand.Rand, nodes []hNode) []placementtest.PodGPUSpec {
 		numa := n.numa
 		for free := n.freeGPUs; free > 0 && len(out) < 6; {
 			k := 1 + r.IntN(free)
-			pg := placementtest.PodGPUSpec{GPUs: int64(k)}
+			pg := scenario.PodGPUSpec{GPUs: int64(k)}
 			if side := r.IntN(2); k > 1 && numa[side] >= k {
 				pg.SameNUMA, numa[side] = true, numa[side]-k
 			} else {
@@ -124,7 +125,7 @@ func packedPods(r *rand.Rand, nodes []hNode) []placementtest.PodGPUSpec {
 	}
 	r.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	if len(out) == 0 {
-		out = []placementtest.PodGPUSpec{{GPUs: 1}}
+		out = []scenario.PodGPUSpec{{GPUs: 1}}
 	}
 	return out
 }
@@ -137,7 +138,7 @@ func takeAny(numa [2]int, k int) (int, int) {
 
 // randomHeteroGang sets the gang's minCount (a quarter of the time),
 // topology key and tolerations.
-func randomHeteroGang(r *rand.Rand, g *placementtest.GangSpec) {
+func randomHeteroGang(r *rand.Rand, g *scenario.GangSpec) {
 	if r.IntN(4) == 0 {
 		g.MinCount = 1 + r.IntN(len(g.PodGPUs))
 	}
@@ -155,7 +156,7 @@ func randomHeteroGang(r *rand.Rand, g *placementtest.GangSpec) {
 // heteroBruteForce enumerates every assignment of the gang's pods to the
 // nodes of each possible domain (a pod may be left out while at least
 // minCount are placed) and reports whether one fits.
-func heteroBruteForce(g placementtest.GangSpec, nodes []hNode) bool {
+func heteroBruteForce(g scenario.GangSpec, nodes []hNode) bool {
 	groups := map[string][]hNode{}
 	for _, n := range nodes {
 		if group, ok := groupOf(g, n.bfNode); ok {
@@ -168,7 +169,7 @@ func heteroBruteForce(g placementtest.GangSpec, nodes []hNode) bool {
 	}
 	cpu := 1000 * int64(g.CPU[0]-'0')
 	for _, members := range groups {
-		on := make([][]placementtest.PodGPUSpec, len(members))
+		on := make([][]scenario.PodGPUSpec, len(members))
 		if assignHetero(g.PodGPUs, members, on, len(g.PodGPUs)-need, cpu) {
 			return true
 		}
@@ -178,7 +179,7 @@ func heteroBruteForce(g placementtest.GangSpec, nodes []hNode) bool {
 
 // assignHetero puts the first pod on every node where it fits with the
 // pods already there (or leaves it out while skips last), recursively.
-func assignHetero(pods []placementtest.PodGPUSpec, nodes []hNode, on [][]placementtest.PodGPUSpec, skips int, cpu int64) bool {
+func assignHetero(pods []scenario.PodGPUSpec, nodes []hNode, on [][]scenario.PodGPUSpec, skips int, cpu int64) bool {
 	if len(pods) == 0 {
 		return true
 	}
@@ -200,7 +201,7 @@ func assignHetero(pods []placementtest.PodGPUSpec, nodes []hNode, on [][]placeme
 // fitsNUMA: the pods fit on the node when the same-NUMA pods can be spread
 // over its NUMA nodes within their free GPUs and all pods within the
 // node's free GPUs (the others take any GPU left).
-func fitsNUMA(n hNode, pods []placementtest.PodGPUSpec) bool {
+func fitsNUMA(n hNode, pods []scenario.PodGPUSpec) bool {
 	var numa []int
 	total := 0
 	for _, p := range pods {
@@ -262,9 +263,9 @@ func TestRandomHeterogeneousVsBruteForce(t *testing.T) {
 }
 
 // run places one case's gang, compares with brute force and counts.
-func (h *heteroTally) run(t *testing.T, sc placementtest.Scenario, nodes []hNode) error {
+func (h *heteroTally) run(t *testing.T, sc scenario.Scenario, nodes []hNode) error {
 	ctx := context.Background()
-	b, err := placementtest.Build(sc)
+	b, err := scenario.Build(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +316,7 @@ func statsOf(d *placement.Decision, u *placement.Unschedulable) placement.Stats 
 
 // placedGreedy reports whether the engine without the search places the
 // gang too.
-func placedGreedy(ctx context.Context, t *testing.T, b *placementtest.Built) bool {
+func placedGreedy(ctx context.Context, t *testing.T, b *scenario.Built) bool {
 	t.Helper()
 	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {

@@ -3,6 +3,7 @@ package placement_test
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
@@ -32,8 +33,8 @@ type rNode struct {
 // rail; random busy GPUs, NICs and cpu. The gang has 1 to 6 pods asking 1
 // to 4 GPUs, half of the time 1 or 2 NICs (at most as many as GPUs; in the
 // GPU claim or a claim of its own), in one NVLink domain or anywhere.
-func randomRailCase(r *rand.Rand, maxNodes int) (placementtest.Scenario, []rNode) {
-	sc := placementtest.Scenario{}
+func randomRailCase(r *rand.Rand, maxNodes int) (scenario.Scenario, []rNode) {
+	sc := scenario.Scenario{}
 	var nodes []rNode
 	total := 1 + r.IntN(maxNodes)
 	for di := 0; total > 0; di++ {
@@ -48,7 +49,7 @@ func randomRailCase(r *rand.Rand, maxNodes int) (placementtest.Scenario, []rNode
 			}
 		}
 		r.Shuffle(len(rails), func(i, j int) { rails[i], rails[j] = rails[j], rails[i] })
-		d := placementtest.DomainSpec{ID: fmt.Sprintf("d%d", di), Nodes: n, GPUsPerNode: len(rails), Rails: rails, CPU: "8"}
+		d := scenario.DomainSpec{ID: fmt.Sprintf("d%d", di), Nodes: n, GPUsPerNode: len(rails), Rails: rails, CPU: "8"}
 		if r.IntN(2) == 0 {
 			d.NICsPerNode = len(railIDs)
 			for _, id := range railIDs {
@@ -58,7 +59,7 @@ func randomRailCase(r *rand.Rand, maxNodes int) (placementtest.Scenario, []rNode
 		sc.Domains = append(sc.Domains, d)
 		for i := range n {
 			rn := rNode{domain: d.ID, gpuRail: rails, gpuFree: make([]bool, len(rails)), nicFree: map[int64]int{}}
-			load := placementtest.LoadSpec{Node: placementtest.NodeName(d.ID, i), CPU: fmt.Sprint(r.IntN(5))}
+			load := scenario.LoadSpec{Node: scenario.NodeName(d.ID, i), CPU: fmt.Sprint(r.IntN(5))}
 			rn.milliCPU = 8000 - 1000*int64(load.CPU[0]-'0')
 			for g := range rails {
 				if rn.gpuFree[g] = r.IntN(3) != 0; !rn.gpuFree[g] {
@@ -76,7 +77,7 @@ func randomRailCase(r *rand.Rand, maxNodes int) (placementtest.Scenario, []rNode
 			nodes = append(nodes, rn)
 		}
 	}
-	g := placementtest.GangSpec{Name: "g", Pods: 1 + r.IntN(6), GPUsPerPod: int64(1 + r.IntN(4)), CPU: fmt.Sprint(1 + r.IntN(3)),
+	g := scenario.GangSpec{Name: "g", Pods: 1 + r.IntN(6), GPUsPerPod: int64(1 + r.IntN(4)), CPU: fmt.Sprint(1 + r.IntN(3)),
 		RailAlignment: topology.RailAlignmentRequired}
 	if r.IntN(2) == 0 { // NICs ≤ GPUs: the GPUs lead (the main class)
 		g.NICsPerPod, g.SeparateNICClaim = min(int64(1+r.IntN(2)), g.GPUsPerPod), r.IntN(2) == 0
@@ -84,7 +85,7 @@ func randomRailCase(r *rand.Rand, maxNodes int) (placementtest.Scenario, []rNode
 	if r.IntN(2) == 0 {
 		g.TopologyKey = topology.TopologyKeyNVLinkDomain
 	}
-	sc.Gangs = []placementtest.GangSpec{g}
+	sc.Gangs = []scenario.GangSpec{g}
 	return sc, nodes
 }
 
@@ -94,7 +95,7 @@ func randomRailCase(r *rand.Rand, maxNodes int) (placementtest.Scenario, []rNode
 // its nodes add up to the gang, where members fit on a node when each
 // takes free GPUs whose rails are exactly R, NICs on rails of R, and cpu
 // (maxRailMembers, by enumeration of the GPUs they take).
-func railBruteForce(g placementtest.GangSpec, nodes []rNode) bool {
+func railBruteForce(g scenario.GangSpec, nodes []rNode) bool {
 	groups := map[string][]rNode{}
 	for _, n := range nodes {
 		key := "cluster"
@@ -185,7 +186,7 @@ func TestRandomRailsVsBruteForce(t *testing.T) {
 	for i := range cases {
 		sc, nodes := randomRailCase(r, 6)
 		want := railBruteForce(sc.Gangs[0], nodes)
-		b, err := placementtest.Build(sc)
+		b, err := scenario.Build(sc)
 		if err != nil {
 			t.Fatal(err)
 		}

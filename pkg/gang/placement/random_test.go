@@ -3,6 +3,7 @@ package placement_test
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -28,15 +29,15 @@ type bfNode struct {
 // each, random GPU and cpu occupancy, random taints and fabric channels)
 // and one homogeneous gang; with alternatives, its pods ask for GPUs with
 // two prioritized alternatives (firstAvailable [a, b], a > b).
-func randomCase(r *rand.Rand, maxNodes int, alternatives bool) (placementtest.Scenario, []bfNode) {
+func randomCase(r *rand.Rand, maxNodes int, alternatives bool) (scenario.Scenario, []bfNode) {
 	taint := v1.Taint{Key: "maint", Value: "x", Effect: v1.TaintEffectNoSchedule}
-	sc := placementtest.Scenario{Levels: []string{"rack"}}
+	sc := scenario.Scenario{Levels: []string{"rack"}}
 	var nodes []bfNode
 	total := 1 + r.IntN(maxNodes)
 	for di := 0; total > 0; di++ {
 		n := 1 + r.IntN(total)
 		total -= n
-		d := placementtest.DomainSpec{
+		d := scenario.DomainSpec{
 			ID: fmt.Sprintf("d%d", di), Nodes: n, GPUsPerNode: 1 + r.IntN(4), CPU: "8",
 			Labels: map[string]string{"rack": fmt.Sprintf("r%d", r.IntN(2))}, Channels: r.IntN(2),
 		}
@@ -47,7 +48,7 @@ func randomCase(r *rand.Rand, maxNodes int, alternatives bool) (placementtest.Sc
 		for i := range n {
 			bn := bfNode{domain: d.ID, rack: d.Labels["rack"], freeGPUs: d.GPUsPerNode, freeMilliCPU: 8000, tainted: d.Taints != nil, channels: d.Channels}
 			loadCPU := r.IntN(5)
-			load := placementtest.LoadSpec{Node: placementtest.NodeName(d.ID, i), CPU: fmt.Sprintf("%d", loadCPU)}
+			load := scenario.LoadSpec{Node: scenario.NodeName(d.ID, i), CPU: fmt.Sprintf("%d", loadCPU)}
 			bn.freeMilliCPU -= 1000 * int64(loadCPU)
 			for g := range d.GPUsPerNode {
 				if r.IntN(3) == 0 {
@@ -59,7 +60,7 @@ func randomCase(r *rand.Rand, maxNodes int, alternatives bool) (placementtest.Sc
 			nodes = append(nodes, bn)
 		}
 	}
-	g := placementtest.GangSpec{Name: "g", Pods: 1 + r.IntN(6), GPUsPerPod: int64(1 + r.IntN(3)), CPU: fmt.Sprintf("%d", 1+r.IntN(3)), FabricClaim: r.IntN(3) == 0}
+	g := scenario.GangSpec{Name: "g", Pods: 1 + r.IntN(6), GPUsPerPod: int64(1 + r.IntN(3)), CPU: fmt.Sprintf("%d", 1+r.IntN(3)), FabricClaim: r.IntN(3) == 0}
 	switch r.IntN(3) {
 	case 0:
 		g.TopologyKey = topology.TopologyKeyNVLinkDomain
@@ -73,13 +74,13 @@ func randomCase(r *rand.Rand, maxNodes int, alternatives bool) (placementtest.Sc
 		first := int64(2 + r.IntN(3))
 		g.FirstAvailable = []int64{first, 1 + r.Int64N(first-1)}
 	}
-	sc.Gangs = []placementtest.GangSpec{g}
+	sc.Gangs = []scenario.GangSpec{g}
 	return sc, nodes
 }
 
 // bruteForce enumerates every way to put the gang's identical pods on the
 // nodes of each possible domain and reports whether one fits.
-func bruteForce(g placementtest.GangSpec, nodes []bfNode) bool {
+func bruteForce(g scenario.GangSpec, nodes []bfNode) bool {
 	groups := map[string][]bfNode{}
 	for _, n := range nodes {
 		if group, ok := groupOf(g, n); ok {
@@ -101,7 +102,7 @@ func bruteForce(g placementtest.GangSpec, nodes []bfNode) bool {
 
 // groupOf returns the domain of the gang's level that holds the node, and
 // whether the gang may use the node at all (taints, fabric channels).
-func groupOf(g placementtest.GangSpec, n bfNode) (string, bool) {
+func groupOf(g scenario.GangSpec, n bfNode) (string, bool) {
 	if (n.tainted && g.Tolerations == nil) || (g.FabricClaim && n.channels == 0) {
 		return "", false
 	}
@@ -180,7 +181,7 @@ func testRandom(t *testing.T, seed uint64, maxNodes int, alternatives bool) {
 	var slowest time.Duration
 	for i := range cases {
 		sc, nodes := randomCase(r, maxNodes, alternatives)
-		b, err := placementtest.Build(sc)
+		b, err := scenario.Build(sc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +216,7 @@ func testRandom(t *testing.T, seed uint64, maxNodes int, alternatives bool) {
 
 // checkLargestFree: a refusal's "largest free" at the NVLink-domain level
 // is the most free GPUs any domain has, never a smaller one.
-func checkLargestFree(u *placement.Unschedulable, sc placementtest.Scenario, nodes []bfNode) error {
+func checkLargestFree(u *placement.Unschedulable, sc scenario.Scenario, nodes []bfNode) error {
 	free := map[string]int{}
 	for _, n := range nodes {
 		free[n.domain] += n.freeGPUs

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
-	pt "github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -43,18 +43,18 @@ func TestRankOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			in := index.SnapshotInput{DeviceClasses: pt.DeviceClasses()}
+			in := index.SnapshotInput{DeviceClasses: scenario.DeviceClasses()}
 			for i := range 4 {
-				name := pt.NodeName("d", i)
-				in.Nodes = append(in.Nodes, pt.Node(name, "64", "512Gi", nil))
-				gpus := make([]pt.GPU, 4)
+				name := scenario.NodeName("d", i)
+				in.Nodes = append(in.Nodes, scenario.Node(name, "64", "512Gi", nil))
+				gpus := make([]scenario.GPU, 4)
 				for j := range gpus {
-					gpus[j] = pt.GPU{NVLinkDomain: "dom", Kind: topology.DomainKindNVSwitch, Rail: int64(j)}
+					gpus[j] = scenario.GPU{NVLinkDomain: "dom", Kind: topology.DomainKindNVSwitch, Rail: int64(j)}
 				}
-				in.ResourceSlices = append(in.ResourceSlices, pt.GPUSlice(name, gpus))
+				in.ResourceSlices = append(in.ResourceSlices, scenario.GPUSlice(name, gpus))
 			}
 			pg := &schedulingv1beta1.PodGroup{
-				ObjectMeta: metav1.ObjectMeta{Namespace: pt.Namespace, Name: "train", UID: "pg"},
+				ObjectMeta: metav1.ObjectMeta{Namespace: scenario.Namespace, Name: "train", UID: "pg"},
 				Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
 					Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 16}}},
 			}
@@ -63,8 +63,8 @@ func TestRankOrder(t *testing.T) {
 			rankOf := map[string]int{}
 			for r := 15; r >= 0; r-- { // any order in
 				name, labels := tc.pod(r)
-				c := pt.GPUClaim(name+"-gpu", 1)
-				p := pt.Pod(name, "1", "1Gi", c.Name)
+				c := scenario.GPUClaim(name+"-gpu", 1)
+				p := scenario.Pod(name, "1", "1Gi", c.Name)
 				p.Labels = labels
 				pods, claims = append(pods, p), append(claims, c)
 				rankOf[name] = r

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,10 +68,10 @@ func render(d *placement.Decision, u *placement.Unschedulable, gang string) outc
 
 // runScenario places the gangs in order on one snapshot, assuming each
 // decision, and checks every decision with placementtest.Checker.
-func runScenario(t *testing.T, sc placementtest.Scenario) []outcome {
+func runScenario(t *testing.T, sc scenario.Scenario) []outcome {
 	t.Helper()
 	ctx := context.Background()
-	b, err := placementtest.Build(sc)
+	b, err := scenario.Build(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,13 +100,13 @@ func runScenario(t *testing.T, sc placementtest.Scenario) []outcome {
 }
 
 // readScenario reads a scenario file, strictly.
-func readScenario(t *testing.T, file string) placementtest.Scenario {
+func readScenario(t *testing.T, file string) scenario.Scenario {
 	t.Helper()
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sc placementtest.Scenario
+	var sc scenario.Scenario
 	if err := yaml.UnmarshalStrict(raw, &sc); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestDeterministic(t *testing.T) {
 // domains instead of the two that least spread picks; an unknown pack
 // order is refused.
 func TestPackOrderFullestNodes(t *testing.T) {
-	b, err := placementtest.Build(readScenario(t, "testdata/scenarios/spread.yaml"))
+	b, err := scenario.Build(readScenario(t, "testdata/scenarios/spread.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

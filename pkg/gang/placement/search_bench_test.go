@@ -3,12 +3,12 @@ package placement_test
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"testing"
 	"time"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -19,7 +19,7 @@ type searchBenchCase struct {
 	name string
 	// load returns the busy GPUs of node i; pods the gang for n nodes.
 	load func(i int) []int
-	pods func(n int) []placementtest.PodGPUSpec
+	pods func(n int) []scenario.PodGPUSpec
 }
 
 var searchBenchCases = []searchBenchCase{
@@ -29,10 +29,10 @@ var searchBenchCases = []searchBenchCase{
 		// 6-node and 5 on every 5-node (no GPU left).
 		name: "binpack",
 		load: func(i int) []int { return []int{0, 1, 2}[:3-i%2] },
-		pods: func(n int) []placementtest.PodGPUSpec {
-			var out []placementtest.PodGPUSpec
+		pods: func(n int) []scenario.PodGPUSpec {
+			var out []scenario.PodGPUSpec
 			for range n / 2 {
-				out = append(out, placementtest.PodGPUSpec{GPUs: 3}, placementtest.PodGPUSpec{GPUs: 3}, placementtest.PodGPUSpec{GPUs: 5})
+				out = append(out, scenario.PodGPUSpec{GPUs: 3}, scenario.PodGPUSpec{GPUs: 3}, scenario.PodGPUSpec{GPUs: 5})
 			}
 			return out
 		},
@@ -43,24 +43,24 @@ var searchBenchCases = []searchBenchCase{
 		// per node: first fit gives the 2 the NUMA 0 GPUs.
 		name: "numa",
 		load: func(int) []int { return []int{4, 5} },
-		pods: func(n int) []placementtest.PodGPUSpec {
-			var out []placementtest.PodGPUSpec
+		pods: func(n int) []scenario.PodGPUSpec {
+			var out []scenario.PodGPUSpec
 			for range n {
-				out = append(out, placementtest.PodGPUSpec{GPUs: 2}, placementtest.PodGPUSpec{GPUs: 4, SameNUMA: true})
+				out = append(out, scenario.PodGPUSpec{GPUs: 2}, scenario.PodGPUSpec{GPUs: 4, SameNUMA: true})
 			}
 			return out
 		},
 	},
 }
 
-func (c searchBenchCase) build(b *testing.B, nodes int) *placementtest.Built {
+func (c searchBenchCase) build(b *testing.B, nodes int) *scenario.Built {
 	b.Helper()
-	sc := placementtest.Scenario{Domains: []placementtest.DomainSpec{{ID: "a", Nodes: nodes, GPUsPerNode: 8, NUMA: []int64{0, 0, 0, 0, 1, 1, 1, 1}}}}
+	sc := scenario.Scenario{Domains: []scenario.DomainSpec{{ID: "a", Nodes: nodes, GPUsPerNode: 8, NUMA: []int64{0, 0, 0, 0, 1, 1, 1, 1}}}}
 	for i := range nodes {
-		sc.Load = append(sc.Load, placementtest.LoadSpec{Node: placementtest.NodeName("a", i), GPUs: c.load(i)})
+		sc.Load = append(sc.Load, scenario.LoadSpec{Node: scenario.NodeName("a", i), GPUs: c.load(i)})
 	}
-	sc.Gangs = []placementtest.GangSpec{{Name: "g", TopologyKey: topology.TopologyKeyNVLinkDomain, PodGPUs: c.pods(nodes)}}
-	built, err := placementtest.Build(sc)
+	sc.Gangs = []scenario.GangSpec{{Name: "g", TopologyKey: topology.TopologyKeyNVLinkDomain, PodGPUs: c.pods(nodes)}}
+	built, err := scenario.Build(sc)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func BenchmarkSearch(b *testing.B) {
 }
 
 // placeGreedy places the gang with the search turned off.
-func placeGreedy(ctx context.Context, b *testing.B, built *placementtest.Built) *placement.Decision {
+func placeGreedy(ctx context.Context, b *testing.B, built *scenario.Built) *placement.Decision {
 	b.Helper()
 	snap, err := index.NewSnapshot(ctx, built.Config.Index, built.Input)
 	if err != nil {

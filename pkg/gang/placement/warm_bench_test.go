@@ -2,13 +2,13 @@ package placement_test
 
 import (
 	"context"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -26,7 +26,7 @@ func BenchmarkFirstGang(b *testing.B) {
 	built := buildBench(b, 5000, 1)
 	var cold, warm, warmed time.Duration
 	for b.Loop() {
-		g, _, err := placementtest.BuildGang(placementtest.GangSpec{Name: "first", Pods: 3, GPUsPerPod: 1})
+		g, _, err := scenario.BuildGang(scenario.GangSpec{Name: "first", Pods: 3, GPUsPerPod: 1})
 		if err != nil {
 			b.Fatal(err)
 		}

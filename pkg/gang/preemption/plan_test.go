@@ -3,6 +3,7 @@ package preemption
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"slices"
 	"strings"
 	"testing"
@@ -24,18 +25,18 @@ var now = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 // world is a fabric of two NVLink domains a and b of 4 nodes × 4 GPUs,
 // with running workloads added by the tests.
 type world struct {
-	built *placementtest.Built
+	built *scenario.Built
 	units []*Unit
 }
 
-func newWorld(t *testing.T, gang placementtest.GangSpec) *world {
+func newWorld(t *testing.T, gang scenario.GangSpec) *world {
 	t.Helper()
-	b, err := placementtest.Build(placementtest.Scenario{
-		Domains: []placementtest.DomainSpec{
+	b, err := scenario.Build(scenario.Scenario{
+		Domains: []scenario.DomainSpec{
 			{ID: "a", Nodes: 4, GPUsPerNode: 4},
 			{ID: "b", Nodes: 4, GPUsPerNode: 4},
 		},
-		Gangs: []placementtest.GangSpec{gang},
+		Gangs: []scenario.GangSpec{gang},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,14 +56,14 @@ func (w *world) run(key string, prio int32, group bool, started time.Duration, p
 	u := &Unit{Key: key, Priority: prio, Group: group, Start: now.Add(-started)}
 	for i, p := range pods {
 		name := fmt.Sprintf("%s-%d", strings.NewReplacer(":", "-", "/", "-").Replace(key), i)
-		bp := placementtest.BoundPod(name, p.node, "1", "1Gi")
+		bp := scenario.BoundPod(name, p.node, "1", "1Gi")
 		w.built.Input.Pods = append(w.built.Input.Pods, bp)
 		u.Pods = append(u.Pods, bp)
 		devs := make([]string, len(p.gpus))
 		for j, g := range p.gpus {
 			devs[j] = topology.GPUDeviceName(g)
 		}
-		c := placementtest.AllocatedClaim(name, p.node, devs...)
+		c := scenario.AllocatedClaim(name, p.node, devs...)
 		c.UID = types.UID("claim-" + name)
 		w.built.Input.ResourceClaims = append(w.built.Input.ResourceClaims, c)
 		u.Claims = append(u.Claims, c.UID)
@@ -97,7 +98,7 @@ func keys(us []*Unit) []string {
 	return out
 }
 
-var n = placementtest.NodeName
+var n = scenario.NodeName
 
 func full(node string) pod { return pod{node: node, gpus: []int{0, 1, 2, 3}} }
 
@@ -105,7 +106,7 @@ func TestEvaluate(t *testing.T) {
 	nvlink := topology.TopologyKeyNVLinkDomain
 	tests := []struct {
 		name    string
-		gang    placementtest.GangSpec
+		gang    scenario.GangSpec
 		prio    int32
 		setup   func(w *world)
 		budgets map[string]int
@@ -115,7 +116,7 @@ func TestEvaluate(t *testing.T) {
 		whyHas      string
 	}{{
 		name: "lowest priority victims win over a group of higher priority",
-		gang: placementtest.GangSpec{Name: "big", Pods: 2, GPUsPerPod: 4, TopologyKey: nvlink},
+		gang: scenario.GangSpec{Name: "big", Pods: 2, GPUsPerPod: 4, TopologyKey: nvlink},
 		prio: 100,
 		setup: func(w *world) {
 			w.run("pg:default/train", 10, true, time.Hour, full(n("a", 0)), full(n("a", 1)))
@@ -128,7 +129,7 @@ func TestEvaluate(t *testing.T) {
 		wantDomain: "a", wantVictims: []string{"pod:default/low-0", "pod:default/low-1"},
 	}, {
 		name: "only as many victims as the gang needs",
-		gang: placementtest.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
+		gang: scenario.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
 		prio: 100,
 		setup: func(w *world) {
 			for i := range 4 {
@@ -139,7 +140,7 @@ func TestEvaluate(t *testing.T) {
 		wantDomain: "a", wantVictims: []string{"pod:default/a-0"},
 	}, {
 		name: "one group beats two pods of the same priority",
-		gang: placementtest.GangSpec{Name: "big", Pods: 2, GPUsPerPod: 4, TopologyKey: nvlink},
+		gang: scenario.GangSpec{Name: "big", Pods: 2, GPUsPerPod: 4, TopologyKey: nvlink},
 		prio: 100,
 		setup: func(w *world) {
 			w.run("pod:default/p0", 0, false, time.Minute, full(n("a", 0)))
@@ -153,7 +154,7 @@ func TestEvaluate(t *testing.T) {
 		wantDomain: "b", wantVictims: []string{"pg:default/pair2"},
 	}, {
 		name: "least GPU-time lost breaks the tie",
-		gang: placementtest.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
+		gang: scenario.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
 		prio: 100,
 		setup: func(w *world) {
 			for i := range 4 {
@@ -164,7 +165,7 @@ func TestEvaluate(t *testing.T) {
 		wantDomain: "b", wantVictims: []string{"pod:default/new-0"},
 	}, {
 		name: "equal or higher priority is never a victim",
-		gang: placementtest.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
+		gang: scenario.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
 		prio: 50,
 		setup: func(w *world) {
 			for i := range 4 {
@@ -175,7 +176,7 @@ func TestEvaluate(t *testing.T) {
 		whyHas: "no running workload has a priority below 50",
 	}, {
 		name: "a budget that allows no disruption moves the plan elsewhere",
-		gang: placementtest.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
+		gang: scenario.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
 		prio: 100,
 		setup: func(w *world) {
 			for i := range 4 {
@@ -188,7 +189,7 @@ func TestEvaluate(t *testing.T) {
 		wantDomain: "b", wantVictims: []string{"pod:default/b-3"},
 	}, {
 		name: "budgets everywhere: no plan, the budget named",
-		gang: placementtest.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
+		gang: scenario.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
 		prio: 100,
 		setup: func(w *world) {
 			for _, d := range []string{"a", "b"} {
@@ -202,7 +203,7 @@ func TestEvaluate(t *testing.T) {
 		whyHas:  "PodDisruptionBudget default/serving allows 0 disruptions, the gang needs 1",
 	}, {
 		name: "too big for any domain even when empty",
-		gang: placementtest.GangSpec{Name: "huge", Pods: 5, GPUsPerPod: 4, TopologyKey: nvlink},
+		gang: scenario.GangSpec{Name: "huge", Pods: 5, GPUsPerPod: 4, TopologyKey: nvlink},
 		prio: 100,
 		setup: func(w *world) {
 			w.run("pod:default/x", 0, false, time.Hour, full(n("a", 0)))
@@ -210,7 +211,7 @@ func TestEvaluate(t *testing.T) {
 		whyHas: "does not fit even without its 1 workloads of lower priority",
 	}, {
 		name: "without a key the smallest level with a plan wins",
-		gang: placementtest.GangSpec{Name: "wide", Pods: 6, GPUsPerPod: 4},
+		gang: scenario.GangSpec{Name: "wide", Pods: 6, GPUsPerPod: 4},
 		prio: 100,
 		setup: func(w *world) {
 			for _, d := range []string{"a", "b"} {
@@ -251,7 +252,7 @@ func TestEvaluate(t *testing.T) {
 func TestEvaluateCountsAGroupWhole(t *testing.T) {
 	// A group with pods in a and b: evicting it for room in a loses all of
 	// its GPU-time, so three single pods in b of the same priority win.
-	w := newWorld(t, placementtest.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: topology.TopologyKeyNVLinkDomain})
+	w := newWorld(t, scenario.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: topology.TopologyKeyNVLinkDomain})
 	for i := range 4 {
 		w.run(fmt.Sprintf("pg:default/spread-%d", i), 0, true, time.Hour, full(n("a", i)), full(n("b", i)))
 	}
@@ -265,7 +266,7 @@ func TestEvaluateCountsAGroupWhole(t *testing.T) {
 }
 
 func TestWithoutNodes(t *testing.T) {
-	w := newWorld(t, placementtest.GangSpec{Name: "g", Pods: 1, GPUsPerPod: 1})
+	w := newWorld(t, scenario.GangSpec{Name: "g", Pods: 1, GPUsPerPod: 1})
 	w.run("pod:default/x", 0, false, time.Hour, full(n("a", 0)))
 	in := WithoutNodes(w.built.Input, sets.New(n("a", 0), n("a", 1)))
 	if len(in.Nodes) != 6 || len(in.Pods) != 0 {

@@ -2,10 +2,10 @@ package preemption
 
 import (
 	"context"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"testing"
 	"time"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -42,7 +42,7 @@ func TestClosestDomain(t *testing.T) {
 	nvlink := topology.TopologyKeyNVLinkDomain
 	// a has 2 free GPUs, b has 6: b is closest for a 16-GPU gang that fits
 	// an empty domain; a 20-GPU gang fits no domain.
-	w := newWorld(t, placementtest.GangSpec{Name: "big", Pods: 4, GPUsPerPod: 4, TopologyKey: nvlink})
+	w := newWorld(t, scenario.GangSpec{Name: "big", Pods: 4, GPUsPerPod: 4, TopologyKey: nvlink})
 	for i := range 4 {
 		w.run("pod:default/a"+string(rune('0'+i)), 0, false, time.Hour, pod{node: n("a", i), gpus: []int{0, 1, 2, 3}[:4-boolInt(i < 2)]})
 	}
@@ -55,7 +55,7 @@ func TestClosestDomain(t *testing.T) {
 	if r.Domain != "b" || r.Free != 10 || r.Need != 16 || len(r.Nodes) != 4 {
 		t.Fatalf("reservation %+v, want domain b with 10 free of the 16 needed", r)
 	}
-	huge := newWorld(t, placementtest.GangSpec{Name: "huge", Pods: 5, GPUsPerPod: 4, TopologyKey: nvlink})
+	huge := newWorld(t, scenario.GangSpec{Name: "huge", Pods: 5, GPUsPerPod: 4, TopologyKey: nvlink})
 	if r, err := ClosestDomain(context.Background(), huge.built.Config, huge.built.Input, huge.built.Gangs[0], 0); err != nil || r != nil {
 		t.Fatalf("a gang no domain can hold got %+v %v", r, err)
 	}

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 )
 
 // TestFreeGPUs: the free-GPU gauges count the same with the placement
@@ -21,10 +21,10 @@ import (
 // devices and an assumed decision's are taken once, admin access takes
 // nothing, and a domain with none free is listed at 0.
 func TestFreeGPUs(t *testing.T) {
-	gpus := func(domain string, n int) []placementtest.GPU {
-		out := make([]placementtest.GPU, n)
+	gpus := func(domain string, n int) []scenario.GPU {
+		out := make([]scenario.GPU, n)
 		for i := range out {
-			out[i] = placementtest.GPU{NVLinkDomain: domain, Rail: -1}
+			out[i] = scenario.GPU{NVLinkDomain: domain, Rail: -1}
 		}
 		return out
 	}
@@ -34,19 +34,19 @@ func TestFreeGPUs(t *testing.T) {
 		return rc
 	}
 	slices := []*resourceapi.ResourceSlice{
-		placementtest.GPUSlice("a", gpus("nvl0", 4)), placementtest.GPUSlice("b", gpus("nvl0", 4)),
-		placementtest.GPUSlice("c", gpus("nvl1", 1)),
+		scenario.GPUSlice("a", gpus("nvl0", 4)), scenario.GPUSlice("b", gpus("nvl0", 4)),
+		scenario.GPUSlice("c", gpus("nvl1", 1)),
 	}
 	claims := []*resourceapi.ResourceClaim{
-		placementtest.AllocatedClaim("held", "a", "gpu-0"),
-		admin(placementtest.AllocatedClaim("admin", "b", "gpu-1")),
-		placementtest.AllocatedClaim("full", "c", "gpu-0"),
+		scenario.AllocatedClaim("held", "a", "gpu-0"),
+		admin(scenario.AllocatedClaim("admin", "b", "gpu-1")),
+		scenario.AllocatedClaim("full", "c", "gpu-0"),
 	}
 	// The assumed decision: a/gpu-0 (already held), a/gpu-1, and b/gpu-2
 	// with admin access.
-	pending := placementtest.Pod("p0", "1", "1Gi")
-	decided := placementtest.AllocatedClaim("decided", "a", "gpu-0", "gpu-1")
-	decidedAdmin := admin(placementtest.AllocatedClaim("decided-admin", "b", "gpu-2"))
+	pending := scenario.Pod("p0", "1", "1Gi")
+	decided := scenario.AllocatedClaim("decided", "a", "gpu-0", "gpu-1")
+	decidedAdmin := admin(scenario.AllocatedClaim("decided-admin", "b", "gpu-2"))
 	decision := &placement.Decision{
 		Pods: []placement.PodPlacement{{Namespace: pending.Namespace, Name: pending.Name, UID: pending.UID, Node: "a"}},
 		Claims: []placement.ClaimAllocation{

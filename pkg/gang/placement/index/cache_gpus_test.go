@@ -2,6 +2,7 @@ package index_test
 
 import (
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -63,12 +64,12 @@ type gpuWorld struct {
 }
 
 func newGPUWorld(t *testing.T, seed uint64) *gpuWorld {
-	sc := placementtest.Scenario{Domains: []placementtest.DomainSpec{
+	sc := scenario.Scenario{Domains: []scenario.DomainSpec{
 		{ID: "nvl0", Nodes: 4, GPUsPerNode: 4, Channels: 2},
 		{ID: "nvl1", Nodes: 3, GPUsPerNode: 4, Channels: 2},
 		{ID: "hgx", Kind: string(topology.DomainKindNVSwitch), Nodes: 3, GPUsPerNode: 8},
 	}}
-	built, err := placementtest.Build(sc)
+	built, err := scenario.Build(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func newGPUWorld(t *testing.T, seed uint64) *gpuWorld {
 	}
 	// Another driver's node-local slice with GPU-looking devices: not
 	// counted.
-	other := placementtest.GPUSlice(w.nodes[0], []placementtest.GPU{{NVLinkDomain: "nvl0", Rail: -1}})
+	other := scenario.GPUSlice(w.nodes[0], []scenario.GPU{{NVLinkDomain: "nvl0", Rail: -1}})
 	other.Name, other.Spec.Driver = "other-driver", "other.example.com"
 	w.setSlice(other)
 	return w
@@ -115,11 +116,11 @@ func (w *gpuWorld) randomDevice() (driver, pool, device string) {
 // gpuSliceFor returns a GPU slice of node with n GPUs in domain, of the
 // given generation, under a name.
 func gpuSliceFor(name, node, domain string, n int, gen int64) *resourceapi.ResourceSlice {
-	gpus := make([]placementtest.GPU, n)
+	gpus := make([]scenario.GPU, n)
 	for i := range gpus {
-		gpus[i] = placementtest.GPU{NVLinkDomain: domain, Kind: topology.DomainKindMNNVL, Rail: int64(i)}
+		gpus[i] = scenario.GPU{NVLinkDomain: domain, Kind: topology.DomainKindMNNVL, Rail: int64(i)}
 	}
-	sl := placementtest.GPUSlice(node, gpus)
+	sl := scenario.GPUSlice(node, gpus)
 	sl.Name, sl.Spec.Pool.Generation = name, gen
 	return sl
 }
@@ -169,7 +170,7 @@ func (w *gpuWorld) claimEvent() string {
 	switch op := w.r.IntN(5); {
 	case op < 3 || len(uids) == 0:
 		w.next++
-		rc := placementtest.GPUClaim(fmt.Sprintf("c%04d", w.next), 1)
+		rc := scenario.GPUClaim(fmt.Sprintf("c%04d", w.next), 1)
 		a := &resourceapi.AllocationResult{}
 		for range 1 + w.r.IntN(4) {
 			driver, pool, dev := w.randomDevice()
@@ -250,9 +251,9 @@ func TestCacheFreeGPUsRules(t *testing.T) {
 		}
 	}
 	check("empty", nil, map[string]int{"nvl0": 8})
-	c.SetClaim(placementtest.AllocatedClaim("x", "a", "gpu-0", "gpu-1"))
+	c.SetClaim(scenario.AllocatedClaim("x", "a", "gpu-0", "gpu-1"))
 	check("a claim holds two", nil, map[string]int{"nvl0": 6})
-	admin := placementtest.AllocatedClaim("adm", "a", "gpu-2")
+	admin := scenario.AllocatedClaim("adm", "a", "gpu-2")
 	admin.Status.Allocation.Devices.Results[0].AdminAccess = ptr(true)
 	c.SetClaim(admin)
 	check("admin access takes nothing", nil, map[string]int{"nvl0": 6})
@@ -263,10 +264,10 @@ func TestCacheFreeGPUsRules(t *testing.T) {
 	check("only the newest generation counts", nil, map[string]int{"nvl0": 4, "nvl1": 0})
 	c.DeleteSlice("a-s2")
 	check("back to the older generation", nil, map[string]int{"nvl0": 6})
-	c.SetClaim(placementtest.AllocatedClaim("y", "b", "gpu-0", "gpu-1", "gpu-2", "gpu-3"))
+	c.SetClaim(scenario.AllocatedClaim("y", "b", "gpu-0", "gpu-1", "gpu-2", "gpu-3"))
 	c.DeleteSlice("a-s1")
 	check("a domain with none free is listed at 0", nil, map[string]int{"nvl0": 0})
-	c.DeleteClaim(placementtest.AllocatedClaim("y", "b").UID)
+	c.DeleteClaim(scenario.AllocatedClaim("y", "b").UID)
 	check("claim deleted", nil, map[string]int{"nvl0": 4})
 }
 
@@ -276,11 +277,11 @@ func TestCacheFreeGPUsRules(t *testing.T) {
 // domain per node (5,000 domains), "mnnvl" domains of 18 nodes.
 func BenchmarkCacheFreeGPUs(b *testing.B) {
 	for _, kind := range []string{"hgx", "mnnvl"} {
-		sc := placementtest.HGXScenario(5000, 1)
+		sc := scenario.HGXScenario(5000, 1)
 		if kind == "mnnvl" {
 			sc = mnnvlScenario(5000, 18, 1)
 		}
-		built, err := placementtest.Build(sc)
+		built, err := scenario.Build(sc)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -314,17 +315,17 @@ func BenchmarkCacheFreeGPUs(b *testing.B) {
 
 // mnnvlScenario is nodes nodes of 8 GPUs in NVLink domains of perDomain
 // nodes, each node with a uniformly random number of busy GPUs (0..8).
-func mnnvlScenario(nodes, perDomain int, seed uint64) placementtest.Scenario {
+func mnnvlScenario(nodes, perDomain int, seed uint64) scenario.Scenario {
 	r := rand.New(rand.NewPCG(seed, 7))
-	var sc placementtest.Scenario
+	var sc scenario.Scenario
 	for d := 0; d*perDomain < nodes; d++ {
 		id := fmt.Sprintf("nvl%03d", d)
 		n := min(perDomain, nodes-d*perDomain)
-		sc.Domains = append(sc.Domains, placementtest.DomainSpec{ID: id, Nodes: n, GPUsPerNode: 8, Channels: 4})
+		sc.Domains = append(sc.Domains, scenario.DomainSpec{ID: id, Nodes: n, GPUsPerNode: 8, Channels: 4})
 		for i := range n {
 			busy := r.Perm(8)[:r.IntN(9)]
 			slices.Sort(busy)
-			sc.Load = append(sc.Load, placementtest.LoadSpec{Node: placementtest.NodeName(id, i), GPUs: busy})
+			sc.Load = append(sc.Load, scenario.LoadSpec{Node: scenario.NodeName(id, i), GPUs: busy})
 		}
 	}
 	return sc

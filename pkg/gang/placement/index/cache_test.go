@@ -3,6 +3,7 @@ package index_test
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -35,22 +36,22 @@ type cacheWorld struct {
 }
 
 func newCacheWorld(t *testing.T, seed uint64) *cacheWorld {
-	sc := placementtest.Scenario{Levels: []string{"rack"}, Domains: []placementtest.DomainSpec{
+	sc := scenario.Scenario{Levels: []string{"rack"}, Domains: []scenario.DomainSpec{
 		{ID: "nvl0", Nodes: 6, GPUsPerNode: 4, Channels: 6, CPU: "16", Labels: map[string]string{"rack": "r0"}},
 		{ID: "nvl1", Nodes: 5, GPUsPerNode: 4, Channels: 6, CPU: "16", Labels: map[string]string{"rack": "r1"}},
 		{ID: "hgx", Kind: string(topology.DomainKindNVSwitch), Nodes: 4, GPUsPerNode: 8, CPU: "16", Labels: map[string]string{"rack": "r1"}},
 	}}
 	r := rand.New(rand.NewPCG(seed, 11))
-	built, err := placementtest.Build(sc)
+	built, err := scenario.Build(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range built.Input.Nodes {
 		if r.IntN(3) == 0 {
-			sc.Load = append(sc.Load, placementtest.LoadSpec{Node: n.Name, GPUs: r.Perm(4)[:1+r.IntN(3)], CPU: "2"})
+			sc.Load = append(sc.Load, scenario.LoadSpec{Node: n.Name, GPUs: r.Perm(4)[:1+r.IntN(3)], CPU: "2"})
 		}
 	}
-	if built, err = placementtest.Build(sc); err != nil {
+	if built, err = scenario.Build(sc); err != nil {
 		t.Fatal(err)
 	}
 	// A loaded machine must not turn an Allocate timeout into a different
@@ -61,9 +62,9 @@ func newCacheWorld(t *testing.T, seed uint64) *cacheWorld {
 	return w
 }
 
-func (w *cacheWorld) randomSpec() placementtest.GangSpec {
+func (w *cacheWorld) randomSpec() scenario.GangSpec {
 	w.next++
-	gs := placementtest.GangSpec{Name: fmt.Sprintf("g%03d", w.next), Pods: 1 + w.r.IntN(4), GPUsPerPod: int64(1 + w.r.IntN(4)), CPU: fmt.Sprint(1 + w.r.IntN(4))}
+	gs := scenario.GangSpec{Name: fmt.Sprintf("g%03d", w.next), Pods: 1 + w.r.IntN(4), GPUsPerPod: int64(1 + w.r.IntN(4)), CPU: fmt.Sprint(1 + w.r.IntN(4))}
 	gs.FabricClaim = w.r.IntN(4) == 0
 	gs.OnePerNode = w.r.IntN(5) == 0
 	if w.r.IntN(5) == 0 {
@@ -98,7 +99,7 @@ func (w *cacheWorld) snapshot(ctx context.Context, prev *index.Snapshot) (*index
 func (w *cacheWorld) step(ctx context.Context, snap *index.Snapshot) string {
 	switch op := w.r.IntN(20); {
 	case op < 8:
-		g, claims, err := placementtest.BuildGang(w.randomSpec())
+		g, claims, err := scenario.BuildGang(w.randomSpec())
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -199,7 +200,7 @@ func (w *cacheWorld) finish(pg *placementtest.PlacedGang) {
 // and level indexes, and the same Place answers for probe gangs.
 func TestCacheMatchesFreshSnapshot(t *testing.T) {
 	ctx := context.Background()
-	probes := []placementtest.GangSpec{
+	probes := []scenario.GangSpec{
 		{Name: "probe-a", Pods: 2, GPUsPerPod: 2},
 		{Name: "probe-b", Pods: 5, GPUsPerPod: 4, TopologyKey: "rack"},
 		{Name: "probe-c", Pods: 1, GPUsPerPod: 8},
@@ -217,11 +218,11 @@ func TestCacheMatchesFreshSnapshot(t *testing.T) {
 			steps++
 			snap = incr
 			for _, ps := range probes {
-				g1, _, err := placementtest.BuildGang(ps)
+				g1, _, err := scenario.BuildGang(ps)
 				if err != nil {
 					t.Fatal(err)
 				}
-				g2, _, _ := placementtest.BuildGang(ps)
+				g2, _, _ := scenario.BuildGang(ps)
 				d1, u1, err1 := placement.Place(ctx, w.cfg, incr, g1)
 				d2, u2, err2 := placement.Place(ctx, w.cfg, fresh, g2)
 				if err1 != nil || err2 != nil {
@@ -262,16 +263,16 @@ func TestCacheMatchesFreshSnapshot(t *testing.T) {
 // resourceVersion, so a lister ahead of the cache is not taken for it.
 func TestCacheCaught(t *testing.T) {
 	c := index.NewCache(index.Config{})
-	pod := placementtest.BoundPod("p", "n1", "1", "1Gi")
+	pod := scenario.BoundPod("p", "n1", "1", "1Gi")
 	pod.ResourceVersion = "10"
-	claim := placementtest.AllocatedClaim("c", "n1", "gpu-0")
+	claim := scenario.AllocatedClaim("c", "n1", "gpu-0")
 	claim.ResourceVersion = "12"
 	c.SetPod(pod)
 	c.SetClaim(claim)
-	unbound := placementtest.Pod("q", "1", "1Gi")
+	unbound := scenario.Pod("q", "1", "1Gi")
 	unbound.ResourceVersion = "7"
 	c.SetPod(unbound)
-	odd := placementtest.Pod("r", "1", "1Gi")
+	odd := scenario.Pod("r", "1", "1Gi")
 	odd.ResourceVersion = "abc"
 	c.SetPod(odd)
 	tests := []struct {

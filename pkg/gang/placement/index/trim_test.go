@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
-	pt "github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -20,7 +20,7 @@ import (
 // way no request may get a device of the other class.
 func TestClassesStayApart(t *testing.T) {
 	const node = "n0"
-	slice := pt.GPUSlice(node, []pt.GPU{{NVLinkDomain: "d", Kind: topology.DomainKindNVSwitch, Rail: 0}, {NVLinkDomain: "d", Kind: topology.DomainKindNVSwitch, Rail: 1}, {NVLinkDomain: "d", Kind: topology.DomainKindNVSwitch, Rail: 2}, {NVLinkDomain: "d", Kind: topology.DomainKindNVSwitch, Rail: 3}})
+	slice := scenario.GPUSlice(node, []scenario.GPU{{NVLinkDomain: "d", Kind: topology.DomainKindNVSwitch, Rail: 0}, {NVLinkDomain: "d", Kind: topology.DomainKindNVSwitch, Rail: 1}, {NVLinkDomain: "d", Kind: topology.DomainKindNVSwitch, Rail: 2}, {NVLinkDomain: "d", Kind: topology.DomainKindNVSwitch, Rail: 3}})
 	for i := range 4 {
 		// NICs first in the slice, so a class-blind first fit would take them.
 		nic := resourceapi.Device{Name: topology.NICDeviceName("mlx5_" + string(rune('0'+i))), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
@@ -28,8 +28,8 @@ func TestClassesStayApart(t *testing.T) {
 		}}
 		slice.Spec.Devices = append([]resourceapi.Device{nic}, slice.Spec.Devices...)
 	}
-	classes := pt.DeviceClasses() // gpu, nic and fabric-domain
-	mixed := pt.GPUClaim("mixed", 2)
+	classes := scenario.DeviceClasses() // gpu, nic and fabric-domain
+	mixed := scenario.GPUClaim("mixed", 2)
 	mixed.Spec.Devices.Requests = append(mixed.Spec.Devices.Requests, resourceapi.DeviceRequest{
 		Name: "nics", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: topology.NICDeviceClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2},
 	})
@@ -38,21 +38,21 @@ func TestClassesStayApart(t *testing.T) {
 		claim *resourceapi.ResourceClaim
 		want  map[string]string // request → device name prefix
 	}{
-		{"gpus only", pt.GPUClaim("gpus", 4), map[string]string{"req": "gpu-"}},
-		{"nics only", pt.Claim("nics", topology.NICDeviceClass, 3), map[string]string{"req": "nic-"}},
+		{"gpus only", scenario.GPUClaim("gpus", 4), map[string]string{"req": "gpu-"}},
+		{"nics only", scenario.Claim("nics", topology.NICDeviceClass, 3), map[string]string{"req": "nic-"}},
 		{"gpus and nics", mixed, map[string]string{"req": "gpu-", "nics": "nic-"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			snap, err := index.NewSnapshot(ctx, index.Config{}, index.SnapshotInput{
-				Nodes: []*corev1.Node{pt.Node(node, "64", "512Gi", nil)}, ResourceSlices: []*resourceapi.ResourceSlice{slice},
+				Nodes: []*corev1.Node{scenario.Node(node, "64", "512Gi", nil)}, ResourceSlices: []*resourceapi.ResourceSlice{slice},
 				DeviceClasses: classes, ResourceClaims: []*resourceapi.ResourceClaim{tc.claim},
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			pod := pt.Pod("p", "1", "1Gi", tc.claim.Name)
+			pod := scenario.Pod("p", "1", "1Gi", tc.claim.Name)
 			g, err := placement.NewPodGang(pod, func(_, name string) (*resourceapi.ResourceClaim, error) { return tc.claim, nil })
 			if err != nil {
 				t.Fatal(err)

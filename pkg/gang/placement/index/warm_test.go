@@ -3,6 +3,7 @@ package index_test
 import (
 	"context"
 	"errors"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -20,13 +21,13 @@ import (
 // classes and stops when its context is done.
 func TestWarm(t *testing.T) {
 	ctx := context.Background()
-	specs := []placementtest.GangSpec{
+	specs := []scenario.GangSpec{
 		{Name: "small", Pods: 3, GPUsPerPod: 1},
 		{Name: "rack", Pods: 6, GPUsPerPod: 4, TopologyKey: "rack"},
 		{Name: "big", Pods: 24, GPUsPerPod: 8},
 	}
-	sc := placementtest.HGXScenario(256, 3)
-	built, err := placementtest.Build(sc)
+	sc := scenario.HGXScenario(256, 3)
+	built, err := scenario.Build(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +58,11 @@ func TestWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, spec := range specs {
-		g1, _, err := placementtest.BuildGang(spec)
+		g1, _, err := scenario.BuildGang(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		g2, _, _ := placementtest.BuildGang(spec)
+		g2, _, _ := scenario.BuildGang(spec)
 		d1, u1, err1 := placement.Place(ctx, built.Config, warmed, g1)
 		d2, u2, err2 := placement.Place(ctx, built.Config, cold, g2)
 		if err1 != nil || err2 != nil || d1 == nil || d2 == nil {

@@ -1,4 +1,4 @@
-package placementtest
+package scenario
 
 import (
 	"cmp"

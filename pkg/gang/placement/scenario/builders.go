@@ -1,10 +1,10 @@
-// Package placementtest builds API objects for placement tests and
-// benchmarks: nodes, GPU slices with nvlinkDomain/ibRail attributes,
-// fabric-domain pools, DeviceClasses, claims and pods; scenarios of them;
-// an independent checker of decisions; and an index.Cache fed as the
-// informers would. It is a test helper package; production code must not
-// import it.
-package placementtest
+// Package scenario builds the API objects of a described fabric: nodes, GPU
+// slices with nvlinkDomain/ibRail attributes, fabric-domain pools,
+// DeviceClasses, claims and pods, and whole scenarios of them (a fabric, its
+// load, gangs to place). The simulator (pkg/sim) builds its clusters with
+// it, and the placement tests and benchmarks their fixtures. It is pure: no
+// client-go, no I/O.
+package scenario
 
 import (
 	"fmt"
