@@ -3,6 +3,7 @@ package itest
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
@@ -30,8 +30,8 @@ func FabricCluster(t *testing.T, c kubernetes.Interface, domains []string, nodes
 	t.Helper()
 	ctx := t.Context()
 	for _, dc := range []*resourceapi.DeviceClass{
-		DeviceClass(topology.GPUDeviceClass, placementtest.GPUSelector),
-		DeviceClass(topology.FabricDomainDeviceClass, placementtest.FabricDomainSelector),
+		DeviceClass(topology.GPUDeviceClass, scenario.GPUSelector),
+		DeviceClass(topology.FabricDomainDeviceClass, scenario.FabricDomainSelector),
 	} {
 		if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("create device class: %v", err)

@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"os"
 	"slices"
 	"strconv"
@@ -15,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
@@ -196,7 +196,7 @@ func peerCluster(b *testing.B) *peerEnv {
 	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true, ControllerManagerQPS: 200})
 	admin := cp.AdminClient(b)
 	itest.Must(b, "grant scheduler rules", framework.GrantSchedulerRules(b.Context(), admin, topology.SchedulerName, itest.RecordNamespace))
-	_, err := admin.ResourceV1().DeviceClasses().Create(b.Context(), itest.DeviceClass(topology.GPUDeviceClass, placementtest.GPUSelector), metav1.CreateOptions{})
+	_, err := admin.ResourceV1().DeviceClasses().Create(b.Context(), itest.DeviceClass(topology.GPUDeviceClass, scenario.GPUSelector), metav1.CreateOptions{})
 	itest.Must(b, "create device class", err)
 	start := time.Now()
 	peerNodes(b, admin, nodes)

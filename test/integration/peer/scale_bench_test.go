@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"maps"
 	"strings"
 	"sync"
@@ -19,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
@@ -68,7 +68,7 @@ func BenchmarkGang512(b *testing.B) {
 	itest.Must(b, "user config", err)
 	client, err := kubernetes.NewForConfig(cfg)
 	itest.Must(b, "client", err)
-	_, err = admin.ResourceV1().DeviceClasses().Create(b.Context(), itest.DeviceClass(topology.GPUDeviceClass, placementtest.GPUSelector), metav1.CreateOptions{})
+	_, err = admin.ResourceV1().DeviceClasses().Create(b.Context(), itest.DeviceClass(topology.GPUDeviceClass, scenario.GPUSelector), metav1.CreateOptions{})
 	itest.Must(b, "create device class", err)
 	reg := prometheus.NewRegistry()
 	metrics, err := scheduler.NewMetrics(reg)

@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"testing"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
@@ -52,7 +52,7 @@ func BenchmarkSmallGangs(b *testing.B) {
 	cfg.QPS, cfg.Burst = 1000, 2000
 	client, err := kubernetes.NewForConfig(cfg)
 	itest.Must(b, "client", err)
-	_, err = admin.ResourceV1().DeviceClasses().Create(b.Context(), itest.DeviceClass(topology.GPUDeviceClass, placementtest.GPUSelector), metav1.CreateOptions{})
+	_, err = admin.ResourceV1().DeviceClasses().Create(b.Context(), itest.DeviceClass(topology.GPUDeviceClass, scenario.GPUSelector), metav1.CreateOptions{})
 	itest.Must(b, "create device class", err)
 	start := time.Now()
 	peerNodes(b, admin, nodes)
