@@ -15,11 +15,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/component/version"
 	"github.com/gpufabric/gpufabric/pkg/inspect/cli"
 )
-
-// version is set at release time: -ldflags "-X main.version=v1.2.3".
-var version = ""
 
 func main() {
 	os.Exit(run())
@@ -30,9 +28,11 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background().WithName("kubectl-gpufabric"))
+	info := version.Get()
 	cmd := cli.NewCommand(cli.Config{
 		Streams: genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr},
-		Version: version,
+		// --version and `version`: "v0.2.0, commit 1a2b3c" (pkg/component/version).
+		Version: info.Version + ", commit " + info.Commit,
 	})
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
