@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fakediscovery "k8s.io/client-go/discovery/fake"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // served is a discovery answer with the given group versions and their
@@ -186,6 +189,36 @@ func TestHelpAndVersion(t *testing.T) {
 	for _, legacy := range []string{"logtostderr", "alsologtostderr", "log_dir", "log_file", "stderrthreshold", "skip_headers", "add_dir_header", "one_output", "log_backtrace_at", "skip_log_headers"} {
 		if strings.Contains(help, "-"+legacy) {
 			t.Errorf("--help lists klog's legacy flag -%s", legacy)
+		}
+	}
+}
+
+// TestOwnLease: the leader's Lease gets the fabric-domain DeviceClass as
+// owner (once: a second call changes nothing); without the class it has
+// none.
+func TestOwnLease(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "gpufabric-system", Name: "gpufabric-scheduler"}}
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: topology.FabricDomainDeviceClass, UID: "class-uid"}}
+	for _, withClass := range []bool{false, true} {
+		objs := []runtime.Object{lease.DeepCopy()}
+		if withClass {
+			objs = append(objs, class)
+		}
+		client := fake.NewClientset(objs...)
+		for range 2 {
+			ownLease(ctx, client, lease.Namespace, lease.Name)
+		}
+		got, err := client.CoordinationV1().Leases(lease.Namespace).Get(ctx, lease.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if withClass {
+			want = 1
+		}
+		if len(got.OwnerReferences) != want || want == 1 && (got.OwnerReferences[0].UID != "class-uid" || got.OwnerReferences[0].Kind != "DeviceClass" || got.OwnerReferences[0].APIVersion != "resource.k8s.io/v1") {
+			t.Errorf("with class %t: owners %+v", withClass, got.OwnerReferences)
 		}
 	}
 }

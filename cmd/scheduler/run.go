@@ -75,7 +75,12 @@ func (o *options) run(ctx context.Context) error {
 		CommitParallelism: o.commitWorkers,
 		CommitsInFlight:   o.commitsInFlight,
 		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder)},
-		InformersStarted:  h.informersStarted,
+		InformersStarted: func(unsynced func() []string) {
+			h.informersStarted(unsynced)
+			if o.leaderElect {
+				go ownLease(ctx, client, o.leNamespace, o.leName) // the term's Lease is this replica's now
+			}
+		},
 
 		DisablePreemption:    o.preemption.disabled,
 		NominationTimeout:    o.preemption.nominationTimeout,
