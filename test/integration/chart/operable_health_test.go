@@ -170,6 +170,7 @@ func TestComponentsOperable(t *testing.T) {
 		t.Errorf("leader_election_master_status %v, want 1 for gpufabric-scheduler", le)
 	}
 	checkAlertMetrics(t, helm, root, sched, scrapeFamilies(t, pluginAddr))
+	checkMetricsDocumented(t, root, sched, scrapeFamilies(t, pluginAddr))
 
 	dra := filepath.Join(plugin.PluginDir(), "dra.sock")
 	itest.Must(t, "remove the DRA socket", os.Remove(dra))
@@ -301,5 +302,27 @@ func TestBuildStampsVersion(t *testing.T) {
 	}
 	if got := versionCommit(t, bin, "gpufabric-sim"); strings.TrimSuffix(got, "-dirty") != strings.TrimSpace(string(head)) {
 		t.Errorf("stamped commit %s, want %s", got, head)
+	}
+}
+
+// metricsDoc is the metrics reference users read.
+const metricsDoc = "docs/metrics.md"
+
+// checkMetricsDocumented: every gpufabric_ metric the processes expose,
+// and every alert the chart ships, is in the metrics reference.
+func checkMetricsDocumented(t *testing.T, root string, exposed ...map[string]*dto.MetricFamily) {
+	t.Helper()
+	doc := readFile(t, filepath.Join(root, metricsDoc))
+	for _, e := range exposed {
+		for name := range e {
+			if strings.HasPrefix(name, "gpufabric_") && !strings.Contains(doc, "`"+name+"`") {
+				t.Errorf("%s is exposed but not in %s", name, metricsDoc)
+			}
+		}
+	}
+	for _, alert := range []string{"GpufabricSchedulerNoLeader", "GpufabricGangsWaiting", "GpufabricCommitErrors", "GpufabricPrepareErrors", "GpufabricDoubleAllocationsRepaired"} {
+		if !strings.Contains(doc, "`"+alert+"`") {
+			t.Errorf("alert %s is not in %s", alert, metricsDoc)
+		}
 	}
 }
