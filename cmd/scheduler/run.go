@@ -40,23 +40,9 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	restCfg, err := o.restConfig()
+	client, dc, err := o.clients()
 	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
-	}
-	restCfg.UserAgent = topology.SchedulerName
-	restCfg.QPS, restCfg.Burst = float32(o.apiQPS), o.apiBurst
-	restCfg.ContentType = o.apiContentType
-	restCfg.AcceptContentTypes = o.apiContentType + "," + runtime.ContentTypeJSON
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("create client: %w", err)
-	}
-	discoveryCfg := rest.CopyConfig(restCfg)
-	discoveryCfg.Timeout = discoveryTimeout
-	dc, err := discovery.NewDiscoveryClientForConfig(discoveryCfg)
-	if err != nil {
-		return fmt.Errorf("create discovery client: %w", err)
+		return err
 	}
 	h := newHealth(klog.FromContext(ctx).WithName("health"), dc, o.leaderElect, o.syncTimeout)
 	hh, err := h.handler()
@@ -66,27 +52,12 @@ func (o *options) run(ctx context.Context) error {
 	if _, err := o.serveHTTP(ctx, reg, hh.Install); err != nil {
 		return err
 	}
-	cfg := scheduler.Config{
-		Client:            client,
-		RecordNamespace:   o.recordNS,
-		Tree:              topology.TreeConfig{LabelLevels: o.levels()},
-		DomainChannels:    o.domainChannels,
-		Metrics:           metrics,
-		CommitParallelism: o.commitWorkers,
-		CommitsInFlight:   o.commitsInFlight,
-		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder)},
-		InformersStarted: func(unsynced func() []string) {
-			h.informersStarted(unsynced)
-			if o.leaderElect {
-				go ownLease(ctx, client, o.leNamespace, o.leName) // the term's Lease is this replica's now
-			}
-		},
-
-		DisablePreemption:    o.preemption.disabled,
-		NominationTimeout:    o.preemption.nominationTimeout,
-		PreemptionBudget:     o.preemption.budget,
-		StarvationBound:      o.preemption.starvationBound,
-		MaxUnschedulableWait: o.preemption.unschedulableWait,
+	cfg := o.schedulerConfig(client, metrics)
+	cfg.InformersStarted = func(unsynced func() []string) {
+		h.informersStarted(unsynced)
+		if o.leaderElect {
+			go ownLease(ctx, client, o.leNamespace, o.leName) // the term's Lease is this replica's now
+		}
 	}
 	if !o.leaderElect {
 		s, err := scheduler.New(cfg)
@@ -95,21 +66,75 @@ func (o *options) run(ctx context.Context) error {
 		}
 		return s.Run(ctx)
 	}
+	le, err := o.leaderElection()
+	if err != nil {
+		return err
+	}
+	le.WatchDog = h.leader
+	return scheduler.RunWithLeaderElection(ctx, cfg, le)
+}
+
+// clients are the API client (rate limits and encoding from the flags)
+// and a discovery client with a short timeout for the health checks.
+func (o *options) clients() (kubernetes.Interface, discovery.DiscoveryInterface, error) {
+	restCfg, err := o.restConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	restCfg.UserAgent = topology.SchedulerName
+	restCfg.QPS, restCfg.Burst = float32(o.apiQPS), o.apiBurst
+	restCfg.ContentType = o.apiContentType
+	restCfg.AcceptContentTypes = o.apiContentType + "," + runtime.ContentTypeJSON
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create client: %w", err)
+	}
+	discoveryCfg := rest.CopyConfig(restCfg)
+	discoveryCfg.Timeout = discoveryTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(discoveryCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create discovery client: %w", err)
+	}
+	return client, dc, nil
+}
+
+// schedulerConfig is the scheduler's Config from the flags.
+func (o *options) schedulerConfig(client kubernetes.Interface, metrics *scheduler.Metrics) scheduler.Config {
+	return scheduler.Config{
+		Client:            client,
+		RecordNamespace:   o.recordNS,
+		Tree:              topology.TreeConfig{LabelLevels: o.levels()},
+		DomainChannels:    o.domainChannels,
+		Metrics:           metrics,
+		CommitParallelism: o.commitWorkers,
+		CommitsInFlight:   o.commitsInFlight,
+		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder)},
+
+		DisablePreemption:    o.preemption.disabled,
+		NominationTimeout:    o.preemption.nominationTimeout,
+		PreemptionBudget:     o.preemption.budget,
+		StarvationBound:      o.preemption.starvationBound,
+		MaxUnschedulableWait: o.preemption.unschedulableWait,
+	}
+}
+
+// leaderElection is the Lease configuration from the flags.
+func (o *options) leaderElection() (scheduler.LeaderElection, error) {
 	id := o.leIdentity
 	if id == "" {
+		var err error
 		if id, err = os.Hostname(); err != nil {
-			return fmt.Errorf("leader election identity: %w", err)
+			return scheduler.LeaderElection{}, fmt.Errorf("leader election identity: %w", err)
 		}
 	}
 	d := o.leDurations
 	if d.renew >= d.lease || d.retry >= d.renew {
-		return fmt.Errorf("leader election: want retry period (%s) < renew deadline (%s) < lease duration (%s)", d.retry, d.renew, d.lease)
+		return scheduler.LeaderElection{}, fmt.Errorf("leader election: want retry period (%s) < renew deadline (%s) < lease duration (%s)", d.retry, d.renew, d.lease)
 	}
-	return scheduler.RunWithLeaderElection(ctx, cfg, scheduler.LeaderElection{
+	return scheduler.LeaderElection{
 		Namespace: o.leNamespace, Name: o.leName, Identity: id,
 		LeaseDuration: d.lease, RenewDeadline: d.renew, RetryPeriod: d.retry,
-		WatchDog: h.leader,
-	})
+	}, nil
 }
 
 // registry is the process's Prometheus registry: Go and process
