@@ -19,10 +19,10 @@ with_heartbeat() {
 
 # wait_for PID SECONDS: true once PID ended, false after SECONDS.
 wait_for() {
-	local pid=$1 i
-	for ((i = 0; i < $2 * 10; i++)); do
+	local pid=$1 deadline=$((SECONDS + $2))
+	while ((SECONDS < deadline)); do
 		kill -0 "$pid" 2>/dev/null || return 0
-		sleep 0.1
+		sleep 0.2
 	done
 	! kill -0 "$pid" 2>/dev/null
 }
