@@ -13,13 +13,25 @@ BENCHTIME ?= 1x
 # Time per fuzz target of `make fuzz` (fuzz-short, part of `make test`, uses 3s).
 FUZZTIME ?= 60s
 
-.PHONY: all build test unit fuzz fuzz-short integration lint tools control-plane bench demo soak e2e-node bench-peer clean
+# The build's version and commit, stamped into every binary (--version,
+# the first log line, gpufabric_<component>_build_info); the Dockerfiles
+# take them as build args (hack/kind-up.sh passes them).
+VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; } || echo unknown)
+VERSION_PKG := github.com/gpufabric/gpufabric/pkg/component/version
+LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
+
+.PHONY: all build ldflags test unit fuzz fuzz-short integration lint tools control-plane bench demo soak e2e-node bench-peer clean
 
 all: build
 
 build:
 	@mkdir -p bin
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+# ldflags prints the -ldflags of `make build` (for other builds and tests).
+ldflags:
+	@echo '$(LDFLAGS)'
 
 tools:
 	@hack/install-tools.sh staticcheck logcheck >/dev/null

@@ -24,6 +24,9 @@ dir="$cache/etcd-${ETCD_VERSION}_kube-${KUBE_VERSION}_kwok-${KWOK_VERSION}_${gov
 mkdir -p "$dir"
 
 log() { printf '[build-control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# shellcheck source=lib/heartbeat.sh
+source "$root/hack/lib/heartbeat.sh"
+export HEARTBEAT_PREFIX=build-control-plane
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off
 
@@ -45,7 +48,9 @@ build() {
 	local start=$SECONDS
 	# Build to a temp name and rename, so an interrupted build never leaves a
 	# half-written binary that a later run would take as cached.
-	(cd "$root/hack/tools/$moddir" && go build -trimpath -ldflags "$ldflags" -o "$dir/.$name.tmp" "$pkg")
+	# A heartbeat every 30 s: the first `make demo` spends minutes here.
+	with_heartbeat "building $name" bash -c 'cd "$1" && go build -trimpath -ldflags "$2" -o "$3" "$4"' _ \
+		"$root/hack/tools/$moddir" "$ldflags" "$dir/.$name.tmp" "$pkg"
 	mv "$dir/.$name.tmp" "$dir/$name"
 	log "$name: built in $((SECONDS - start))s"
 }

@@ -64,8 +64,11 @@ done
 
 if ((build)); then
 	log "building $plugin_image and $scheduler_image"
-	DOCKER_BUILDKIT=1 docker build -f "$root/deployments/images/kubelet-plugin.Dockerfile" -t "$plugin_image" "$root"
-	DOCKER_BUILDKIT=1 docker build -f "$root/deployments/images/scheduler.Dockerfile" -t "$scheduler_image" "$root"
+	# The version and commit `make build` stamps (pkg/component/version).
+	stamp=(--build-arg "VERSION=$(cd "$root" && git describe --tags --match 'v*' --dirty 2>/dev/null || echo devel)"
+		--build-arg "COMMIT=$(cd "$root" && git rev-parse HEAD 2>/dev/null || echo unknown)")
+	DOCKER_BUILDKIT=1 docker build "${stamp[@]}" -f "$root/deployments/images/kubelet-plugin.Dockerfile" -t "$plugin_image" "$root"
+	DOCKER_BUILDKIT=1 docker build "${stamp[@]}" -f "$root/deployments/images/scheduler.Dockerfile" -t "$scheduler_image" "$root"
 fi
 log "loading images into the nodes"
 kind load docker-image --name "$cluster" "$plugin_image" "$scheduler_image"

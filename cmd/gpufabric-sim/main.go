@@ -12,6 +12,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/component/logging"
+	"github.com/gpufabric/gpufabric/pkg/component/version"
 	"github.com/gpufabric/gpufabric/pkg/sim"
 )
 
@@ -48,8 +50,21 @@ func main() {
 	flag.Int64Var(&f.starvation, "starvation-bound", sim.DefaultStarvationBound, "gpufabric-reserve: seconds a gang waits before it holds the domain closest to fitting it")
 	flag.Int64Var(&f.horizon, "horizon", 0, "end of the run in simulated seconds (0: last arrival)")
 	flag.Int64Var(&f.timeout, "timeout", sim.DefaultTimeout, "teardown timeout of partial gangs (pod-first-fit), seconds")
-	klog.InitFlags(nil)
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	logOpts, err := logging.AddFlags(flag.CommandLine, "", nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpufabric-sim:", err)
+		os.Exit(2)
+	}
 	flag.Parse()
+	if *showVersion {
+		fmt.Print(version.Get().Line("gpufabric-sim"))
+		return
+	}
+	if err := logOpts.Apply(); err != nil {
+		fmt.Fprintln(os.Stderr, "gpufabric-sim:", err)
+		os.Exit(2)
+	}
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	if err := run(ctx, f); err != nil {
 		fmt.Fprintln(os.Stderr, "gpufabric-sim:", err)

@@ -15,27 +15,28 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/component/version"
 	"github.com/gpufabric/gpufabric/pkg/inspect/cli"
 )
 
-// version is set at release time: -ldflags "-X main.version=v1.2.3".
-var version = ""
-
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:], genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}))
 }
 
-func run() int {
+func run(args []string, streams genericiooptions.IOStreams) int {
 	defer klog.Flush()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background().WithName("kubectl-gpufabric"))
+	info := version.Get()
 	cmd := cli.NewCommand(cli.Config{
-		Streams: genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr},
-		Version: version,
+		Streams: streams,
+		// --version and `version`: "v0.2.0, commit 1a2b3c" (pkg/component/version).
+		Version: info.Version + ", commit " + info.Commit,
 	})
+	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
 		return 1
 	}
 	return 0

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 )
 
@@ -83,5 +85,17 @@ func TestKrewManifest(t *testing.T) {
 	}
 	if !strings.Contains(string(raw), "PLACEHOLDER") {
 		t.Error("the manifest does not say its release fields are placeholders")
+	}
+}
+
+// TestVersion: --version and `version` print the version and commit the
+// build was stamped with (devel and the VCS stamp without -ldflags).
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		var out, errOut bytes.Buffer
+		code := run(args, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut})
+		if code != 0 || !strings.Contains(out.String(), "devel, commit ") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out.String(), errOut.String())
+		}
 	}
 }

@@ -5,6 +5,10 @@
 //	kubelet-plugin run --node N [--backend mock --mock-fabric F]   the DaemonSet's command
 //	kubelet-plugin discover --mock-fabric F --node N                print a node's ResourceSlices
 //	kubelet-plugin health list|clear [--gpu UUID]                  GPU event taints of this boot
+//	kubelet-plugin --version                                       the build (also: version)
+//
+// Every subcommand takes component-base's logging flags
+// (--logging-format=text|json, -v, --vmodule).
 package main
 
 import (
@@ -20,6 +24,9 @@ import (
 	"syscall"
 
 	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/component/logging"
+	"github.com/gpufabric/gpufabric/pkg/component/version"
 )
 
 // subcommand is one verb of the binary.
@@ -53,6 +60,10 @@ func main() {
 // dispatch runs the subcommand named by args[0] and returns the exit code.
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := subcommands()
+	if len(args) > 0 && (args[0] == "version" || slices.ContainsFunc(args, version.IsVersionFlag)) {
+		fmt.Fprint(stdout, version.Get().Line("kubelet-plugin"))
+		return 0
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr, cmds)
 		if len(args) == 0 {
@@ -87,15 +98,36 @@ func usage(w io.Writer, cmds []subcommand) {
 	for _, c := range cmds {
 		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
-	b.WriteString("\nRun 'kubelet-plugin <subcommand> -h' for its flags.\n")
+	b.WriteString("\nRun 'kubelet-plugin <subcommand> -h' for its flags; 'kubelet-plugin --version' prints the build.\n")
 	fmt.Fprint(w, b.String())
 }
 
-// newFlagSet returns a flag set for a subcommand with klog's flags added
-// (-v, -logtostderr, ...).
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("kubelet-plugin "+name, flag.ContinueOnError)
+// flagSet is a subcommand's flags with component-base's logging flags
+// (--logging-format, -v, --vmodule; env GPUFABRIC_LOGGING_FORMAT); Parse
+// applies them.
+type flagSet struct {
+	*flag.FlagSet
+	logging *logging.Options
+	err     error
+}
+
+func newFlagSet(name string, stderr io.Writer) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet("kubelet-plugin "+name, flag.ContinueOnError)}
 	fs.SetOutput(stderr)
-	klog.InitFlags(fs)
+	fs.logging, fs.err = logging.AddFlags(fs.FlagSet, "GPUFABRIC_LOGGING_FORMAT", os.LookupEnv)
 	return fs
+}
+
+// Parse parses args and applies the logging flags.
+func (fs *flagSet) Parse(args []string) error {
+	if fs.err != nil {
+		return fmt.Errorf("%w: %v", errUsage, fs.err)
+	}
+	if err := fs.FlagSet.Parse(args); err != nil {
+		return err
+	}
+	if err := fs.logging.Apply(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
 }

@@ -48,8 +48,9 @@ type plugin struct {
 
 // newPlugin discovers the node, starts the claim driver and the kubelet
 // sockets, and publishes the pool. onFatal is called for unrecoverable
-// errors (it should stop the process).
-func newPlugin(ctx context.Context, o *runOptions, client kubernetes.Interface, registry *prometheus.Registry, onFatal func(error)) (*plugin, error) {
+// errors (it should stop the process); helperOpts are added to the
+// kubelet helper's options.
+func newPlugin(ctx context.Context, o *runOptions, client kubernetes.Interface, registry *prometheus.Registry, onFatal func(error), helperOpts ...kubeletplugin.Option) (*plugin, error) {
 	for _, dir := range []string{o.pluginDir, o.registrarDir, o.cdiRoot, o.stateDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
@@ -92,7 +93,7 @@ func newPlugin(ctx context.Context, o *runOptions, client kubernetes.Interface, 
 		return nil, fmt.Errorf("start claim driver: %w", err)
 	}
 	p.events = devices.NewEventTaints(o.stateDir, p.driver.BootID(), o.health.policy, true)
-	p.helper, err = kubeletplugin.Start(ctx, p.driver, o.helperOptions(client)...)
+	p.helper, err = kubeletplugin.Start(ctx, p.driver, o.helperOptions(client, helperOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)
 	}

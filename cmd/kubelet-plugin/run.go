@@ -19,6 +19,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/claims"
+	"github.com/gpufabric/gpufabric/pkg/component/clientmetrics"
+	"github.com/gpufabric/gpufabric/pkg/component/healthz"
+	"github.com/gpufabric/gpufabric/pkg/component/version"
 	"github.com/gpufabric/gpufabric/pkg/devices"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -32,8 +35,13 @@ func runPlugin(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	logger := klog.FromContext(ctx).WithValues("node", o.node)
+	logger.Info("Starting gpufabric kubelet plugin", version.Get().KeysAndValues()...)
 	ctx, cancel := context.WithCancelCause(klog.NewContext(ctx, logger))
 	defer cancel(nil)
+	registry, err := newRegistry()
+	if err != nil {
+		return err
+	}
 	client, err := newClient(o.kubeconfig)
 	if err != nil {
 		return err
@@ -41,15 +49,20 @@ func runPlugin(ctx context.Context, args []string, _ io.Writer) error {
 	if o.backend == "mock" {
 		defer os.RemoveAll(o.mockDir)
 	}
-	registry := newRegistry()
+	pr := &probes{}
 	if o.metricsAddress != "" {
-		go serveMetrics(ctx, o.metricsAddress, registry)
+		hh, err := pr.handler(logger.WithName("health"))
+		if err != nil {
+			return err
+		}
+		go serveHTTP(ctx, o.metricsAddress, registry, hh)
 	}
-	p, err := newPlugin(ctx, &o, client, registry, func(err error) { cancel(err) })
+	p, err := newPlugin(ctx, &o, client, registry, func(err error) { cancel(err) }, kubeletplugin.GRPCInterceptor(pr.interceptor))
 	if err != nil {
 		return err
 	}
 	defer p.helper.Stop()
+	pr.started(&o)
 	events := make(chan devices.Event, 64)
 	go p.watchEvents(ctx, p.monitor, events)
 	p.loop(ctx, o.healthInterval, events)
@@ -72,7 +85,7 @@ func newClient(kubeconfig string) (kubernetes.Interface, error) {
 }
 
 // helperOptions are the kubeletplugin options from the flags.
-func (o *runOptions) helperOptions(client kubernetes.Interface) []kubeletplugin.Option {
+func (o *runOptions) helperOptions(client kubernetes.Interface, extra ...kubeletplugin.Option) []kubeletplugin.Option {
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(topology.DriverName),
 		kubeletplugin.KubeClient(client),
@@ -84,28 +97,39 @@ func (o *runOptions) helperOptions(client kubernetes.Interface) []kubeletplugin.
 	if o.podUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.podUID)))
 	}
-	return opts
+	return append(opts, extra...)
 }
 
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) {
+// serveHTTP serves /metrics and the health endpoints (/livez, /readyz,
+// /healthz) on addr until ctx is done.
+func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, health *healthz.Handler) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	health.Install(mux)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	klog.FromContext(ctx).Info("Serving metrics", "address", addr)
+	klog.FromContext(ctx).Info("Serving metrics and health", "address", addr)
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		klog.FromContext(ctx).Error(err, "Metrics server stopped", "address", addr)
 	}
 }
 
-func newRegistry() *prometheus.Registry {
+// newRegistry is the process's Prometheus registry: Go and process
+// collectors, gpufabric_kubelet_plugin_build_info and client-go's metrics
+// (once per process, before the helper's workqueues exist).
+func newRegistry() (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
+	if err := version.Register(reg, "kubelet_plugin", version.Get()); err != nil {
+		return nil, err
+	}
+	if err := clientmetrics.Register(reg, clientmetrics.Options{}); err != nil {
+		return nil, err
+	}
+	return reg, nil
 }
 
 // discover runs discovery once with a fresh backend (the mock backend

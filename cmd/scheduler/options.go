@@ -1,25 +1,15 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/pprof"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
@@ -45,6 +35,7 @@ type options struct {
 	apiBurst        int
 	apiContentType  string
 	packOrder       string
+	syncTimeout     time.Duration
 	preemption      preemptionOptions
 }
 
@@ -86,7 +77,9 @@ var envTwins = map[string]string{
 	"preemption-budget":           "GPUFABRIC_PREEMPTION_BUDGET",
 	"starvation-bound":            "GPUFABRIC_STARVATION_BOUND",
 	"max-unschedulable-wait":      "GPUFABRIC_MAX_UNSCHEDULABLE_WAIT",
+	"informer-sync-timeout":       "GPUFABRIC_INFORMER_SYNC_TIMEOUT",
 	"v":                           "GPUFABRIC_V",
+	"logging-format":              "GPUFABRIC_LOGGING_FORMAT",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -102,7 +95,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.leDurations.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps writing after its last renewal; must be less than the lease duration")
 	fs.DurationVar(&o.leDurations.retry, "leader-elect-retry-period", 2*time.Second, "how often replicas try to acquire or renew the Lease")
 	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace)")
-	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of the /metrics endpoint; empty disables it")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of /metrics and of the health endpoints /livez, /readyz and /healthz; empty disables them")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port")
 	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
 	fs.IntVar(&o.commitsInFlight, "commits-in-flight", scheduler.DefaultCommitsInFlight, "gangs whose commits run at once while the next gangs are placed (1..256)")
@@ -111,6 +104,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.apiBurst, "kube-api-burst", 2000, "client-side burst of API requests (a 512-pod gang's commit is ~1,540 writes)")
 	fs.StringVar(&o.packOrder, "pack-order", string(placement.PackLeastSpread), "how a gang takes a domain's nodes: "+string(placement.PackLeastSpread)+
 		" (the fewest racks and NVLink domains below it) or "+string(placement.PackFullestNodes)+" (the fullest nodes first: fewer holes, more domains per gang)")
+	fs.DurationVar(&o.syncTimeout, "informer-sync-timeout", 2*time.Minute, "how long the leader's informers may take to sync before /readyz and the log name what is missing (an API not served, RBAC) instead of \"waiting\"")
 	p := &o.preemption
 	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
@@ -136,6 +130,7 @@ func (o *options) validate() error {
 		{"preemption-budget", p.budget, 10 * time.Millisecond},
 		{"starvation-bound", p.starvationBound, 0},
 		{"max-unschedulable-wait", p.unschedulableWait, time.Second},
+		{"informer-sync-timeout", o.syncTimeout, time.Second},
 	} {
 		if d.v < d.min {
 			return fmt.Errorf("--%s must be at least %s, got %s", d.name, d.min, d.v)
@@ -191,106 +186,4 @@ func (o *options) levels() []string {
 		}
 	}
 	return out
-}
-
-// run wires clients, metrics and leader election, and schedules until ctx
-// is done.
-func (o *options) run(ctx context.Context) error {
-	restCfg, err := o.restConfig()
-	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
-	}
-	restCfg.UserAgent = topology.SchedulerName
-	restCfg.QPS, restCfg.Burst = float32(o.apiQPS), o.apiBurst
-	restCfg.ContentType = o.apiContentType
-	restCfg.AcceptContentTypes = o.apiContentType + "," + runtime.ContentTypeJSON
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("create client: %w", err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := scheduler.NewMetrics(reg)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	if _, err := o.serveHTTP(ctx, reg); err != nil {
-		return err
-	}
-	cfg := scheduler.Config{
-		Client:            client,
-		RecordNamespace:   o.recordNS,
-		Tree:              topology.TreeConfig{LabelLevels: o.levels()},
-		DomainChannels:    o.domainChannels,
-		Metrics:           metrics,
-		CommitParallelism: o.commitWorkers,
-		CommitsInFlight:   o.commitsInFlight,
-		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder)},
-
-		DisablePreemption:    o.preemption.disabled,
-		NominationTimeout:    o.preemption.nominationTimeout,
-		PreemptionBudget:     o.preemption.budget,
-		StarvationBound:      o.preemption.starvationBound,
-		MaxUnschedulableWait: o.preemption.unschedulableWait,
-	}
-	if !o.leaderElect {
-		s, err := scheduler.New(cfg)
-		if err != nil {
-			return err
-		}
-		return s.Run(ctx)
-	}
-	id := o.leIdentity
-	if id == "" {
-		if id, err = os.Hostname(); err != nil {
-			return fmt.Errorf("leader election identity: %w", err)
-		}
-	}
-	d := o.leDurations
-	if d.renew >= d.lease || d.retry >= d.renew {
-		return fmt.Errorf("leader election: want retry period (%s) < renew deadline (%s) < lease duration (%s)", d.retry, d.renew, d.lease)
-	}
-	return scheduler.RunWithLeaderElection(ctx, cfg, scheduler.LeaderElection{
-		Namespace: o.leNamespace, Name: o.leName, Identity: id,
-		LeaseDuration: d.lease, RenewDeadline: d.renew, RetryPeriod: d.retry,
-	})
-}
-
-// serveHTTP serves /metrics, and /debug/pprof/ when --profiling is on, on
-// --metrics-address until ctx is done. It returns the address it listens
-// on (nil when --metrics-address is empty).
-func (o *options) serveHTTP(ctx context.Context, reg *prometheus.Registry) (net.Addr, error) {
-	if o.metricsAddress == "" {
-		return nil, nil
-	}
-	ln, err := net.Listen("tcp", o.metricsAddress)
-	if err != nil {
-		return nil, fmt.Errorf("listen for metrics: %w", err)
-	}
-	// No write timeout: a CPU profile or a trace streams for its
-	// ?seconds=.
-	srv := &http.Server{Handler: o.httpHandler(reg), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Metrics server failed")
-		}
-	}()
-	context.AfterFunc(ctx, func() { _ = srv.Close() })
-	return ln.Addr(), nil
-}
-
-// httpHandler routes /metrics to reg and, only with --profiling, the Go
-// runtime's profiles under /debug/pprof/ (the paths kube-scheduler
-// serves); without it those paths are 404.
-func (o *options) httpHandler(reg *prometheus.Registry) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if o.profiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return mux
 }

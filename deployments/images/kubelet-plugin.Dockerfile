@@ -9,6 +9,10 @@ ARG GO_IMAGE=golang:1.26-trixie
 ARG RUNTIME_IMAGE=gcr.io/distroless/base-debian13
 
 FROM ${GO_IMAGE} AS build
+# The build's version and commit (make ldflags; hack/kind-up.sh passes them):
+# --version, the first log line, gpufabric_kubelet_plugin_build_info.
+ARG VERSION=devel
+ARG COMMIT=unknown
 WORKDIR /src
 ENV CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations GOFLAGS=-trimpath
 COPY go.mod go.sum ./
@@ -17,7 +21,8 @@ COPY cmd/ cmd/
 # pkg/ includes the mock backend (pkg/devices/mock, values-mock.yaml).
 COPY pkg/ pkg/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -ldflags="-s -w" -o /out/gpufabric-kubelet-plugin ./cmd/kubelet-plugin
+    go build -ldflags="-s -w -X github.com/gpufabric/gpufabric/pkg/component/version.version=${VERSION} -X github.com/gpufabric/gpufabric/pkg/component/version.commit=${COMMIT}" \
+      -o /out/gpufabric-kubelet-plugin ./cmd/kubelet-plugin
 # nvidia-cdi-hook, which the CDI specs' hooks run on the host: the plugin
 # installs this copy (same nvidia-container-toolkit version as its nvcdi)
 # so that nodes need no NVIDIA Container Toolkit. Linked statically: it runs

@@ -9,6 +9,10 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian13:nonroot
 FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
 ARG TARGETOS
 ARG TARGETARCH
+# The build's version and commit (make ldflags; hack/kind-up.sh passes them):
+# --version, the first log line, gpufabric_scheduler_build_info.
+ARG VERSION=devel
+ARG COMMIT=unknown
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-trimpath
 COPY go.mod go.sum ./
@@ -16,7 +20,9 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY cmd/ cmd/
 COPY pkg/ pkg/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -ldflags="-s -w" -o /out/gpufabric-scheduler ./cmd/scheduler
+    GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build \
+      -ldflags="-s -w -X github.com/gpufabric/gpufabric/pkg/component/version.version=${VERSION} -X github.com/gpufabric/gpufabric/pkg/component/version.commit=${COMMIT}" \
+      -o /out/gpufabric-scheduler ./cmd/scheduler
 
 FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="gpufabric scheduler" \

@@ -47,6 +47,7 @@ var rules = []struct {
 		"pkg/gang/commit", "pkg/gang/evict"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab"}},
+	{"pkg/component", nil},
 }
 
 // pure packages (with their whole dependency graph) never import

@@ -6,7 +6,10 @@
 //
 // The desired state is computed by topology.FabricDomainPools (pure); this
 // package is the thin adapter that feeds it from an informer and writes
-// through resourceslice.Controller.
+// through resourceslice.Controller. The pools are owned by the DeviceClass
+// fabric-domain.gpufabric.dev, so they go with an uninstall (owner.go).
+//
+// Files: publisher.go (Publisher, sync), owner.go (the pools' owner).
 package domains
 
 import (
@@ -50,6 +53,8 @@ type Publisher struct {
 	nodes  corelisters.NodeLister
 	ctrl   *resourceslice.Controller
 	queue  workqueue.TypedRateLimitingInterface[string]
+	// owner of the pools' slices (owner.go); nil: none.
+	owner *resourceslice.Owner
 
 	mu      sync.Mutex
 	current []topology.DomainPool
@@ -64,9 +69,11 @@ func Start(ctx context.Context, cfg Config) (*Publisher, error) {
 	if cfg.Channels < 1 || cfg.Channels > 128 {
 		return nil, fmt.Errorf("channels per domain must be 1..128, got %d", cfg.Channels)
 	}
+	owner := ownerClass(ctx, cfg)
 	ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{
 		DriverName: topology.DriverName,
 		KubeClient: cfg.Client,
+		Owner:      owner,
 		Resources:  nil, // published once the informer has synced
 	})
 	if err != nil {
@@ -76,6 +83,7 @@ func Start(ctx context.Context, cfg Config) (*Publisher, error) {
 		cfg:    cfg,
 		lister: resourcelisters.NewResourceSliceLister(cfg.Slices.GetIndexer()),
 		ctrl:   ctrl,
+		owner:  owner,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "fabric-domain-pools"}),
 	}
@@ -123,6 +131,9 @@ func (p *Publisher) run(ctx context.Context) {
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
+	}
+	if err := p.adopt(ctx); err != nil {
+		logger.Error(err, "Adopting fabric-domain slices failed; they may outlive an uninstall")
 	}
 	p.queue.Add(syncKey)
 	go func() {

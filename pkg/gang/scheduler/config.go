@@ -92,6 +92,11 @@ type Config struct {
 	// OnRecovered, when set, is called after recovery and before the first
 	// scheduling attempt of a leadership term. For tests.
 	OnRecovered func()
+	// InformersStarted, when set, is called in every leadership term once
+	// its informers started, with a function that names those not synced
+	// yet (e.g. "podgroups.v1beta1.scheduling.k8s.io"; none: synced). For
+	// readiness checks.
+	InformersStarted func(unsynced func() []string)
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -25,6 +25,10 @@ type LeaderElection struct {
 	Identity string
 	// LeaseDuration, RenewDeadline, RetryPeriod: defaults 15s, 10s, 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// WatchDog, when set, watches the elector for a liveness check: it
+	// fails once this replica leads but has not renewed the Lease for
+	// LeaseDuration plus the adaptor's timeout (a wedged leader).
+	WatchDog *leaderelection.HealthzAdaptor
 }
 
 // ErrLostLeadership is returned by RunWithLeaderElection when the replica
@@ -71,6 +75,7 @@ func RunWithLeaderElection(ctx context.Context, cfg Config, le LeaderElection) e
 		RetryPeriod:     le.RetryPeriod,
 		ReleaseOnCancel: true,
 		Name:            le.Name,
+		WatchDog:        le.WatchDog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				started.Store(true)
@@ -87,6 +92,9 @@ func RunWithLeaderElection(ctx context.Context, cfg Config, le LeaderElection) e
 	})
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
+	}
+	if le.WatchDog != nil {
+		le.WatchDog.SetLeaderElection(elector) // NewLeaderElector does not; only RunOrDie does
 	}
 	elector.Run(ctx) // returns when ctx is done or the term ended
 	cancel()

@@ -122,6 +122,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return err
 	}
 	factory.Start(ctx.Done())
+	if s.cfg.InformersStarted != nil {
+		s.cfg.InformersStarted(s.inf.unsynced)
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), s.inf.synced()...) {
 		return fmt.Errorf("wait for informers: %w", context.Cause(ctx))
 	}

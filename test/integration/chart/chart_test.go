@@ -54,11 +54,15 @@ type chartProfile struct {
 	deviceClasses     bool
 	policy            bool
 	metrics           bool
-	gpuNodeLabel      string
+	gpuNodeLabels     []string
 	schedulerArgsWant []string
 	// lease is the Lease name the scheduler's Role may renew.
 	lease string
 }
+
+// defaultGPUNodeLabels are the keys of the default GPU node selection, one
+// term each: the GPU Operator's, Node Feature Discovery's, gpufabric's own.
+var defaultGPUNodeLabels = []string{"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present", "gpufabric.dev/gpu-node"}
 
 // TestChartTemplate renders the chart with each profile and checks what
 // the issue asks of every object; every object decodes strictly.
@@ -86,19 +90,19 @@ scheduler:
 	profiles := []chartProfile{
 		{
 			name: "default", privileged: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
-			gpuNodeLabel: "gpufabric.dev/gpu-node", lease: itest.ChartSchedulerName,
+			gpuNodeLabels: defaultGPUNodeLabels, lease: itest.ChartSchedulerName,
 			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--leader-elect-identity=$(POD_NAME)",
 				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--commits-in-flight=8", "--pack-order=least-spread", "--metrics-address=:8080",
 				"--profiling=false", "--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m"},
 		},
 		{
 			name: "mock", values: []string{mockValuesFile}, sets: []string{"scheduler.profiling=true"}, mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
-			gpuNodeLabel: "gpufabric.dev/gpu-node", lease: itest.ChartSchedulerName,
+			gpuNodeLabels: defaultGPUNodeLabels, lease: itest.ChartSchedulerName,
 			schedulerArgsWant: []string{"--topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf", "--domain-channels=4", "--metrics-address=:8080", "--profiling=true"},
 		},
 		{
 			name: "custom", values: []string{custom}, privileged: true, replicas: 1,
-			gpuNodeLabel: "nvidia.com/gpu.present", lease: "x",
+			gpuNodeLabels: []string{"nvidia.com/gpu.present"}, lease: "x",
 			schedulerArgsWant: []string{"--leader-elect=false", "--commit-record-namespace=$(POD_NAMESPACE)", "--metrics-address=",
 				"--disable-preemption=true", "--nomination-timeout=90s", "--starvation-bound=0s", "--commits-in-flight=2", "--pack-order=fullest-nodes"},
 		},
@@ -166,8 +170,8 @@ func checkPlugin(t *testing.T, r *itest.Rendered, root string, p chartProfile) {
 	if spec.ServiceAccountName != itest.ChartPluginName {
 		t.Errorf("service account %q, want %q", spec.ServiceAccountName, itest.ChartPluginName)
 	}
-	if got := nodeAffinityKeys(spec.Affinity); !slices.Equal(got, []string{p.gpuNodeLabel}) {
-		t.Errorf("node affinity keys %v, want [%s]", got, p.gpuNodeLabel)
+	if got := nodeAffinityKeys(spec.Affinity); !slices.Equal(got, p.gpuNodeLabels) {
+		t.Errorf("node affinity keys %v, want %v", got, p.gpuNodeLabels)
 	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%d containers, want 1", len(spec.Containers))

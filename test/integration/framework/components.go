@@ -67,7 +67,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--feature-gates=" + cp.gates,
-		"--runtime-config=" + RuntimeConfig,
+		"--runtime-config=" + cp.runtimeConfig,
 		"--v=1",
 	})
 	if err != nil {

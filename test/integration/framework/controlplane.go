@@ -54,6 +54,10 @@ type Options struct {
 	// ("Gate=true,…"), e.g. PodGroupPreemptionPolicy for the comparison
 	// with kube-scheduler's workload-aware preemption.
 	ExtraFeatureGates string
+	// WithoutPodGroupAPI starts kube-apiserver without RuntimeConfig, as a
+	// cluster that never enabled scheduling.k8s.io/v1beta1: PodGroups are
+	// not served (the gates stay on).
+	WithoutPodGroupAPI bool
 }
 
 // ControlPlane is a running control plane. Safe for concurrent use.
@@ -63,6 +67,8 @@ type ControlPlane struct {
 	host       string
 	kubeconfig string
 	gates      string // --feature-gates of every component
+	// runtimeConfig is kube-apiserver's --runtime-config ("": none).
+	runtimeConfig string
 
 	mu    sync.Mutex
 	procs []*process
@@ -89,7 +95,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
-	cp := &ControlPlane{dir: dir, gates: FeatureGates}
+	cp := &ControlPlane{dir: dir, gates: FeatureGates, runtimeConfig: RuntimeConfig}
+	if opts.WithoutPodGroupAPI {
+		cp.runtimeConfig = ""
+	}
 	if opts.ExtraFeatureGates != "" {
 		cp.gates += "," + opts.ExtraFeatureGates
 	}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/component/clientmetrics"
+	"github.com/gpufabric/gpufabric/pkg/component/version"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// discoveryTimeout bounds one api-served check.
+const discoveryTimeout = 5 * time.Second
+
+// run wires metrics, clients, health checks and leader election, and
+// schedules until ctx is done.
+func (o *options) run(ctx context.Context) error {
+	reg, err := o.registry()
+	if err != nil {
+		return err
+	}
+	metrics, err := scheduler.NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	client, dc, err := o.clients()
+	if err != nil {
+		return err
+	}
+	h := newHealth(klog.FromContext(ctx).WithName("health"), dc, o.leaderElect, o.syncTimeout)
+	hh, err := h.handler()
+	if err != nil {
+		return err
+	}
+	if _, err := o.serveHTTP(ctx, reg, hh.Install); err != nil {
+		return err
+	}
+	cfg := o.schedulerConfig(client, metrics)
+	cfg.InformersStarted = func(unsynced func() []string) {
+		h.informersStarted(unsynced)
+		if o.leaderElect {
+			go ownLease(ctx, client, o.leNamespace, o.leName) // the term's Lease is this replica's now
+		}
+	}
+	if !o.leaderElect {
+		s, err := scheduler.New(cfg)
+		if err != nil {
+			return err
+		}
+		return s.Run(ctx)
+	}
+	le, err := o.leaderElection()
+	if err != nil {
+		return err
+	}
+	le.WatchDog = h.leader
+	return scheduler.RunWithLeaderElection(ctx, cfg, le)
+}
+
+// clients are the API client (rate limits and encoding from the flags)
+// and a discovery client with a short timeout for the health checks.
+func (o *options) clients() (kubernetes.Interface, discovery.DiscoveryInterface, error) {
+	restCfg, err := o.restConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	restCfg.UserAgent = topology.SchedulerName
+	restCfg.QPS, restCfg.Burst = float32(o.apiQPS), o.apiBurst
+	restCfg.ContentType = o.apiContentType
+	restCfg.AcceptContentTypes = o.apiContentType + "," + runtime.ContentTypeJSON
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create client: %w", err)
+	}
+	discoveryCfg := rest.CopyConfig(restCfg)
+	discoveryCfg.Timeout = discoveryTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(discoveryCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create discovery client: %w", err)
+	}
+	return client, dc, nil
+}
+
+// schedulerConfig is the scheduler's Config from the flags.
+func (o *options) schedulerConfig(client kubernetes.Interface, metrics *scheduler.Metrics) scheduler.Config {
+	return scheduler.Config{
+		Client:            client,
+		RecordNamespace:   o.recordNS,
+		Tree:              topology.TreeConfig{LabelLevels: o.levels()},
+		DomainChannels:    o.domainChannels,
+		Metrics:           metrics,
+		CommitParallelism: o.commitWorkers,
+		CommitsInFlight:   o.commitsInFlight,
+		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder)},
+
+		DisablePreemption:    o.preemption.disabled,
+		NominationTimeout:    o.preemption.nominationTimeout,
+		PreemptionBudget:     o.preemption.budget,
+		StarvationBound:      o.preemption.starvationBound,
+		MaxUnschedulableWait: o.preemption.unschedulableWait,
+	}
+}
+
+// leaderElection is the Lease configuration from the flags.
+func (o *options) leaderElection() (scheduler.LeaderElection, error) {
+	id := o.leIdentity
+	if id == "" {
+		var err error
+		if id, err = os.Hostname(); err != nil {
+			return scheduler.LeaderElection{}, fmt.Errorf("leader election identity: %w", err)
+		}
+	}
+	d := o.leDurations
+	if d.renew >= d.lease || d.retry >= d.renew {
+		return scheduler.LeaderElection{}, fmt.Errorf("leader election: want retry period (%s) < renew deadline (%s) < lease duration (%s)", d.retry, d.renew, d.lease)
+	}
+	return scheduler.LeaderElection{
+		Namespace: o.leNamespace, Name: o.leName, Identity: id,
+		LeaseDuration: d.lease, RenewDeadline: d.renew, RetryPeriod: d.retry,
+	}, nil
+}
+
+// registry is the process's Prometheus registry: Go and process
+// collectors, gpufabric_scheduler_build_info and client-go's metrics
+// (workqueues, REST client, leader election; once per process, before
+// any client exists).
+func (o *options) registry() (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := version.Register(reg, "scheduler", version.Get()); err != nil {
+		return nil, err
+	}
+	var leases []string
+	if o.leaderElect {
+		leases = []string{o.leName}
+	}
+	if err := clientmetrics.Register(reg, clientmetrics.Options{Leases: leases}); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// serveHTTP serves /metrics, whatever mounts add (the health endpoints),
+// and /debug/pprof/ when --profiling is on, on --metrics-address until ctx
+// is done. It returns the address it listens on (nil when
+// --metrics-address is empty).
+func (o *options) serveHTTP(ctx context.Context, reg *prometheus.Registry, mounts ...func(*http.ServeMux)) (net.Addr, error) {
+	if o.metricsAddress == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", o.metricsAddress)
+	if err != nil {
+		return nil, fmt.Errorf("listen for metrics: %w", err)
+	}
+	// No write timeout: a CPU profile or a trace streams for its
+	// ?seconds=.
+	srv := &http.Server{Handler: o.httpHandler(reg, mounts...), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Metrics server failed")
+		}
+	}()
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	return ln.Addr(), nil
+}
+
+// httpHandler routes /metrics to reg, the mounts' paths to them and, only
+// with --profiling, the Go runtime's profiles under /debug/pprof/ (the
+// paths kube-scheduler serves); without it those paths are 404.
+func (o *options) httpHandler(reg *prometheus.Registry, mounts ...func(*http.ServeMux)) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	for _, m := range mounts {
+		m(mux)
+	}
+	if o.profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
