@@ -94,13 +94,13 @@ func TestAssumeVisible(t *testing.T) {
 					pc.SetClaim(o)
 				}
 			}
-			s := &Scheduler{
+			sn := &snapshots{
 				pods:   corelisters.NewPodLister(pods),
 				claims: resourcelisters.NewResourceClaimLister(claims),
 				nodes:  corelisters.NewNodeLister(nodes),
 				cache:  pc,
 			}
-			if got := s.visible(entry); got != tt.want {
+			if got := sn.visible(entry); got != tt.want {
 				t.Errorf("visible = %v, want %v", got, tt.want)
 			}
 		})

@@ -6,7 +6,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 // handlerOf turns set and remove callbacks for one object type into
@@ -31,18 +30,19 @@ func handlerOf[T any](set, remove func(T)) cache.ResourceEventHandlerFuncs {
 	}
 }
 
-// cacheFeed returns the handlers that keep the placement cache up to date
-// from the informers: the scheduler's snapshots are brought up to date from
-// it each cycle instead of being rebuilt from listers (index.Cache).
+// cacheFeed returns the handlers that keep the placement cache (not nil)
+// up to date from the informers: the scheduler's snapshots are brought up
+// to date from it each cycle instead of being rebuilt from listers (index.Cache).
 // informerSet.watch runs each of them before the queue's handler of the
 // same informer, so a gang woken by a change is tried on a cache that has
 // it. Holds (guard.IsHold) are left out, as they duplicate their claims'
 // devices. Claim and slice events count as capacity events once the cache
 // has them, so the free-GPU gauges (read from the cache) are refreshed
 // after the cache changed.
-func (s *Scheduler) cacheFeed(inf *informerSet, c *index.Cache) []informerHandler {
+func (sn *snapshots) cacheFeed(inf *informerSet) []informerHandler {
+	c := sn.cache
 	claim := func(rc *resourceapi.ResourceClaim) {
-		if guard.IsHold(rc, s.cfg.RecordNamespace) {
+		if guard.IsHold(rc, sn.recordNamespace) {
 			c.DeleteClaim(rc.UID)
 		} else {
 			c.SetClaim(rc)

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
-	"maps"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,7 +59,7 @@ func (a *attempt) about() runtime.Object {
 // gate.ErrAborted stops the worker.
 func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	cycle, begin := s.queue.Cycle(), time.Now()
-	if s.assumed.waiting(key, s.visible) {
+	if s.assumed.waiting(key, s.snaps.visible) {
 		// Committed; the informers do not show it all yet. Look again soon
 		// in case members were added meanwhile.
 		s.queue.RetryAfter(key, time.Second)
@@ -71,7 +69,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	if !isGroup {
 		pod, err := s.pods.Pods(ns).Get(name)
 		if err == nil && podstate.Ours(pod) && pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 {
-			s.markGated(ctx, []*v1.Pod{pod})
+			s.status.markGated(ctx, []*v1.Pod{pod})
 		}
 		if apierrors.IsNotFound(err) || err == nil && !podstate.Pending(pod) {
 			s.forget(key)
@@ -82,14 +80,14 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		}
 		g, err := placement.NewPodGang(pod, s.getClaim)
 		if err == nil {
-			err = s.pinVolumes(g)
+			err = s.volumes.pinVolumes(g)
 		}
 		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, priority: preemption.PodPriority(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		s.podGroupMissing(ctx, ns, name)
+		s.status.podGroupMissing(ctx, ns, name)
 		s.forget(key)
 		return s.evict.GangDone(ctx, key)
 	}
@@ -99,7 +97,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	if pg.DeletionTimestamp != nil && s.commits.Record(pg.UID) == nil {
 		// Its pods keep it (finalizer podgroup-protection) until they are
 		// deleted; none of them is placed meanwhile.
-		s.podGroupDeleting(ctx, pg)
+		s.status.podGroupDeleting(ctx, pg)
 		s.forget(key)
 		return s.evict.GangDone(ctx, key)
 	}
@@ -116,15 +114,15 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		s.queue.RetryAfter(key, time.Second)
 		return nil
 	}
-	if s.membersArriving(ctx, key, pg, cycle) {
+	if s.status.membersArriving(ctx, key, pg, cycle) {
 		return nil
 	}
-	ms, err := s.members(pg)
+	ms, err := s.gangs.members(pg)
 	if err != nil {
 		return err
 	}
-	s.markGated(ctx, ms.gated)
-	if err := s.checkMembers(ctx, pg, ms); err != nil {
+	s.status.markGated(ctx, ms.gated)
+	if err := s.status.checkMembers(ctx, pg, ms); err != nil {
 		if gate.Stops(err) {
 			return err
 		}
@@ -159,75 +157,12 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	g, err := placement.NewGang(group, ms.pending, s.getClaim)
 	if err == nil {
 		g.BoundNodes = ms.boundNodes
-		err = s.pinVolumes(g)
+		err = s.volumes.pinVolumes(g)
 	} else if errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0 {
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
 	}
 	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, priority: preemption.PodGroupPriority(pg, ms.pending), members: ms.pending}
 	return s.place(ctx, a, g, err)
-}
-
-// memberSet is what a PodGroup's pods say about its gang.
-type memberSet struct {
-	// pending members to place: ours, unbound, not terminating, without
-	// scheduling gates (a gated pod is never placed nor counted).
-	pending []*v1.Pod
-	gated   []*v1.Pod
-	// anyBound: a member was bound before (the gang was placed); the
-	// pending ones are late members.
-	anyBound bool
-	// running members: bound, not finished, not terminating, on a node that
-	// exists; boundNodes are their nodes, sorted, without duplicates.
-	running    []*v1.Pod
-	boundNodes []string
-	// lost describes bound members that do not run: failed, terminating,
-	// or on a deleted node.
-	lost []string
-}
-
-// members reads a PodGroup's pods from the informers.
-func (s *Scheduler) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
-	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
-	if err != nil {
-		return nil, fmt.Errorf("list members: %w", err)
-	}
-	ms := &memberSet{}
-	nodes := map[string]bool{}
-	for _, o := range objs {
-		p, ok := o.(*v1.Pod)
-		if !ok || !podstate.Ours(p) {
-			continue
-		}
-		switch {
-		case p.Spec.NodeName != "":
-			ms.anyBound = true
-			if p.Status.Phase == v1.PodSucceeded {
-				continue
-			}
-			if why := s.lostReason(p); why != "" {
-				ms.lost = append(ms.lost, why)
-				continue
-			}
-			ms.running = append(ms.running, p)
-			nodes[p.Spec.NodeName] = true
-		case p.DeletionTimestamp != nil || podstate.Terminated(p):
-		case len(p.Spec.SchedulingGates) > 0:
-			ms.gated = append(ms.gated, p)
-		default:
-			ms.pending = append(ms.pending, p)
-		}
-	}
-	ms.boundNodes = slices.Sorted(maps.Keys(nodes))
-	ms.lost = sortedLost(ms.lost)
-	return ms, nil
-}
-
-// forgetOld drops from ms what a whole-gang restart left behind once no
-// old member runs (evict.Restarter): finished or failed old members no
-// longer make the new members late ones.
-func forgetOld(ms *memberSet) {
-	ms.anyBound = len(ms.running) > 0
-	ms.lost = nil
 }
 
 // place places a built gang and commits or reports the result.
@@ -244,7 +179,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		logger.V(3).Info("Gang not ready", "reason", buildErr.Error())
 		_, ns, _ := queue.SplitKey(a.key)
 		s.queue.Wait(a.key, ns, a.cycle)
-		return s.notReady(ctx, a, buildErr)
+		return s.status.notReady(ctx, a, buildErr)
 	}
 	if errors.Is(buildErr, placement.ErrUnsupported) || errors.Is(buildErr, placement.ErrInvalid) {
 		// Until the pod changes (most of these fields are immutable).
@@ -254,7 +189,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		return s.refuse(ctx, a, ReasonSchedulerError, vocab.ReasonSchedulerError, buildErr.Error())
 	}
 	start := time.Now()
-	snap, err := s.snapshot(ctx, a)
+	snap, err := s.snaps.snapshot(ctx, s.evict.Held(a.preemptor()))
 	var d *placement.Decision
 	var u *placement.Unschedulable
 	if err == nil {
@@ -275,7 +210,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 			// commits in flight: let them land first.
 			s.pipe.Wait()
 		}
-		in, err := s.inputFor(a)
+		in, err := s.snaps.inputFor(s.evict.Held(a.preemptor()))
 		var extra string
 		if err == nil {
 			extra, err = s.evict.AfterRefusal(ctx, a.preemptor(), g, in)
@@ -361,7 +296,7 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 	if left := len(g.Members) - len(d.Pods); left > 0 {
 		// The others wait for room in the same domain (minCount below the
 		// gang's size); say so on them.
-		s.markWaiting(ctx, a, g, d)
+		s.status.markWaiting(ctx, a, g, d)
 	}
 	return nil
 }
@@ -388,7 +323,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	}
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
 	s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Scheduling", message)
-	s.markUnschedulable(ctx, a, message)
+	s.status.markUnschedulable(ctx, a, message)
 	if a.pg == nil {
 		return nil
 	}
@@ -399,7 +334,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 func (s *Scheduler) forget(key string) {
 	s.queue.Forget(key)
 	s.pending.clear(key)
-	s.notReadyWrites.forget(key)
+	s.status.forget(key)
 }
 
 // devicesShort reports how many devices a refused gang lacks when only

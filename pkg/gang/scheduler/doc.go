@@ -10,10 +10,28 @@
 // pkg/gang/evict (preemption, nominations, reservations, whole-gang
 // restarts), pkg/gang/guard (the double-allocation guard and device holds,
 // a controller with its own goroutines) and pkg/gang/podstate (the pod
-// predicates every room shares). The loop computes a gang's rank for the
-// queue (priority.go), feeds it informer events (informers.go), and hands
-// the other rooms their listers, the gate, the reporter, the metrics and
-// the small adapters they call back through (rooms.go).
+// predicates every room shares).
+//
+// Types and files:
+//   - Scheduler, the loop: scheduler.go (New, Run, the worker, the metrics
+//     loop), cycle.go (one attempt: read the gang, place it, commit or
+//     refuse it), rooms.go (building this term's parts and rooms, and the
+//     adapters the rooms call back through); config.go is its Config.
+//   - gangPods (members.go): a gang's pods from the informers' indexes,
+//     its members (pending, gated, running, lost); evict.Gangs.
+//   - snapshots: snapshot.go (the snapshots an attempt places on, the
+//     assume cache, free GPUs), cachefeed.go (the placement cache's feed
+//     from the informers), warm.go (the cache's warm-up).
+//   - volumes (volumes.go): members pinned to their volumes' nodes.
+//   - gangStatus: status.go (PodGroup conditions, PodScheduled on pods),
+//     lifecycle.go (a placed gang's members lost; PodGroups missing or
+//     deleting; gated pods), notready.go (the throttled status of gangs
+//     not ready yet).
+//   - priority.go: a gang's rank for the queue.
+//   - informers.go: the informers, their indexes, and the events they
+//     feed the queue.
+//   - metrics.go: Metrics and the pending set; leader.go: leader election
+//     and the fence of its Lease.
 //
 // Rules:
 //   - One worker places one gang at a time; every attempt places the gang

@@ -56,26 +56,26 @@ func TestFreeGPUs(t *testing.T) {
 	}
 	want := map[string]int{"nvl0": 6, "nvl1": 0}
 	for _, cached := range []bool{true, false} {
-		s := listerScheduler(t, cached, pending, slices, claims)
+		sn := listerSnapshots(t, cached, pending, slices, claims)
 		// The pod is not bound yet: the entry stays pending.
-		s.assumed.entries["ns/g"] = &assumed{decision: decision}
-		got, err := s.freeGPUs()
+		sn.assumed.entries["ns/g"] = &assumed{decision: decision}
+		got, err := sn.freeGPUs()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("cache %v: free GPUs (-want +got):\n%s", cached, diff)
 		}
-		if s.assumed.len() != 1 {
+		if sn.assumed.len() != 1 {
 			t.Errorf("cache %v: the assumed entry was dropped", cached)
 		}
 	}
 }
 
-// listerScheduler returns a scheduler whose listers hold the objects (and
+// listerSnapshots returns snapshots whose listers hold the objects (and
 // node "a"); with cached, a placement cache given the slices and claims
 // too.
-func listerScheduler(t *testing.T, cached bool, pod *v1.Pod, slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim) *Scheduler {
+func listerSnapshots(t *testing.T, cached bool, pod *v1.Pod, slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim) *snapshots {
 	t.Helper()
 	idx := func(objs ...any) cache.Indexer {
 		i := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -93,7 +93,7 @@ func listerScheduler(t *testing.T, cached bool, pod *v1.Pod, slices []*resourcea
 	for _, rc := range claims {
 		rcs = append(rcs, rc)
 	}
-	s := &Scheduler{
+	sn := &snapshots{
 		assumed: newAssumeCache(),
 		pods:    corelisters.NewPodLister(idx(pod)),
 		claims:  resourcelisters.NewResourceClaimLister(idx(rcs...)),
@@ -102,13 +102,13 @@ func listerScheduler(t *testing.T, cached bool, pod *v1.Pod, slices []*resourcea
 		nodes:   corelisters.NewNodeLister(idx(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}})),
 	}
 	if cached {
-		s.cache = index.NewCache(index.Config{})
+		sn.cache = index.NewCache(index.Config{})
 		for _, sl := range slices {
-			s.cache.SetSlice(sl)
+			sn.cache.SetSlice(sl)
 		}
 		for _, rc := range claims {
-			s.cache.SetClaim(rc)
+			sn.cache.SetClaim(rc)
 		}
 	}
-	return s
+	return sn
 }

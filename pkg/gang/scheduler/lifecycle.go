@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
-	"slices"
 	"strings"
 	"sync"
 
@@ -46,7 +45,7 @@ func (p *peaks) observe(uid types.UID, running int) int {
 // waiting, gated: a Job recreates lost pods), and the most seen running in
 // this term. A running member is bound, not finished, not terminating, on a
 // node that exists.
-func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) error {
+func (st *gangStatus) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) error {
 	placed := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionInitiallyScheduled)
 	if placed == nil || placed.Status != metav1.ConditionTrue {
 		return nil
@@ -56,7 +55,7 @@ func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodG
 	if g := pg.Spec.SchedulingPolicy.Gang; g != nil {
 		minCount = int(g.MinCount)
 	}
-	expected := max(minCount, running+len(ms.pending)+len(ms.gated)+len(ms.lost), s.peaks.observe(pg.UID, running))
+	expected := max(minCount, running+len(ms.pending)+len(ms.gated)+len(ms.lost), st.peaks.observe(pg.UID, running))
 	cond := metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionFalse, Reason: vocab.ReasonAllMembersRunning,
 		Message: fmt.Sprintf("all %d members run", running)}
 	if running < expected {
@@ -70,7 +69,7 @@ func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodG
 	if old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
 		return nil
 	}
-	if err := s.conditions.SetCondition(ctx, pg, cond); err != nil {
+	if err := st.conditions.SetCondition(ctx, pg, cond); err != nil {
 		return err
 	}
 	if old == nil || old.Status != cond.Status {
@@ -78,7 +77,7 @@ func (s *Scheduler) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodG
 		if cond.Status == metav1.ConditionFalse {
 			typ, reason = v1.EventTypeNormal, vocab.EventMembersRestored
 		}
-		s.report.Event(pg, typ, reason, "Monitoring", cond.Message)
+		st.report.Event(pg, typ, reason, "Monitoring", cond.Message)
 	}
 	return nil
 }
@@ -105,8 +104,8 @@ func lostMessage(running, expected, minCount int, ms *memberSet) string {
 }
 
 // podGroupMissing marks the waiting pods of a PodGroup that does not exist.
-func (s *Scheduler) podGroupMissing(ctx context.Context, ns, name string) {
-	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, ns+"/"+name)
+func (st *gangStatus) podGroupMissing(ctx context.Context, ns, name string) {
+	objs, err := st.gangs.pods.ByIndex(podGroupIndex, ns+"/"+name)
 	if err != nil {
 		return
 	}
@@ -116,41 +115,21 @@ func (s *Scheduler) podGroupMissing(ctx context.Context, ns, name string) {
 			pods = append(pods, p)
 		}
 	}
-	s.setPods(ctx, pods, vocab.ReasonPodGroupNotFound,
+	st.setPods(ctx, pods, vocab.ReasonPodGroupNotFound,
 		fmt.Sprintf("pod group %s does not exist (not created yet, or deleted): the pod waits for it", name))
 }
 
 // podGroupDeleting marks the waiting pods of a PodGroup being deleted.
-func (s *Scheduler) podGroupDeleting(ctx context.Context, pg *schedulingv1beta1.PodGroup) {
-	ms, err := s.members(pg)
+func (st *gangStatus) podGroupDeleting(ctx context.Context, pg *schedulingv1beta1.PodGroup) {
+	ms, err := st.gangs.members(pg)
 	if err != nil {
 		return
 	}
-	s.setPods(ctx, append(ms.pending, ms.gated...), vocab.ReasonPodGroupNotFound,
+	st.setPods(ctx, append(ms.pending, ms.gated...), vocab.ReasonPodGroupNotFound,
 		fmt.Sprintf("pod group %s is being deleted: the pod will not be placed", pg.Name))
 }
 
 // markGated says why gated pods wait, as kube-scheduler does.
-func (s *Scheduler) markGated(ctx context.Context, pods []*v1.Pod) {
-	s.setPods(ctx, pods, v1.PodReasonSchedulingGated, gatedMessage)
-}
-
-// lostReason says why a bound member does not run, "" when it does.
-func (s *Scheduler) lostReason(p *v1.Pod) string {
-	switch {
-	case p.Status.Phase == v1.PodFailed:
-		return fmt.Sprintf("%s failed (%s)", p.Name, strings.TrimSpace(p.Status.Reason+" "+p.Status.Message))
-	case p.DeletionTimestamp != nil:
-		return p.Name + " terminating"
-	}
-	if _, err := s.nodes.Get(p.Spec.NodeName); err != nil {
-		return fmt.Sprintf("%s on deleted node %s", p.Name, p.Spec.NodeName)
-	}
-	return ""
-}
-
-// sortedLost sorts the lost members' descriptions.
-func sortedLost(lost []string) []string {
-	slices.Sort(lost)
-	return lost
+func (st *gangStatus) markGated(ctx context.Context, pods []*v1.Pod) {
+	st.setPods(ctx, pods, v1.PodReasonSchedulingGated, gatedMessage)
 }

@@ -93,6 +93,12 @@ func (w *writeTimes) forget(key string) {
 	delete(w.members, key)
 }
 
+// forget drops what the gang status remembers of a gang that is done (its
+// not-ready write times).
+func (st *gangStatus) forget(key string) {
+	st.writes.forget(key)
+}
+
 // notReady says why a gang cannot be tried yet: the PodGroup condition (and
 // an event when it changes) and PodScheduled on the waiting pods. A
 // PodGroup's pods carry a message that does not change while the gang
@@ -102,43 +108,43 @@ func (w *writeTimes) forget(key string) {
 // round of writes stops when the members the gang waited for arrive
 // (membersArrived). A PodGroup gang writes nothing until its member count
 // held still for notReadySettle (members still being created).
-func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
+func (st *gangStatus) notReady(ctx context.Context, a *attempt, why error) error {
 	a.result = resultNotReady
-	s.pending.set(a.key, reasonNotReady)
+	st.pending.set(a.key, reasonNotReady)
 	msg := strings.TrimPrefix(why.Error(), placement.ErrNotReady.Error()+": ")
 	var mc *placement.MissingClaim
 	if errors.As(why, &mc) && mc.Template != "" {
 		_, ns, _ := queue.SplitKey(a.key)
-		if _, err := s.templates.ResourceClaimTemplates(ns).Get(mc.Template); apierrors.IsNotFound(err) {
+		if _, err := st.templates.ResourceClaimTemplates(ns).Get(mc.Template); apierrors.IsNotFound(err) {
 			msg = fmt.Sprintf("%s: claim %s uses resource claim template %s, which does not exist in namespace %s: create it", mc.Owner, mc.Claim, mc.Template, ns)
 		}
 	}
 	if a.pg == nil {
-		return s.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
+		return st.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
 	}
-	if ok, after := s.notReadyWrites.settled(a.key, s.groupPods(a.pg), time.Now()); !ok {
-		s.queue.RetryWhileWaiting(a.key, after)
+	if ok, after := st.writes.settled(a.key, st.groupPods(a.pg), time.Now()); !ok {
+		st.queue.RetryWhileWaiting(a.key, after)
 		return nil
 	}
 	old := meta.FindStatusCondition(a.pg.Status.Conditions, vocab.ConditionInitiallyScheduled)
 	if old != nil && (old.Status == metav1.ConditionTrue || old.Reason == vocab.ReasonWaitingForMembers && old.Message == msg) {
-		s.markUnschedulable(ctx, a, waitingPodMessage(a.pg))
+		st.markUnschedulable(ctx, a, waitingPodMessage(a.pg))
 		return nil
 	}
-	if ok, after := s.notReadyWrites.due(a.key, time.Now()); !ok {
-		s.queue.RetryWhileWaiting(a.key, after)
+	if ok, after := st.writes.due(a.key, time.Now()); !ok {
+		st.queue.RetryWhileWaiting(a.key, after)
 		return nil
 	}
 	start := time.Now()
-	arrived := s.membersArrived(a)
-	if s.markUnschedulableUntil(ctx, a, waitingPodMessage(a.pg), arrived) || arrived() {
+	arrived := st.membersArrived(a)
+	if st.markUnschedulableUntil(ctx, a, waitingPodMessage(a.pg), arrived) || arrived() {
 		// The gang is tried again at once (the last member's event queued
 		// it): stale writes would only delay its placement.
 		klog.FromContext(ctx).V(3).Info("Waiting status cut short: the gang's members arrived", "members", len(a.members), "duration", time.Since(start))
 		return nil
 	}
-	s.report.Event(a.pg, v1.EventTypeNormal, vocab.ReasonWaitingForMembers, "Scheduling", msg)
-	err := s.conditions.SetInitiallyScheduled(ctx, a.pg, metav1.ConditionFalse, vocab.ReasonWaitingForMembers, msg)
+	st.report.Event(a.pg, v1.EventTypeNormal, vocab.ReasonWaitingForMembers, "Scheduling", msg)
+	err := st.conditions.SetInitiallyScheduled(ctx, a.pg, metav1.ConditionFalse, vocab.ReasonWaitingForMembers, msg)
 	klog.FromContext(ctx).V(3).Info("Wrote waiting status", "members", len(a.members), "duration", time.Since(start))
 	return err
 }
@@ -154,7 +160,7 @@ func (s *Scheduler) notReady(ctx context.Context, a *attempt, why error) error {
 // Before, a 512-pod gang's round of writes begun while its members were
 // being created went on for up to 1.2 s after the last one existed
 // (docs/benchmarks.md, bench-peer).
-func (s *Scheduler) membersArrived(a *attempt) func() bool {
+func (st *gangStatus) membersArrived(a *attempt) func() bool {
 	want := 1
 	if gp := a.pg.Spec.SchedulingPolicy.Gang; gp != nil {
 		want = int(gp.MinCount)
@@ -164,7 +170,7 @@ func (s *Scheduler) membersArrived(a *attempt) func() bool {
 	}
 	key := a.pg.Namespace + "/" + a.pg.Name
 	return func() bool {
-		objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, key)
+		objs, err := st.gangs.pods.ByIndex(podGroupIndex, key)
 		if err != nil {
 			return false
 		}
@@ -187,8 +193,8 @@ func waitingPodMessage(pg *schedulingv1beta1.PodGroup) string {
 
 // groupPods counts a PodGroup's pods in the informers, whatever their
 // state: the member count whose changes notReadySettle waits out.
-func (s *Scheduler) groupPods(pg *schedulingv1beta1.PodGroup) int {
-	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
+func (st *gangStatus) groupPods(pg *schedulingv1beta1.PodGroup) int {
+	objs, err := st.gangs.pods.ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
 	if err != nil {
 		return 0
 	}
@@ -203,13 +209,13 @@ func (s *Scheduler) groupPods(pg *schedulingv1beta1.PodGroup) int {
 // new member, so in proportion to their square over a burst) and is tried
 // again when the count settles or a member arrives. It reports whether it
 // handled the attempt.
-func (s *Scheduler) membersArriving(ctx context.Context, key string, pg *schedulingv1beta1.PodGroup, cycle uint64) bool {
+func (st *gangStatus) membersArriving(ctx context.Context, key string, pg *schedulingv1beta1.PodGroup, cycle uint64) bool {
 	begin := time.Now()
 	gp := pg.Spec.SchedulingPolicy.Gang
 	if gp == nil {
 		return false
 	}
-	objs, err := s.inf.pods.GetIndexer().ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
+	objs, err := st.gangs.pods.ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
 	if err != nil || len(objs) >= int(gp.MinCount) {
 		return false
 	}
@@ -218,14 +224,14 @@ func (s *Scheduler) membersArriving(ctx context.Context, key string, pg *schedul
 			return false
 		}
 	}
-	ok, after := s.notReadyWrites.settled(key, len(objs), time.Now())
+	ok, after := st.writes.settled(key, len(objs), time.Now())
 	if ok {
 		return false
 	}
-	s.pending.set(key, reasonNotReady)
-	s.queue.Wait(key, pg.Namespace, cycle)
-	s.queue.RetryWhileWaiting(key, after)
-	s.cfg.Metrics.observeAttempt(resultNotReady, time.Since(begin).Seconds())
+	st.pending.set(key, reasonNotReady)
+	st.queue.Wait(key, pg.Namespace, cycle)
+	st.queue.RetryWhileWaiting(key, after)
+	st.metrics.observeAttempt(resultNotReady, time.Since(begin).Seconds())
 	klog.FromContext(ctx).V(3).Info("Gang not ready", "gang", key, "reason", "members arriving", "pods", len(objs), "minCount", gp.MinCount)
 	return true
 }

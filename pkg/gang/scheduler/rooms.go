@@ -5,12 +5,13 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
 var (
@@ -18,14 +19,45 @@ var (
 	_ guard.ClaimReleaser = claimReleaser{}
 	_ commit.Conditions   = (*conditions)(nil)
 	_ evict.Conditions    = (*conditions)(nil)
-	_ evict.Gangs         = gangPods{}
 )
 
-// wireRooms builds the commit and evict rooms of this term once the
-// listers, the reporter and the gate exist: each takes what it needs, and
-// calls back into the loop only through the small interfaces it declares
-// (the queue serves evict.Requeuer as it is).
+// wireLoop takes the listers of this term's informers and builds the parts
+// of the loop that read only them: the gangs' pods, the snapshots (sharing
+// the assume cache) and the volume pins.
+func (s *Scheduler) wireLoop(factory informers.SharedInformerFactory) {
+	s.pods = factory.Core().V1().Pods().Lister()
+	s.podGroups = factory.Scheduling().V1beta1().PodGroups().Lister()
+	s.claims = factory.Resource().V1().ResourceClaims().Lister()
+	s.nodes = factory.Core().V1().Nodes().Lister()
+	s.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
+	s.gangs = &gangPods{pods: s.inf.pods.GetIndexer(), nodes: s.nodes}
+	s.snaps = &snapshots{
+		index: s.cfg.Placement.Index, recordNamespace: s.cfg.RecordNamespace, metrics: s.cfg.Metrics, assumed: s.assumed,
+		pods: s.pods, nodes: s.nodes, claims: s.claims,
+		templates: factory.Resource().V1().ResourceClaimTemplates().Lister(),
+		slices:    factory.Resource().V1().ResourceSlices().Lister(),
+		classes:   factory.Resource().V1().DeviceClasses().Lister(),
+	}
+	if !s.cfg.RebuildSnapshots {
+		s.snaps.cache = index.NewCache(s.cfg.Placement.Index)
+	}
+	s.volumes = &volumes{
+		pvcs:           factory.Core().V1().PersistentVolumeClaims().Lister(),
+		pvs:            factory.Core().V1().PersistentVolumes().Lister(),
+		storageClasses: factory.Storage().V1().StorageClasses().Lister(),
+	}
+}
+
+// wireRooms builds the gang status and the commit and evict rooms of this
+// term once the listers, the reporter and the gate exist: each takes what
+// it needs, and calls back into the loop only through the small interfaces
+// it declares (the queue serves evict.Requeuer as it is).
 func (s *Scheduler) wireRooms() {
+	s.status = &gangStatus{
+		client: s.cfg.Client, gate: s.gate, conditions: s.conditions, report: s.report,
+		metrics: s.cfg.Metrics, parallelism: s.cfg.CommitParallelism,
+		templates: s.snaps.templates, gangs: s.gangs, queue: s.queue, pending: &s.pending,
+	}
 	s.commits = commit.New(commit.Config{
 		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Parallelism: s.cfg.CommitParallelism,
 		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.commitMetrics(), Conditions: s.conditions,
@@ -34,7 +66,7 @@ func (s *Scheduler) wireRooms() {
 	cfg := evict.Config{
 		Client: s.cfg.Client, Store: s.commits.Store(), Releaser: s.commits, Parallelism: s.cfg.CommitParallelism,
 		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.evictMetrics(), Conditions: s.conditions,
-		Queue: s.queue, Gangs: gangPods{s}, Disruptions: &s.inf.disrupted,
+		Queue: s.queue, Gangs: s.gangs, Disruptions: &s.inf.disrupted,
 		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, PDBs: s.pdbs,
 		Placement: s.cfg.Placement, DisablePreemption: s.cfg.DisablePreemption,
 		NominationTimeout: s.cfg.NominationTimeout, PreemptionBudget: s.cfg.PreemptionBudget, StarvationBound: s.cfg.StarvationBound,
@@ -44,66 +76,33 @@ func (s *Scheduler) wireRooms() {
 }
 
 // newGuard builds the double-allocation guard of this term on the
-// informers' listers, the gate and the reporter.
-func (s *Scheduler) newGuard(inf *informerSet) *guard.Guard {
+// informers' listers, the gate and the reporter; it releases claims
+// through the commit room (wireRooms first).
+func (s *Scheduler) newGuard() *guard.Guard {
 	return guard.New(guard.Config{
 		Client:          s.cfg.Client,
 		RecordNamespace: s.cfg.RecordNamespace,
 		Claims:          s.claims,
 		Pods:            s.pods,
 		GroupPods: func(namespace, podGroup string) []*v1.Pod {
-			pods, _ := indexedPods(inf, podGroupIndex, namespace+"/"+podGroup)
+			pods, _ := s.gangs.GroupPods(namespace, podGroup)
 			return pods
 		},
 		Gate:     s.gate,
 		Report:   s.report,
 		Metrics:  s.cfg.Metrics,
-		Releaser: claimReleaser{s},
+		Releaser: claimReleaser{s.commits},
 	})
 }
 
 // claimReleaser releases the claims the guard frees through the commit
 // room (commit.Committer.ReleaseClaim): the consumers' reservations, then,
 // with none left, the allocation.
-type claimReleaser struct{ s *Scheduler }
+type claimReleaser struct{ commits *commit.Committer }
 
 func (r claimReleaser) ReleaseClaim(ctx context.Context, namespace, name string, uid types.UID, consumers map[types.UID]bool) error {
-	_, err := r.s.commits.ReleaseClaim(ctx, namespace, name, uid, consumers, func(*resourceapi.AllocationResult) bool { return true })
+	_, err := r.commits.ReleaseClaim(ctx, namespace, name, uid, consumers, func(*resourceapi.AllocationResult) bool { return true })
 	return err
-}
-
-// gangPods serves the evict room the pods of the informers' indexes.
-type gangPods struct{ s *Scheduler }
-
-func (g gangPods) GroupPods(namespace, name string) ([]*v1.Pod, error) {
-	return indexedPods(g.s.inf, podGroupIndex, namespace+"/"+name)
-}
-
-func (g gangPods) NodePods(node string) ([]*v1.Pod, error) {
-	return indexedPods(g.s.inf, nodeIndex, node)
-}
-
-func (g gangPods) Waiting(pg *schedulingv1beta1.PodGroup) ([]*v1.Pod, error) {
-	ms, err := g.s.members(pg)
-	if err != nil {
-		return nil, err
-	}
-	return ms.pending, nil
-}
-
-// indexedPods lists the pods of the pod informer's index under value.
-func indexedPods(inf *informerSet, index, value string) ([]*v1.Pod, error) {
-	objs, err := inf.pods.GetIndexer().ByIndex(index, value)
-	if err != nil {
-		return nil, err
-	}
-	pods := make([]*v1.Pod, 0, len(objs))
-	for _, o := range objs {
-		if p, ok := o.(*v1.Pod); ok {
-			pods = append(pods, p)
-		}
-	}
-	return pods, nil
 }
 
 // preemptor is the attempt as the evict room sees it.

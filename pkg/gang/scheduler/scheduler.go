@@ -11,7 +11,6 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -33,7 +32,10 @@ import (
 const schedulerName = topology.SchedulerName
 
 // Scheduler places gangs of pods with schedulerName gpufabric-scheduler.
-// One Scheduler serves one leadership term: call Run once.
+// One Scheduler serves one leadership term: call Run once. It owns the
+// loop (the worker, the attempts, the metrics loop) and wires the parts
+// the loop calls (set by Run): the snapshots, the volume pins, the gang
+// status and the rooms (rooms.go).
 type Scheduler struct {
 	cfg     Config
 	queue   queue.Interface
@@ -42,7 +44,7 @@ type Scheduler struct {
 	// decisions and recovers half-done commits; evict carries preemptions
 	// out and holds room for gangs (nominations, reservations); restarts
 	// restarts gangs disrupted only whole. conditions writes PodGroup
-	// conditions for the loop and the rooms.
+	// conditions for the loop, the gang status and the rooms.
 	commits    *commit.Committer
 	evict      *evict.Evictor
 	restarts   *evict.Restarter
@@ -50,37 +52,30 @@ type Scheduler struct {
 	// guard repairs double allocations and holds forgotten devices
 	// (rooms.go); set by Run.
 	guard   *guard.Guard
-	peaks   peaks
 	pending pendingSet
 
-	// Set by Run.
+	// Set by Run: the informers and the listers the loop and the rooms
+	// read; gangs reads gangs' pods; snaps serves the worker its
+	// snapshots (the assume cache is shared with it); volumes pins members
+	// to their volumes' nodes; status writes what users read of a gang.
 	inf       *informerSet
 	pods      corelisters.PodLister
 	podGroups schedulinglisters.PodGroupLister
 	claims    resourcelisters.ResourceClaimLister
-	templates resourcelisters.ResourceClaimTemplateLister
-	slices    resourcelisters.ResourceSliceLister
-	classes   resourcelisters.DeviceClassLister
 	nodes     corelisters.NodeLister
-	// volumes: a member's bound persistent volumes pin it to their nodes.
-	pvcs           corelisters.PersistentVolumeClaimLister
-	pvs            corelisters.PersistentVolumeLister
-	storageClasses storagelisters.StorageClassLister
-	pdbs           policylisters.PodDisruptionBudgetLister
+	pdbs      policylisters.PodDisruptionBudgetLister
+	gangs     *gangPods
+	snaps     *snapshots
+	volumes   *volumes
+	status    *gangStatus
 	// report records events (notes bounded); gate is checked before every
 	// write.
 	report *report.Reporter
 	gate   *gate.Gate
-	// cache is fed by the informers; snap is the snapshot it keeps up to
-	// date, used only by the worker.
-	cache *index.Cache
-	snap  *index.Snapshot
 	// pipe runs commits beside the worker; handedOff: the worker's current
 	// key went to it (the pipeline marks the key done).
 	pipe      *commit.Pipeline
 	handedOff bool
-	// notReadyWrites throttles the status writes of gangs not ready yet.
-	notReadyWrites writeTimes
 }
 
 // New validates cfg and creates a Scheduler.
@@ -142,7 +137,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for _, key := range nominated {
 		s.queue.Add(key) // carried on (or ended) by its gang's next attempt
 	}
-	s.warm(ctx)
+	s.snaps.warm(ctx)
 	if s.cfg.OnRecovered != nil {
 		s.cfg.OnRecovered()
 	}
@@ -164,23 +159,11 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 		return err
 	}
 	s.inf = inf
-	s.pods = factory.Core().V1().Pods().Lister()
-	s.podGroups = factory.Scheduling().V1beta1().PodGroups().Lister()
-	s.claims = factory.Resource().V1().ResourceClaims().Lister()
-	s.templates = factory.Resource().V1().ResourceClaimTemplates().Lister()
-	s.slices = factory.Resource().V1().ResourceSlices().Lister()
-	s.classes = factory.Resource().V1().DeviceClasses().Lister()
-	s.nodes = factory.Core().V1().Nodes().Lister()
-	s.pvcs = factory.Core().V1().PersistentVolumeClaims().Lister()
-	s.pvs = factory.Core().V1().PersistentVolumes().Lister()
-	s.storageClasses = factory.Storage().V1().StorageClasses().Lister()
-	s.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
-	s.queue.SetRank(s.rankOf)
-	s.cache, s.snap = nil, nil
+	s.wireLoop(factory)
+	s.queue.SetRank(rankOf(s.pods, s.podGroups, s.gangs))
 	var feed []informerHandler
-	if !s.cfg.RebuildSnapshots {
-		s.cache = index.NewCache(s.cfg.Placement.Index)
-		feed = s.cacheFeed(inf, s.cache)
+	if s.snaps.cache != nil {
+		feed = s.snaps.cacheFeed(inf)
 	}
 	if err := inf.watch(s.queue, feed); err != nil {
 		return err
@@ -192,7 +175,7 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	context.AfterFunc(ctx, broadcaster.Shutdown)
 	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
 	s.wireRooms()
-	s.guard = s.newGuard(inf)
+	s.guard = s.newGuard()
 	if err := s.guard.Watch(inf.claims); err != nil {
 		return err
 	}
@@ -205,7 +188,7 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 }
 
 // work is the single worker: one gang at a time is placed; its commit runs
-// in the pipeline while the next is placed (pipeline.go). It returns once
+// in the pipeline while the next is placed (commit.Pipeline). It returns once
 // no commit is in flight.
 func (s *Scheduler) work(ctx context.Context) error {
 	defer s.pipe.Wait()
@@ -255,7 +238,7 @@ func (s *Scheduler) metricsLoop(ctx context.Context) {
 	for tick := 0; ; tick++ {
 		if n := s.inf.capacityEvents.Load(); n != seen || tick == 0 || tick%metricsFullRefresh == 0 {
 			seen = n
-			if free, err := s.freeGPUs(); err == nil {
+			if free, err := s.snaps.freeGPUs(); err == nil {
 				s.cfg.Metrics.setFreeGPUs(free)
 			} else {
 				klog.FromContext(ctx).Error(err, "Computing free GPUs")

@@ -11,6 +11,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 
@@ -110,28 +113,51 @@ func (a *assumeCache) pending(visible func(*assumed) bool) []*assumed {
 	return out
 }
 
+// snapshots serves the worker the snapshots it places on: the placement
+// cache brought up to date (its feed: cachefeed.go; its warm-up: warm.go),
+// or, with Config.RebuildSnapshots (cache nil), snapshots built from the
+// listers; each with the assumed decisions added. It counts the free GPUs
+// for the metrics loop. snap is used only by the worker (and the warm-up,
+// before the worker starts); the assume cache is safe for concurrent use.
+type snapshots struct {
+	index           index.Config
+	recordNamespace string
+	metrics         *Metrics
+	assumed         *assumeCache
+	pods            corelisters.PodLister
+	nodes           corelisters.NodeLister
+	claims          resourcelisters.ResourceClaimLister
+	templates       resourcelisters.ResourceClaimTemplateLister
+	slices          resourcelisters.ResourceSliceLister
+	classes         resourcelisters.DeviceClassLister
+	// cache is fed by the informers (nil with Config.RebuildSnapshots);
+	// snap is the snapshot it keeps up to date.
+	cache *index.Cache
+	snap  *index.Snapshot
+}
+
 // visible reports whether the informers show all writes of a commit (see
 // assumeCache for the rules), and the placement cache, which the informers
 // feed after their listers, caught up with what the listers show.
-func (s *Scheduler) visible(e *assumed) bool {
+func (sn *snapshots) visible(e *assumed) bool {
 	for _, pp := range e.decision.Pods {
-		p, err := s.pods.Pods(pp.Namespace).Get(pp.Name)
-		if err == nil && p.UID == pp.UID && s.cache != nil && !s.cache.Caught(p.UID, p.ResourceVersion) {
+		p, err := sn.pods.Pods(pp.Namespace).Get(pp.Name)
+		if err == nil && p.UID == pp.UID && sn.cache != nil && !sn.cache.Caught(p.UID, p.ResourceVersion) {
 			return false
 		}
 		if err != nil || p.UID != pp.UID || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || podstate.Terminated(p) {
 			continue
 		}
-		if _, err := s.nodes.Get(pp.Node); err == nil {
+		if _, err := sn.nodes.Get(pp.Node); err == nil {
 			return false
 		}
 	}
 	for _, c := range e.decision.Claims {
-		rc, err := s.claims.ResourceClaims(c.Namespace).Get(c.Name)
+		rc, err := sn.claims.ResourceClaims(c.Namespace).Get(c.Name)
 		if err != nil || rc.UID != c.UID {
 			continue
 		}
-		if s.cache != nil && !s.cache.Caught(rc.UID, rc.ResourceVersion) {
+		if sn.cache != nil && !sn.cache.Caught(rc.UID, rc.ResourceVersion) {
 			return false
 		}
 		if !reached(rc.ResourceVersion, e.written[c.UID]) && rc.Status.Allocation == nil {
@@ -152,13 +178,13 @@ func reached(informer, written string) bool {
 }
 
 // snapshotInput lists the informers.
-func (s *Scheduler) snapshotInput() (index.SnapshotInput, error) {
+func (sn *snapshots) snapshotInput() (index.SnapshotInput, error) {
 	var in index.SnapshotInput
 	var err error
-	if in.Nodes, err = s.nodes.List(labels.Everything()); err != nil {
+	if in.Nodes, err = sn.nodes.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("list nodes: %w", err)
 	}
-	pods, err := s.pods.List(labels.Everything())
+	pods, err := sn.pods.List(labels.Everything())
 	if err != nil {
 		return in, fmt.Errorf("list pods: %w", err)
 	}
@@ -168,69 +194,68 @@ func (s *Scheduler) snapshotInput() (index.SnapshotInput, error) {
 			in.Pods = append(in.Pods, p)
 		}
 	}
-	if in.ResourceSlices, err = s.slices.List(labels.Everything()); err != nil {
+	if in.ResourceSlices, err = sn.slices.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("list resource slices: %w", err)
 	}
-	if in.DeviceClasses, err = s.classes.List(labels.Everything()); err != nil {
+	if in.DeviceClasses, err = sn.classes.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("list device classes: %w", err)
 	}
-	claims, err := s.claims.List(labels.Everything())
+	claims, err := sn.claims.List(labels.Everything())
 	if err != nil {
 		return in, fmt.Errorf("list resource claims: %w", err)
 	}
 	// Holds (guard.IsHold) duplicate their claims' devices.
-	in.ResourceClaims = slices.DeleteFunc(claims, func(c *resourceapi.ResourceClaim) bool { return guard.IsHold(c, s.cfg.RecordNamespace) })
+	in.ResourceClaims = slices.DeleteFunc(claims, func(c *resourceapi.ResourceClaim) bool { return guard.IsHold(c, sn.recordNamespace) })
 	return in, nil
 }
 
 // snapshot returns the snapshot an attempt places on: the informers less
-// the nodes other gangs hold against it (preemption.go), plus the assumed
-// decisions. Without held nodes it is the cache's snapshot brought up to
-// date (no work in proportion to the cluster); with them, one built from
-// the listers.
-func (s *Scheduler) snapshot(ctx context.Context, a *attempt) (*index.Snapshot, error) {
-	held := s.evict.Held(a.preemptor())
-	if len(held) == 0 && s.cache != nil {
-		snap, err := s.cache.Update(ctx, s.snap)
+// the nodes other gangs hold against it (held, evict.Evictor.Held), plus
+// the assumed decisions. Without held nodes it is the cache's snapshot
+// brought up to date (no work in proportion to the cluster); with them,
+// one built from the listers. Only the worker calls it.
+func (sn *snapshots) snapshot(ctx context.Context, held sets.Set[string]) (*index.Snapshot, error) {
+	if len(held) == 0 && sn.cache != nil {
+		snap, err := sn.cache.Update(ctx, sn.snap)
 		if err != nil {
-			s.snap = nil
+			sn.snap = nil
 			return nil, fmt.Errorf("update snapshot: %w", err)
 		}
-		s.snap = snap
-		return snap, s.assumePending(ctx, snap)
+		sn.snap = snap
+		return snap, sn.assumePending(ctx, snap)
 	}
-	in, err := s.snapshotInput()
+	in, err := sn.snapshotInput()
 	if err != nil {
 		return nil, err
 	}
-	return s.snapshotOf(ctx, preemption.WithoutNodes(in, held))
+	return sn.snapshotOf(ctx, preemption.WithoutNodes(in, held))
 }
 
-// inputFor lists the informers less the nodes held against attempt a.
-func (s *Scheduler) inputFor(a *attempt) (index.SnapshotInput, error) {
-	in, err := s.snapshotInput()
+// inputFor lists the informers less the held nodes.
+func (sn *snapshots) inputFor(held sets.Set[string]) (index.SnapshotInput, error) {
+	in, err := sn.snapshotInput()
 	if err != nil {
 		return in, err
 	}
-	return preemption.WithoutNodes(in, s.evict.Held(a.preemptor())), nil
+	return preemption.WithoutNodes(in, held), nil
 }
 
-func (s *Scheduler) snapshotOf(ctx context.Context, in index.SnapshotInput) (*index.Snapshot, error) {
-	snap, err := index.NewSnapshot(ctx, s.cfg.Placement.Index, in)
+func (sn *snapshots) snapshotOf(ctx context.Context, in index.SnapshotInput) (*index.Snapshot, error) {
+	snap, err := index.NewSnapshot(ctx, sn.index, in)
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: %w", err)
 	}
-	return snap, s.assumePending(ctx, snap)
+	return snap, sn.assumePending(ctx, snap)
 }
 
 // assumePending adds the committed decisions the informers do not show
 // yet to a snapshot.
-func (s *Scheduler) assumePending(ctx context.Context, snap *index.Snapshot) error {
+func (sn *snapshots) assumePending(ctx context.Context, snap *index.Snapshot) error {
 	for _, w := range snap.Warnings() {
 		klog.FromContext(ctx).V(4).Info("Snapshot warning", "warning", w)
 	}
-	pending := s.assumed.pending(s.visible)
-	s.cfg.Metrics.setAssumed(len(pending))
+	pending := sn.assumed.pending(sn.visible)
+	sn.metrics.setAssumed(len(pending))
 	for _, e := range pending {
 		if err := placement.Assume(ctx, snap, e.gang, e.decision); err != nil {
 			return fmt.Errorf("assume decision of %s: %w", e.decision.Gang, err)
@@ -249,14 +274,14 @@ func (s *Scheduler) assumePending(ctx context.Context, snap *index.Snapshot) err
 // periodically, so entries end even when no gang is being placed); it
 // does so before reading the cache, and visible waits for the cache, so a
 // decision is never missing from both.
-func (s *Scheduler) freeGPUs() (map[string]int, error) {
-	pending := s.assumed.pending(s.visible)
-	s.cfg.Metrics.setAssumed(len(pending))
+func (sn *snapshots) freeGPUs() (map[string]int, error) {
+	pending := sn.assumed.pending(sn.visible)
+	sn.metrics.setAssumed(len(pending))
 	extra := assumedDevices(pending)
-	if s.cache != nil {
-		return s.cache.FreeGPUs(extra), nil
+	if sn.cache != nil {
+		return sn.cache.FreeGPUs(extra), nil
 	}
-	in, err := s.snapshotInput()
+	in, err := sn.snapshotInput()
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -13,12 +14,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
@@ -100,13 +104,43 @@ func (c *conditions) SetCondition(ctx context.Context, pg *schedulingv1beta1.Pod
 	return nil
 }
 
+// gangStatus tells users why gangs wait or run short: PodGroup
+// conditions (through conditions), PodScheduled on pods, events, the
+// members-lost condition of placed gangs, and the status of gangs that
+// are not ready yet (notready.go), which it writes at most so often.
+type gangStatus struct {
+	client      kubernetes.Interface
+	gate        *gate.Gate
+	conditions  *conditions
+	report      *report.Reporter
+	metrics     *Metrics
+	parallelism int
+	templates   resourcelisters.ResourceClaimTemplateLister
+	gangs       *gangPods
+	queue       waitQueue
+	// pending: why each gang waits, shared with the loop.
+	pending *pendingSet
+	peaks   peaks
+	// writes throttles the status writes of gangs not ready yet.
+	writes writeTimes
+}
+
+// waitQueue is what gangStatus needs of the queue: a gang that is not
+// ready waits, and is tried again later.
+type waitQueue interface {
+	Wait(key, namespace string, cycle uint64)
+	RetryWhileWaiting(key string, d time.Duration)
+}
+
+var _ waitQueue = queue.Interface(nil)
+
 // markUnschedulable sets PodScheduled=False (reason Unschedulable) with
 // message on each waiting pod of the attempt, as kube-scheduler does, so
 // `kubectl get pods` and `describe` say why. A pod whose condition already
 // says the same is not rewritten. Best effort: failures are logged, the
 // PodGroup condition and the event carry the same message.
-func (s *Scheduler) markUnschedulable(ctx context.Context, a *attempt, message string) {
-	s.markUnschedulableUntil(ctx, a, message, nil)
+func (st *gangStatus) markUnschedulable(ctx context.Context, a *attempt, message string) {
+	st.markUnschedulableUntil(ctx, a, message, nil)
 }
 
 // errStopWrites ends markUnschedulableUntil's writes early.
@@ -115,10 +149,10 @@ var errStopWrites = errors.New("stop writing")
 // markUnschedulableUntil is markUnschedulable that starts no further write
 // once stop (when not nil) reports true, checked before each pod; it
 // reports whether it stopped so. Writes already started complete.
-func (s *Scheduler) markUnschedulableUntil(ctx context.Context, a *attempt, message string, stop func() bool) bool {
+func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, message string, stop func() bool) bool {
 	pods := []*v1.Pod{a.pod}
 	if a.pg != nil {
-		ms, err := s.members(a.pg)
+		ms, err := st.gangs.members(a.pg)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Listing gang members for their PodScheduled condition")
 			return false
@@ -126,11 +160,11 @@ func (s *Scheduler) markUnschedulableUntil(ctx context.Context, a *attempt, mess
 		pods = ms.pending
 		message = fmt.Sprintf("gang %s/%s: %s", a.pg.Namespace, a.pg.Name, message)
 	}
-	err := commit.Parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
+	err := commit.Parallel(ctx, st.parallelism, len(pods), func(ctx context.Context, i int) error {
 		if stop != nil && stop() {
 			return errStopWrites
 		}
-		return s.setPodUnschedulable(ctx, pods[i], message)
+		return st.setPodUnschedulable(ctx, pods[i], message)
 	})
 	if errors.Is(err, errStopWrites) {
 		return true
@@ -141,13 +175,13 @@ func (s *Scheduler) markUnschedulableUntil(ctx context.Context, a *attempt, mess
 	return false
 }
 
-func (s *Scheduler) setPodUnschedulable(ctx context.Context, pod *v1.Pod, message string) error {
-	return s.setPodScheduled(ctx, pod, v1.PodReasonUnschedulable, message)
+func (st *gangStatus) setPodUnschedulable(ctx context.Context, pod *v1.Pod, message string) error {
+	return st.setPodScheduled(ctx, pod, v1.PodReasonUnschedulable, message)
 }
 
 // setPodScheduled sets PodScheduled=False with reason and message on an
 // unbound pod, unless it already says so.
-func (s *Scheduler) setPodScheduled(ctx context.Context, pod *v1.Pod, reason, message string) error {
+func (st *gangStatus) setPodScheduled(ctx context.Context, pod *v1.Pod, reason, message string) error {
 	if pod == nil || pod.Spec.NodeName != "" {
 		return nil
 	}
@@ -156,7 +190,7 @@ func (s *Scheduler) setPodScheduled(ctx context.Context, pod *v1.Pod, reason, me
 			return nil
 		}
 	}
-	if err := s.gate.Fenced(); err != nil {
+	if err := st.gate.Fenced(); err != nil {
 		return fmt.Errorf("%w: before setting PodScheduled on %s/%s: %w", gate.ErrFenced, pod.Namespace, pod.Name, err)
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{
@@ -166,7 +200,7 @@ func (s *Scheduler) setPodScheduled(ctx context.Context, pod *v1.Pod, reason, me
 	if err != nil {
 		return fmt.Errorf("encode pod condition: %w", err)
 	}
-	_, err = s.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
+	_, err = st.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
 		metav1.PatchOptions{FieldManager: schedulerName}, "status")
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("set PodScheduled on pod %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -175,9 +209,9 @@ func (s *Scheduler) setPodScheduled(ctx context.Context, pod *v1.Pod, reason, me
 }
 
 // setPods sets PodScheduled=False on pods in parallel, best effort.
-func (s *Scheduler) setPods(ctx context.Context, pods []*v1.Pod, reason, message string) {
-	err := commit.Parallel(ctx, s.cfg.CommitParallelism, len(pods), func(ctx context.Context, i int) error {
-		return s.setPodScheduled(ctx, pods[i], reason, message)
+func (st *gangStatus) setPods(ctx context.Context, pods []*v1.Pod, reason, message string) {
+	err := commit.Parallel(ctx, st.parallelism, len(pods), func(ctx context.Context, i int) error {
+		return st.setPodScheduled(ctx, pods[i], reason, message)
 	})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False", "reason", reason)
@@ -186,7 +220,7 @@ func (s *Scheduler) setPods(ctx context.Context, pods []*v1.Pod, reason, message
 
 // markWaiting sets PodScheduled=False on the members a partial placement
 // left out.
-func (s *Scheduler) markWaiting(ctx context.Context, a *attempt, g *placement.Gang, d *placement.Decision) {
+func (st *gangStatus) markWaiting(ctx context.Context, a *attempt, g *placement.Gang, d *placement.Decision) {
 	placed := map[types.UID]bool{}
 	for _, pp := range d.Pods {
 		placed[pp.UID] = true
@@ -198,8 +232,8 @@ func (s *Scheduler) markWaiting(ctx context.Context, a *attempt, g *placement.Ga
 			left = append(left, m.Pod)
 		}
 	}
-	err := commit.Parallel(ctx, s.cfg.CommitParallelism, len(left), func(ctx context.Context, i int) error {
-		return s.setPodUnschedulable(ctx, left[i], msg)
+	err := commit.Parallel(ctx, st.parallelism, len(left), func(ctx context.Context, i int) error {
+		return st.setPodUnschedulable(ctx, left[i], msg)
 	})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False on members left for later")

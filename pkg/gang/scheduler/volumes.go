@@ -6,9 +6,18 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
+
+// volumes reads the persistent volumes that pin a gang's members to nodes.
+type volumes struct {
+	pvcs           corelisters.PersistentVolumeClaimLister
+	pvs            corelisters.PersistentVolumeLister
+	storageClasses storagelisters.StorageClassLister
+}
 
 // pinVolumes sets each member's VolumePins from its persistent volumes.
 // Rules: a volume whose claim is bound to a PersistentVolume with node
@@ -17,9 +26,9 @@ import (
 // for a first consumer, which the engine does not do (ErrUnsupported: the
 // gang is refused with the volume named). A generic ephemeral volume is the
 // claim <pod>-<volume> that kube-controller-manager creates.
-func (s *Scheduler) pinVolumes(g *placement.Gang) error {
+func (v *volumes) pinVolumes(g *placement.Gang) error {
 	for i := range g.Members {
-		pins, err := s.volumePins(g.Members[i].Pod)
+		pins, err := v.volumePins(g.Members[i].Pod)
 		if err != nil {
 			return err
 		}
@@ -28,7 +37,7 @@ func (s *Scheduler) pinVolumes(g *placement.Gang) error {
 	return nil
 }
 
-func (s *Scheduler) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
+func (v *volumes) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
 	var pins []*v1.NodeSelector
 	for i, vol := range p.Spec.Volumes {
 		var claim string
@@ -41,7 +50,7 @@ func (s *Scheduler) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
 			continue
 		}
 		field := fmt.Sprintf("spec.volumes[%d] (%s)", i, vol.Name)
-		pvc, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(claim)
+		pvc, err := v.pvcs.PersistentVolumeClaims(p.Namespace).Get(claim)
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: pod %s/%s: %s: persistent volume claim %s does not exist", placement.ErrNotReady, p.Namespace, p.Name, field, claim)
 		}
@@ -49,13 +58,13 @@ func (s *Scheduler) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
 			return nil, fmt.Errorf("get persistent volume claim %s/%s: %w", p.Namespace, claim, err)
 		}
 		if pvc.Spec.VolumeName == "" {
-			if s.delayedBinding(pvc) {
+			if v.delayedBinding(pvc) {
 				return nil, fmt.Errorf("pod %s/%s: %s: claim %s waits for its first consumer to be bound (volumeBindingMode WaitForFirstConsumer): %w",
 					p.Namespace, p.Name, field, claim, placement.ErrUnsupported)
 			}
 			return nil, fmt.Errorf("%w: pod %s/%s: %s: persistent volume claim %s is not bound yet", placement.ErrNotReady, p.Namespace, p.Name, field, claim)
 		}
-		pv, err := s.pvs.Get(pvc.Spec.VolumeName)
+		pv, err := v.pvs.Get(pvc.Spec.VolumeName)
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: pod %s/%s: %s: persistent volume %s does not exist", placement.ErrNotReady, p.Namespace, p.Name, field, pvc.Spec.VolumeName)
 		}
@@ -71,11 +80,11 @@ func (s *Scheduler) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
 
 // delayedBinding reports whether an unbound claim's StorageClass binds
 // volumes only when a pod using it is scheduled.
-func (s *Scheduler) delayedBinding(pvc *v1.PersistentVolumeClaim) bool {
+func (v *volumes) delayedBinding(pvc *v1.PersistentVolumeClaim) bool {
 	name := pvc.Spec.StorageClassName
 	if name == nil || *name == "" {
 		return false
 	}
-	sc, err := s.storageClasses.Get(*name)
+	sc, err := v.storageClasses.Get(*name)
 	return err == nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
 }

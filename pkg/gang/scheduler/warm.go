@@ -25,23 +25,23 @@ const warmBudget = 5 * time.Second
 // first gang then builds what is missing, as it would without a warm-up.
 // It runs in the worker's place (before it starts): snapshots are not safe
 // for concurrent use.
-func (s *Scheduler) warm(ctx context.Context) {
-	if s.cache == nil {
+func (sn *snapshots) warm(ctx context.Context) {
+	if sn.cache == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
 	begin := time.Now()
-	classes, err := s.warmClasses()
+	classes, err := sn.warmClasses()
 	if err != nil {
 		logger.Error(err, "Listing device classes for the placement warm-up")
 		return
 	}
-	snap, err := s.cache.Update(ctx, s.snap)
+	snap, err := sn.cache.Update(ctx, sn.snap)
 	if err != nil {
 		logger.Error(err, "Building the first snapshot")
 		return
 	}
-	s.snap = snap
+	sn.snap = snap
 	wctx, cancel := context.WithTimeout(ctx, warmBudget)
 	defer cancel()
 	n, err := snap.Warm(wctx, classes)
@@ -57,16 +57,16 @@ func (s *Scheduler) warm(ctx context.Context) {
 
 // warmClasses lists the DeviceClasses to warm: those the claims and claim
 // templates in the informers request (by name), then the others (by name).
-func (s *Scheduler) warmClasses() ([]string, error) {
-	all, err := s.classes.List(labels.Everything())
+func (sn *snapshots) warmClasses() ([]string, error) {
+	all, err := sn.classes.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list device classes: %w", err)
 	}
-	claims, err := s.claims.List(labels.Everything())
+	claims, err := sn.claims.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list resource claims: %w", err)
 	}
-	templates, err := s.templates.List(labels.Everything())
+	templates, err := sn.templates.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list resource claim templates: %w", err)
 	}

@@ -1,0 +1,143 @@
+package scheduler
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+)
+
+var _ evict.Gangs = (*gangPods)(nil)
+
+// gangPods reads gangs' pods from the pod informer's indexes (by PodGroup,
+// by node) and the node lister. The loop, the gang status and the rank
+// read members through it; it serves the evict room as evict.Gangs.
+type gangPods struct {
+	pods  cache.Indexer
+	nodes corelisters.NodeLister
+}
+
+// memberSet is what a PodGroup's pods say about its gang.
+type memberSet struct {
+	// pending members to place: ours, unbound, not terminating, without
+	// scheduling gates (a gated pod is never placed nor counted).
+	pending []*v1.Pod
+	gated   []*v1.Pod
+	// anyBound: a member was bound before (the gang was placed); the
+	// pending ones are late members.
+	anyBound bool
+	// running members: bound, not finished, not terminating, on a node that
+	// exists; boundNodes are their nodes, sorted, without duplicates.
+	running    []*v1.Pod
+	boundNodes []string
+	// lost describes bound members that do not run: failed, terminating,
+	// or on a deleted node.
+	lost []string
+}
+
+// members reads a PodGroup's pods from the informers.
+func (g *gangPods) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
+	objs, err := g.pods.ByIndex(podGroupIndex, pg.Namespace+"/"+pg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	ms := &memberSet{}
+	nodes := map[string]bool{}
+	for _, o := range objs {
+		p, ok := o.(*v1.Pod)
+		if !ok || !podstate.Ours(p) {
+			continue
+		}
+		switch {
+		case p.Spec.NodeName != "":
+			ms.anyBound = true
+			if p.Status.Phase == v1.PodSucceeded {
+				continue
+			}
+			if why := g.lostReason(p); why != "" {
+				ms.lost = append(ms.lost, why)
+				continue
+			}
+			ms.running = append(ms.running, p)
+			nodes[p.Spec.NodeName] = true
+		case p.DeletionTimestamp != nil || podstate.Terminated(p):
+		case len(p.Spec.SchedulingGates) > 0:
+			ms.gated = append(ms.gated, p)
+		default:
+			ms.pending = append(ms.pending, p)
+		}
+	}
+	ms.boundNodes = slices.Sorted(maps.Keys(nodes))
+	ms.lost = sortedLost(ms.lost)
+	return ms, nil
+}
+
+// lostReason says why a bound member does not run, "" when it does.
+func (g *gangPods) lostReason(p *v1.Pod) string {
+	switch {
+	case p.Status.Phase == v1.PodFailed:
+		return fmt.Sprintf("%s failed (%s)", p.Name, strings.TrimSpace(p.Status.Reason+" "+p.Status.Message))
+	case p.DeletionTimestamp != nil:
+		return p.Name + " terminating"
+	}
+	if _, err := g.nodes.Get(p.Spec.NodeName); err != nil {
+		return fmt.Sprintf("%s on deleted node %s", p.Name, p.Spec.NodeName)
+	}
+	return ""
+}
+
+// sortedLost sorts the lost members' descriptions.
+func sortedLost(lost []string) []string {
+	slices.Sort(lost)
+	return lost
+}
+
+// forgetOld drops from ms what a whole-gang restart left behind once no
+// old member runs (evict.Restarter): finished or failed old members no
+// longer make the new members late ones.
+func forgetOld(ms *memberSet) {
+	ms.anyBound = len(ms.running) > 0
+	ms.lost = nil
+}
+
+// GroupPods lists a PodGroup's pods, whatever their state.
+func (g *gangPods) GroupPods(namespace, name string) ([]*v1.Pod, error) {
+	return indexedPods(g.pods, podGroupIndex, namespace+"/"+name)
+}
+
+// NodePods lists the pods bound to a node.
+func (g *gangPods) NodePods(node string) ([]*v1.Pod, error) {
+	return indexedPods(g.pods, nodeIndex, node)
+}
+
+// Waiting lists a PodGroup's pending members.
+func (g *gangPods) Waiting(pg *schedulingv1beta1.PodGroup) ([]*v1.Pod, error) {
+	ms, err := g.members(pg)
+	if err != nil {
+		return nil, err
+	}
+	return ms.pending, nil
+}
+
+// indexedPods lists the pods of the pod informer's index under value.
+func indexedPods(pods cache.Indexer, index, value string) ([]*v1.Pod, error) {
+	objs, err := pods.ByIndex(index, value)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*v1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*v1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
