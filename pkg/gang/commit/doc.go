@@ -53,7 +53,7 @@
 //
 // The assume cache (the decisions being committed, or committed but not yet
 // shown by the informers and the placement cache) stays in the loop
-// (snapshot.go): it is part of what a snapshot is made of, its end rules
+// (the loop's snapshots): it is part of what a snapshot is made of, its end rules
 // read the informers' listers and the placement cache, and every attempt
 // and the metrics loop read it. A commit neither reads nor writes it: the
 // loop adds the decision in flight before Run and completes or drops it

@@ -19,4 +19,13 @@
 //   - of the domains with a plan, the cheapest wins: lowest highest victim
 //     priority, then fewest victim units, then least GPU-time lost, then
 //     fewest pods, then the domain id.
+//
+// Files: plan.go (Request, Plan, Evaluate: the levels and domains tried,
+// the cheapest plan; free devices per node), domain.go (one domain's plan:
+// remove the victims, place, reprieve; the budgets and the cost), unit.go
+// (Unit, the victims' order and Cost), input.go (snapshot input
+// restricted to a domain's nodes, or without nodes or victims), reserve.go
+// (starvation: the domain a starving gang reserves, its devices, releases
+// and shadow times) and priority.go (priorities as kube-scheduler resolves
+// them; who may preempt).
 package preemption
