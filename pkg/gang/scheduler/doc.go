@@ -29,7 +29,8 @@
 //     not ready yet).
 //   - priority.go: a gang's rank for the queue.
 //   - informers.go: the informers, their indexes, and the events they
-//     feed the queue.
+//     feed the queue; syncstatus.go: the informers not synced yet (for
+//     Config.InformersStarted).
 //   - metrics.go: Metrics and the pending set; leader.go: leader election
 //     and the fence of its Lease.
 //
