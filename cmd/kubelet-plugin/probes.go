@@ -13,8 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
@@ -47,19 +45,6 @@ type probes struct {
 	notified   bool
 	registered bool
 	refused    string
-}
-
-// socketPaths are where kubeletplugin.Start listens with these options
-// (its naming: dra[-<pod UID>].sock in the plugin dir; <driver>-reg.sock,
-// or the rolling-update name, in the registrar dir).
-func (o *runOptions) socketPaths() (dra, registration string) {
-	uid := ""
-	reg := topology.DriverName + "-reg.sock"
-	if o.podUID != "" {
-		uid = "-" + o.podUID
-		reg = kubeletplugin.RollingUpdateRegistrarSocketFile(o.registrarDir, topology.DriverName, types.UID(o.podUID))
-	}
-	return filepath.Join(o.pluginDir, "dra"+uid+".sock"), filepath.Join(o.registrarDir, reg)
 }
 
 // started records the sockets once the helper listens on them.

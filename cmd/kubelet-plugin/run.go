@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -168,4 +169,17 @@ func (o *runOptions) channelResolver(inv *devices.Inventory, b devices.Backend) 
 		}
 	}
 	return r
+}
+
+// socketPaths are where kubeletplugin.Start listens with these options
+// (its naming: dra[-<pod UID>].sock in the plugin dir; <driver>-reg.sock,
+// or the rolling-update name, in the registrar dir).
+func (o *runOptions) socketPaths() (dra, registration string) {
+	uid := ""
+	reg := topology.DriverName + "-reg.sock"
+	if o.podUID != "" {
+		uid = "-" + o.podUID
+		reg = kubeletplugin.RollingUpdateRegistrarSocketFile(o.registrarDir, topology.DriverName, types.UID(o.podUID))
+	}
+	return filepath.Join(o.pluginDir, "dra"+uid+".sock"), filepath.Join(o.registrarDir, reg)
 }
