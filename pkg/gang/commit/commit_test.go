@@ -3,6 +3,7 @@ package commit
 import (
 	"context"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,12 +11,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -23,21 +22,6 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
-
-func claim(name string, allocated bool, reservedFor ...types.UID) *resourceapi.ResourceClaim {
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
-	if allocated {
-		c.Status.Allocation = &resourceapi.AllocationResult{}
-	}
-	for _, u := range reservedFor {
-		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{UID: u})
-	}
-	return c
-}
-
-func pod(name string) *v1.Pod {
-	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
-}
 
 // gatedConditions writes the InitiallyScheduled condition as the loop's
 // writer does for a commit: past the gate, then one status update.
@@ -62,12 +46,12 @@ func (c gatedConditions) SetInitiallyScheduled(ctx context.Context, pg *scheduli
 func TestPlanWrites(t *testing.T) {
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg", UID: "uid-pg"}}
 	g := &placement.Gang{
-		SharedClaims: []*resourceapi.ResourceClaim{claim("fabric", false), claim("done", true, "uid-pg")},
+		SharedClaims: []*resourceapi.ResourceClaim{objtest.Claim("fabric", false), objtest.Claim("done", true, "uid-pg")},
 		Members: []placement.Member{
-			{Pod: pod("p0"), Claims: []*resourceapi.ResourceClaim{claim("p0-gpus", false), claim("user", true, "uid-other")}},
-			{Pod: pod("p1"), Claims: []*resourceapi.ResourceClaim{claim("p1-gpus", false)}},
+			{Pod: objtest.Pod("p0"), Claims: []*resourceapi.ResourceClaim{objtest.Claim("p0-gpus", false), objtest.Claim("user", true, "uid-other")}},
+			{Pod: objtest.Pod("p1"), Claims: []*resourceapi.ResourceClaim{objtest.Claim("p1-gpus", false)}},
 			// Left out by a partial placement (minCount): nothing for it.
-			{Pod: pod("p2"), Claims: []*resourceapi.ResourceClaim{claim("p2-gpus", false), claim("user2", true, "uid-other")}},
+			{Pod: objtest.Pod("p2"), Claims: []*resourceapi.ResourceClaim{objtest.Claim("p2-gpus", false), objtest.Claim("user2", true, "uid-other")}},
 		},
 	}
 	d := &placement.Decision{
@@ -95,11 +79,11 @@ func TestPlanWrites(t *testing.T) {
 func TestCommitPhases(t *testing.T) {
 	const pods, workers = 24, 4
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg", UID: "uid-pg"}}
-	g := &placement.Gang{Namespace: "ns", Name: "pg", UID: pg.UID, SharedClaims: []*resourceapi.ResourceClaim{claim("fabric", false)}}
+	g := &placement.Gang{Namespace: "ns", Name: "pg", UID: pg.UID, SharedClaims: []*resourceapi.ResourceClaim{objtest.Claim("fabric", false)}}
 	d := &placement.Decision{Gang: "ns/pg", Claims: []placement.ClaimAllocation{{Name: "fabric", Shared: true}}}
 	objects := []runtime.Object{pg, g.SharedClaims[0]}
 	for i := range pods {
-		p, c := pod(fmt.Sprintf("p%02d", i)), claim(fmt.Sprintf("p%02d-gpus", i), false)
+		p, c := objtest.Pod(fmt.Sprintf("p%02d", i)), objtest.Claim(fmt.Sprintf("p%02d-gpus", i), false)
 		g.Members = append(g.Members, placement.Member{Pod: p, Claims: []*resourceapi.ResourceClaim{c}})
 		d.Pods = append(d.Pods, placement.PodPlacement{Namespace: "ns", Name: p.Name, UID: p.UID, Node: "n"})
 		d.Claims = append(d.Claims, placement.ClaimAllocation{Name: c.Name, Pod: p.Name})

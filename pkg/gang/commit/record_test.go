@@ -2,6 +2,7 @@ package commit
 
 import (
 	"encoding/json"
+	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"strings"
 	"testing"
 
@@ -27,9 +28,9 @@ func validRecord() *commitRecord {
 		{Namespace: "ns", Name: "p1", UID: "uid-p1", Node: "node-b"},
 	}}
 	writes := []claimWrite{
-		{claim: claim("fabric", false), alloc: alloc, consumer: resourceapi.ResourceClaimConsumerReference{Resource: "podgroups", Name: "pg", UID: "uid-pg"}},
-		{claim: claim("p0-gpus", false), alloc: alloc, consumer: resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "p0", UID: "uid-p0"}},
-		{claim: claim("user", true), consumer: resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "p1", UID: "uid-p1"}},
+		{claim: objtest.Claim("fabric", false), alloc: alloc, consumer: resourceapi.ResourceClaimConsumerReference{Resource: "podgroups", Name: "pg", UID: "uid-pg"}},
+		{claim: objtest.Claim("p0-gpus", false), alloc: alloc, consumer: resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "p0", UID: "uid-p0"}},
+		{claim: objtest.Claim("user", true), consumer: resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "p1", UID: "uid-p1"}},
 	}
 	return newRecord(pg, d, writes)
 }

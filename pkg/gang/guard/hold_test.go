@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"testing"
 
@@ -107,7 +108,7 @@ func TestHoldLifecycle(t *testing.T) {
 	// The kept claim is deallocated and gpu-1 given to another claim before
 	// the hold is deleted: the deletion makes kube-scheduler forget gpu-1
 	// again, so the new holder gets a hold.
-	event(kept, claim("kept", false))
+	event(kept, objtest.Claim("kept", false))
 	next := allocated("next", "gpu-1")
 	event(nil, next)
 	sync(kept.UID)

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"testing"
 	"time"
 
@@ -12,23 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-func claim(name string, allocated bool, reservedFor ...types.UID) *resourceapi.ResourceClaim {
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
-	if allocated {
-		c.Status.Allocation = &resourceapi.AllocationResult{}
-	}
-	for _, u := range reservedFor {
-		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{UID: u})
-	}
-	return c
-}
-
-func pod(name string) *v1.Pod {
-	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
-}
-
 func allocated(name string, devs ...string) *resourceapi.ResourceClaim {
-	c := claim(name, true)
+	c := objtest.Claim(name, true)
 	for _, d := range devs {
 		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
 			resourceapi.DeviceRequestAllocationResult{Request: "r", Driver: "gpufabric.dev", Pool: "node-a", Device: d})
@@ -59,8 +45,8 @@ func TestAllocIndex(t *testing.T) {
 		{allocated("b", "gpu-1", "gpu-2"), false, []string{"gpufabric.dev/node-a/gpu-1"}, nil},
 		{allocated("b", "gpu-2"), false, nil, []types.UID{allocated("a").UID}},
 		{allocated("c", "gpu-2"), false, []string{"gpufabric.dev/node-a/gpu-2"}, nil},
-		{claim("c", false), true, nil, []types.UID{allocated("b").UID}},
-		{claim("b", false), true, nil, nil},
+		{objtest.Claim("c", false), true, nil, []types.UID{allocated("b").UID}},
+		{objtest.Claim("b", false), true, nil, nil},
 	}
 	for i, s := range steps {
 		var devs []deviceKey
@@ -126,7 +112,7 @@ func TestChooseKeeper(t *testing.T) {
 
 // TestStarted: only a container that ran means the claim was prepared.
 func TestStarted(t *testing.T) {
-	p := pod("p")
+	p := objtest.Pod("p")
 	if started(p) {
 		t.Error("pod without container statuses counted as started")
 	}

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,13 +30,13 @@ func TestAssumeVisible(t *testing.T) {
 		},
 		written: map[types.UID]string{"uid-c0": "100"},
 	}
-	unboundPod := pod("p0")
+	unboundPod := objtest.Pod("p0")
 	unboundPod.ResourceVersion = "90"
-	boundPod := pod("p0")
+	boundPod := objtest.Pod("p0")
 	boundPod.Spec.NodeName, boundPod.ResourceVersion = "node-a", "101"
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
 	claimAt := func(rv string, allocated bool) *resourceapi.ResourceClaim {
-		c := claim("c0", allocated)
+		c := objtest.Claim("c0", allocated)
 		c.ResourceVersion = rv
 		return c
 	}

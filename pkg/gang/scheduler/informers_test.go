@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"slices"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func TestChainFirst(t *testing.T) {
 // writes must not cost the gang a refused attempt.
 func TestPodChangedSkipsStatusOnly(t *testing.T) {
 	member := func() *v1.Pod {
-		p := pod("m0")
+		p := objtest.Pod("m0")
 		p.ResourceVersion = "10"
 		p.Spec.SchedulerName = topology.SchedulerName
 		p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To("pg")}

@@ -1,4 +1,9 @@
-package scheduler
+// Package objtest builds the small API objects that the scheduler rooms'
+// unit tests share (the loop's, commit's and guard's): claims with an
+// allocation and consumers, and bare pods, all in namespace "ns" with
+// UID "uid-<name>". Tests only: production code never imports it
+// (pkg/archtest checks the binaries).
+package objtest
 
 import (
 	v1 "k8s.io/api/core/v1"
@@ -7,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-func claim(name string, allocated bool, reservedFor ...types.UID) *resourceapi.ResourceClaim {
+// Claim is claim ns/name, allocated (with an empty allocation) when
+// allocated is set, reserved for the given consumer UIDs.
+func Claim(name string, allocated bool, reservedFor ...types.UID) *resourceapi.ResourceClaim {
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
 	if allocated {
 		c.Status.Allocation = &resourceapi.AllocationResult{}
@@ -18,6 +25,7 @@ func claim(name string, allocated bool, reservedFor ...types.UID) *resourceapi.R
 	return c
 }
 
-func pod(name string) *v1.Pod {
+// Pod is pod ns/name.
+func Pod(name string) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
 }
