@@ -46,7 +46,8 @@ var rules = []struct {
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
 		"pkg/gang/commit", "pkg/gang/evict"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
-	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab"}},
+	// inspect reads priorities as the scheduler does (pure helpers).
+	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption"}},
 	{"pkg/component", nil},
 }
 

@@ -164,6 +164,18 @@ func (b *builder) group(ns, name string, min int32, conds ...metav1.Condition) *
 	return b
 }
 
+// created sets the creation time of the PodGroup ns/name to ago before
+// testNow, and its spec.priority when prio is not nil.
+func (b *builder) created(ns, name string, ago time.Duration, prio *int32) *builder {
+	for i := range b.c.PodGroups {
+		if pg := &b.c.PodGroups[i]; pg.Namespace == ns && pg.Name == name {
+			pg.CreationTimestamp = metav1.Time{Time: testNow.Add(-ago)}
+			pg.Spec.Priority = prio
+		}
+	}
+	return b
+}
+
 func cond(typ string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
 	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message}
 }
@@ -230,6 +242,7 @@ func scenario() *builder {
 	b.claim("team-b", "notebook-gpu", []string{"pods/notebook"}, "b-1/gpu-0")
 
 	b.group("team-b", "big", 3, cond(vocab.ConditionInitiallyScheduled, metav1.ConditionFalse, "Unschedulable", bigMessage))
+	b.created("team-b", "big", 10*time.Minute, nil)
 	b.claim("team-b", "big-fabric", nil)
 	for i := range 4 {
 		name := fmt.Sprintf("big-%d", i)

@@ -18,6 +18,15 @@
 //   - a channel is a device of a fabric-domain pool (fabric-domain.<domain>);
 //     used when allocated.
 //
+// Priorities are read with pkg/gang/preemption's pure helpers, and waiting
+// PodGroups are numbered in the order of the scheduler's queue
+// (pkg/gang/queue Rank: priority, then older, then key), so `status` and
+// `explain` show the place the scheduler would give them.
+//
+// explain takes a PodGroup or a workload (KIND/NAME, WorkloadKinds):
+// ResolveRef finds the workload's PodGroups from its pods' labels and the
+// PodGroups' owners, never reading the workload object itself.
+//
 // A gang is the PodGroup of the pods a claim is reserved for (or the
 // PodGroup itself, for shared claims), a pod without PodGroup, or, for a
 // claim reserved for nobody, the claim. Its Job is the pods'

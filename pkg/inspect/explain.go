@@ -55,6 +55,9 @@ func BuildExplain(c *Cluster, opts Options, namespace, name string, maxEvents in
 		rep.Conditions = append(rep.Conditions, Condition{Type: cond.Type, Status: string(cond.Status), Reason: cond.Reason, Message: cond.Message})
 	}
 	rep.State = groupState(pg)
+	if rep.State == StateWaiting {
+		rep.Queue = queuePlace(waitingGangs(c, ix), namespace, name)
+	}
 	rep.Summary = memberSummary(rep.Members, rep.MinCount)
 	return rep, nil
 }

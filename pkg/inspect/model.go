@@ -85,6 +85,14 @@ type WaitingGang struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Job       string `json:"job,omitempty"`
+	// Position in the scheduler's queue order among the waiting PodGroups
+	// listed (1 is served first): priority, then older first, then key.
+	Position int `json:"position"`
+	// Priority: the PodGroup's spec.priority, else its lowest pending
+	// member's, as the scheduler ranks it.
+	Priority int32 `json:"priority"`
+	// Created is the PodGroup's creation time (its age in the queue).
+	Created time.Time `json:"created"`
 	// Reason of the condition, or WaitingForMembers / Pending without one.
 	Reason  string `json:"reason"`
 	Message string `json:"message,omitempty"`
@@ -150,6 +158,12 @@ type ExplainReport struct {
 	MinCount    int32  `json:"minCount,omitempty"`
 	TopologyKey string `json:"topologyKey,omitempty"`
 	Job         string `json:"job,omitempty"`
+	// Workload is the reference the PodGroup was found through
+	// ("job/llm-train"); "" when it was named directly.
+	Workload string `json:"workload,omitempty"`
+	// Queue is the PodGroup's place among the waiting PodGroups of its
+	// namespace (state Waiting only).
+	Queue *QueuePlace `json:"queue,omitempty"`
 	// Levels are the keys of MemberInfo.Placement: the NVLink domain, then
 	// the --topology-levels keys.
 	Levels       []string     `json:"levels"`
@@ -158,6 +172,21 @@ type ExplainReport struct {
 	SharedClaims []ClaimInfo  `json:"sharedClaims,omitempty"`
 	Events       []EventInfo  `json:"events,omitempty"`
 	Warnings     []string     `json:"warnings,omitempty"`
+}
+
+// ExplainList is what explain prints for a workload with more than one
+// PodGroup: one report per PodGroup, by name.
+type ExplainList struct {
+	Items []*ExplainReport `json:"items"`
+}
+
+// QueuePlace is a waiting PodGroup's place in the scheduler's order.
+type QueuePlace struct {
+	Position int `json:"position"`
+	// Of is how many waiting PodGroups were counted.
+	Of       int       `json:"of"`
+	Priority int32     `json:"priority"`
+	Created  time.Time `json:"created"`
 }
 
 // Condition is a PodGroup condition.

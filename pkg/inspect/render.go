@@ -80,8 +80,10 @@ func RenderStatus(w io.Writer, r *StatusReport, st Style) error {
 	if len(r.Waiting) > 0 {
 		fmt.Fprintf(w, "Waiting PodGroups (%d):\n", len(r.Waiting))
 		t := newTable(w)
+		t.row("  QUEUE", "PODGROUP", "PRIORITY", "WAITING", "REASON", "MESSAGE")
 		for _, g := range r.Waiting {
-			t.row("  "+g.Namespace+"/"+g.Name, g.Reason, firstLine(orNone(g.Message), 120))
+			t.row("  "+strconv.Itoa(g.Position), g.Namespace+"/"+g.Name, strconv.Itoa(int(g.Priority)), age(st.Now, g.Created),
+				g.Reason, firstLine(orNone(g.Message), 120))
 		}
 		if err := t.flush(); err != nil {
 			return err

@@ -17,7 +17,13 @@ func RenderExplain(w io.Writer, r *ExplainReport, st Style) error {
 	if r.Job != "" {
 		t.row("Job:", r.Job)
 	}
+	if r.Workload != "" {
+		t.row("Found via:", r.Workload)
+	}
 	t.row("State:", r.State+": "+r.Summary)
+	if q := r.Queue; q != nil {
+		t.row("Queue:", fmt.Sprintf("%d of %d waiting (priority %d, waiting %s)", q.Position, q.Of, q.Priority, age(st.Now, q.Created)))
+	}
 	if r.State != StateNotFound {
 		t.row("Topology:", orNone(r.TopologyKey))
 	}
@@ -37,6 +43,19 @@ func RenderExplain(w io.Writer, r *ExplainReport, st Style) error {
 	}
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "Warning: %s\n", warn)
+	}
+	return nil
+}
+
+// RenderExplainList prints each report, separated by an empty line.
+func RenderExplainList(w io.Writer, l ExplainList, st Style) error {
+	for i, r := range l.Items {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if err := RenderExplain(w, r, st); err != nil {
+			return err
+		}
 	}
 	return nil
 }

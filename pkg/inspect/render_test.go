@@ -37,7 +37,7 @@ func TestRenderGolden(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return RenderStatus(w, r, Style{BarWidth: 4})
+			return RenderStatus(w, r, Style{BarWidth: 4, Now: testNow})
 		}},
 		{"nodes", func(c *Cluster, w io.Writer) error {
 			r, err := BuildNodes(c, testLevels)

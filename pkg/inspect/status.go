@@ -132,7 +132,9 @@ func nsNameLess(ns1, name1, ns2, name2 string) bool {
 }
 
 // waitingGangs lists the PodGroups that are not placed and not being
-// deleted, with the reason and message of their condition.
+// deleted, sorted by namespace and name, with the reason and message of
+// their condition, their priority, age and position in the queue order
+// among them.
 func waitingGangs(c *Cluster, ix *index) []WaitingGang {
 	var out []WaitingGang
 	for i := range c.PodGroups {
@@ -144,17 +146,20 @@ func waitingGangs(c *Cluster, ix *index) []WaitingGang {
 		if cond != nil && cond.Status == metav1.ConditionTrue {
 			continue
 		}
-		w := WaitingGang{Namespace: pg.Namespace, Name: pg.Name, Job: ix.jobs[pg.Namespace+"/"+pg.Name]}
+		members := membersOf(c.Pods, pg.Namespace, pg.Name)
+		w := WaitingGang{Namespace: pg.Namespace, Name: pg.Name, Job: ix.jobs[pg.Namespace+"/"+pg.Name],
+			Priority: groupPriority(pg, members), Created: pg.CreationTimestamp.UTC()}
 		if cond != nil {
 			w.Reason, w.Message = cond.Reason, cond.Message
 		} else {
-			w.Reason, w.Message = notAttempted(pg, membersOf(c.Pods, pg.Namespace, pg.Name))
+			w.Reason, w.Message = notAttempted(pg, members)
 		}
 		out = append(out, w)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		return nsNameLess(out[i].Namespace, out[i].Name, out[j].Namespace, out[j].Name)
 	})
+	numberQueue(out)
 	return out
 }
 

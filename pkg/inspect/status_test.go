@@ -3,6 +3,7 @@ package inspect
 import (
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +30,7 @@ func TestBuildStatusScenario(t *testing.T) {
 			{Key: leafKey, Domains: []DomainStatus{leaf}, NodesWithoutLabel: 1},
 		},
 		Cluster: DomainStatus{ID: topology.ClusterDomainID, Nodes: 5, GPUs: all, Channels: ChannelCounts{Total: 8, Used: 1}, Gangs: []GangUse{train, notebook}},
-		Waiting: []WaitingGang{{Namespace: "team-b", Name: "big", Reason: "Unschedulable", Message: bigMessage}},
+		Waiting: []WaitingGang{{Namespace: "team-b", Name: "big", Position: 1, Created: testNow.Add(-10 * time.Minute), Reason: "Unschedulable", Message: bigMessage}},
 	}
 	got, err := BuildStatus(scenario().c, testLevels)
 	if err != nil {
@@ -122,7 +123,7 @@ func TestBuildStatusRules(t *testing.T) {
 			b.c.PodGroups[2].DeletionTimestamp = ptr.To(metav1.Now())
 		},
 		check: func(t *testing.T, r *StatusReport) {
-			want := []WaitingGang{{Namespace: "team-b", Name: "big", Reason: ReasonPending, Message: "not attempted yet"}}
+			want := []WaitingGang{{Namespace: "team-b", Name: "big", Position: 1, Created: testNow.Add(-10 * time.Minute), Reason: ReasonPending, Message: "not attempted yet"}}
 			if diff := cmp.Diff(want, r.Waiting); diff != "" {
 				t.Errorf("waiting (-want +got):\n%s", diff)
 			}
@@ -134,7 +135,7 @@ func TestBuildStatusRules(t *testing.T) {
 			b.gate("team-b", "big-0", "example.com/quota")
 		},
 		check: func(t *testing.T, r *StatusReport) {
-			want := WaitingGang{Namespace: "team-b", Name: "big", Reason: vocab.ReasonWaitingForMembers, Message: "2 of 4 members exist without scheduling gates (minCount 3)"}
+			want := WaitingGang{Namespace: "team-b", Name: "big", Position: 1, Created: testNow.Add(-10 * time.Minute), Reason: vocab.ReasonWaitingForMembers, Message: "2 of 4 members exist without scheduling gates (minCount 3)"}
 			if len(r.Waiting) != 1 || r.Waiting[0] != want {
 				t.Errorf("waiting %+v, want %+v", r.Waiting, want)
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -88,18 +89,26 @@ func newExplainCommand(o *options) *cobra.Command {
 	var allNamespaces bool
 	events := DefaultEvents
 	cmd := &cobra.Command{
-		Use:   "explain [podgroup]",
-		Short: "Where a PodGroup went (rank → node → domain) or why it waits",
-		Long: `With a PodGroup name (namespace from -n): its state, conditions (whole
+		Use:   "explain [podgroup | KIND/NAME]",
+		Short: "Where a PodGroup or workload went (rank → node → domain) or why it waits",
+		Long: `With a PodGroup name (namespace from -n): its state, its place in the
+scheduler's queue while it waits (position, priority, age), conditions (whole
 messages), members by rank with their node, NVLink domain and topology-level
 domains, devices and rails, why unplaced members wait (PodScheduled reason and
 message, scheduling gates), its shared claims and their channel, and the last
-events about it. A PodGroup that does not exist is reported with the pods that
-name it.
+events about it.
+
+With KIND/NAME of a workload (job/, jobset/, lws/, raycluster/): the same for
+each PodGroup behind it: those the workload owns, and those its pods (labelled
+batch.kubernetes.io/job-name, jobset.sigs.k8s.io/jobset-name,
+leaderworkerset.sigs.k8s.io/name or ray.io/cluster = NAME) name. A bare name
+that is no PodGroup is tried as each of these kinds in that order; when
+nothing matches, the PodGroup is reported NotFound with the pods that name it.
 
 Without a name: one line per PodGroup of the namespace (or of all namespaces
 with -A).`,
 		Example: `  kubectl gpufabric explain llm-train -n team-a
+  kubectl gpufabric explain job/llm-train -n team-a
   kubectl gpufabric explain -A`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -120,7 +129,7 @@ with -A).`,
 	return cmd
 }
 
-func (o *options) explain(cmd *cobra.Command, name string, events int) error {
+func (o *options) explain(cmd *cobra.Command, ref string, events int) error {
 	ns, err := o.namespace()
 	if err != nil {
 		return err
@@ -129,17 +138,36 @@ func (o *options) explain(cmd *cobra.Command, name string, events int) error {
 	if err != nil {
 		return err
 	}
-	need := inspect.Need{Namespace: ns, Fabric: true, FabricOptional: true, Claims: true, Pods: true, PodGroups: true, EventsAbout: name}
+	need := inspect.Need{Namespace: ns, Fabric: true, FabricOptional: true, Claims: true, Pods: true, PodGroups: true}
 	cl, err := inspect.Load(cmd.Context(), c, need)
 	if err != nil {
 		return err
 	}
-	rep, err := inspect.BuildExplain(cl, o.reportOptions(), ns, name, events)
+	res, err := inspect.ResolveRef(cl, ns, ref)
 	if err != nil {
 		return err
 	}
+	var reps []*inspect.ExplainReport
+	for _, name := range res.Groups {
+		evs, err := inspect.Load(cmd.Context(), c, inspect.Need{Namespace: ns, EventsAbout: name})
+		if err != nil {
+			return err
+		}
+		one := *cl
+		one.Events, one.Warnings = evs.Events, append(slices.Clone(cl.Warnings), evs.Warnings...)
+		rep, err := inspect.BuildExplain(&one, o.reportOptions(), ns, name, events)
+		if err != nil {
+			return err
+		}
+		rep.Workload = res.Workload
+		reps = append(reps, rep)
+	}
 	st := o.style()
-	return inspect.Write(cmd.OutOrStdout(), o.output, rep, func(w io.Writer) error { return inspect.RenderExplain(w, rep, st) })
+	if len(reps) == 1 {
+		return inspect.Write(cmd.OutOrStdout(), o.output, reps[0], func(w io.Writer) error { return inspect.RenderExplain(w, reps[0], st) })
+	}
+	list := inspect.ExplainList{Items: reps}
+	return inspect.Write(cmd.OutOrStdout(), o.output, list, func(w io.Writer) error { return inspect.RenderExplainList(w, list, st) })
 }
 
 func (o *options) listGroups(cmd *cobra.Command, all bool) error {

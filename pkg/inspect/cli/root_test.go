@@ -33,7 +33,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "help as a kubectl plugin", args: []string{"--help"},
 			want: []string{"kubectl gpufabric [command]", "status", "explain", "nodes", "--kubeconfig", "--context", "--namespace", "--topology-levels"}},
 		{name: "subcommand help", args: []string{"explain", "--help"},
-			want: []string{"kubectl gpufabric explain [podgroup] [flags]", "--all-namespaces", "--events"}},
+			want: []string{"kubectl gpufabric explain [podgroup | KIND/NAME] [flags]", "job/llm-train", "--all-namespaces", "--events"}},
 		{name: "version", args: []string{"version"}, want: []string{"kubectl-gpufabric v9.9.9 ("}},
 		{name: "version flag", args: []string{"--version"}, want: []string{"v9.9.9"}},
 		{name: "bad output", args: append([]string{"status", "-o", "wide"}, nowhere...), wantErr: `--output "wide": want one of table, json, yaml`},

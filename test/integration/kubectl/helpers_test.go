@@ -87,15 +87,24 @@ func must(t *testing.T, what string, err error) {
 // colours and the test's topology levels, and returns its output.
 func runPlugin(t *testing.T, cp *framework.ControlPlane, args ...string) string {
 	t.Helper()
+	out, errOut, err := runPluginErr(t, cp, args...)
+	if err != nil {
+		t.Fatalf("kubectl gpufabric %s: %v\n%s", strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+// runPluginErr is runPlugin for a command that may fail: stdout, stderr
+// and the error.
+func runPluginErr(t *testing.T, cp *framework.ControlPlane, args ...string) (string, string, error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := cli.NewCommand(cli.Config{Streams: genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, Version: "test"})
 	cmd.SetArgs(append([]string{"--kubeconfig=" + cp.KubeconfigPath(), "--color=never",
 		"--topology-levels=" + strings.Join(levels, ",")}, args...))
 	_, ctx := ktesting.NewTestContext(t)
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		t.Fatalf("kubectl gpufabric %s: %v\n%s", strings.Join(args, " "), err, errOut.String())
-	}
-	return out.String()
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
 }
 
 // eventRow matches a row of explain's events table: age, type, reason,
@@ -106,11 +115,24 @@ var eventRow = regexp.MustCompile(`(?m)^  (\S+)( +)(Normal|Warning)( +)(\S+)( +)
 // (a refused gang may be tried again before the scheduler stops). Both
 // columns are narrower than their headers, so masking keeps the alignment.
 func mask(s string) string {
-	return eventRow.ReplaceAllStringFunc(s, func(m string) string {
+	s = eventRow.ReplaceAllStringFunc(s, func(m string) string {
 		g := eventRow.FindStringSubmatch(m)
 		return "  " + padTo("<age>", len(g[1])+len(g[2])) + g[3] + g[4] + g[5] + g[6] + padTo("N", len(g[7])+len(g[8]))
 	})
+	s = waitingRow.ReplaceAllStringFunc(s, func(m string) string {
+		g := waitingRow.FindStringSubmatch(m)
+		return g[1] + padTo("<age>", len(g[2])+len(g[3]))
+	})
+	return queueAge.ReplaceAllString(s, "${1}<age>)")
 }
+
+// waitingRow matches a row of status's waiting PodGroups up to the age
+// (QUEUE, PODGROUP, PRIORITY, WAITING; the age is narrower than WAITING);
+// queueAge the age in explain's Queue line.
+var (
+	waitingRow = regexp.MustCompile(`(?m)^(  \d+ +\S+/\S+ +-?\d+ +)(\S+)( +)`)
+	queueAge   = regexp.MustCompile(`(?m)^(Queue: .*, waiting )\S+\)`)
+)
 
 func padTo(s string, n int) string {
 	return s + strings.Repeat(" ", max(1, n-len(s)))
@@ -149,8 +171,9 @@ func checkStatusJSON(t *testing.T, out string) {
 	if gangs := r.Levels[0].Domains[0].Gangs; len(gangs) != 1 || gangs[0] != train {
 		t.Errorf("dom-a gangs %+v, want %+v", gangs, train)
 	}
-	if len(r.Waiting) != 1 || r.Waiting[0].Name != "big" || r.Waiting[0].Reason != "Unschedulable" {
-		t.Errorf("waiting %+v, want big, Unschedulable", r.Waiting)
+	if len(r.Waiting) != 1 || r.Waiting[0].Name != "big" || r.Waiting[0].Reason != "Unschedulable" ||
+		r.Waiting[0].Position != 1 || r.Waiting[0].Priority != 0 || r.Waiting[0].Created.IsZero() {
+		t.Errorf("waiting %+v, want big, Unschedulable, first in the queue, priority 0, with its creation time", r.Waiting)
 	}
 }
 

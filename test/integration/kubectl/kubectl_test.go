@@ -65,6 +65,7 @@ func TestKubectlGpufabric(t *testing.T) {
 		{"explain-placed", []string{"explain", "train", "-n", "team-a"}},
 		{"explain-waiting", []string{"explain", "big", "-n", "team-b"}},
 		{"explain-not-found", []string{"explain", "ghost", "-n", "team-b"}},
+		{"explain-job", []string{"explain", "job/llm-train", "-n", "team-a"}},
 		{"explain-all", []string{"explain", "-A"}},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
@@ -72,6 +73,7 @@ func TestKubectlGpufabric(t *testing.T) {
 		})
 	}
 	t.Run("json", func(t *testing.T) { checkStatusJSON(t, runPlugin(t, cp, "status", "-o", "json")) })
+	t.Run("workload references", func(t *testing.T) { checkWorkloadRefs(t, cp) })
 	t.Run("yaml", func(t *testing.T) { checkNodesYAML(t, runPlugin(t, cp, "nodes", "-o", "yaml")) })
 }
 
@@ -174,6 +176,23 @@ func TestDocExamples(t *testing.T) {
 		must(t, "read golden", err)
 		if !strings.Contains(string(doc), "\n"+strings.TrimRight(string(want), "\n")+"\n```\n") {
 			t.Errorf("docs/kubectl-gpufabric.md does not show %s as it is", g)
+		}
+	}
+}
+
+// checkWorkloadRefs: a bare Job name that is no PodGroup explains the Job's
+// PodGroup as job/NAME does; a Job without PodGroups and an unknown kind
+// fail with an error naming what was looked for.
+func checkWorkloadRefs(t *testing.T, cp *framework.ControlPlane) {
+	if bare, job := runPlugin(t, cp, "explain", "llm-train", "-n", "team-a"), runPlugin(t, cp, "explain", "job/llm-train", "-n", "team-a"); mask(bare) != mask(job) {
+		t.Errorf("explain llm-train differs from explain job/llm-train:\n%s\n---\n%s", bare, job)
+	}
+	for _, tc := range []struct{ ref, wantErr string }{
+		{"job/llm-eval", "Job team-a/llm-eval has no PodGroup: none in team-a is owned by a Job named llm-eval or carries batch.kubernetes.io/job-name=llm-eval"},
+		{"deployment/web", `unknown kind "deployment"; want podgroup or one of job, jobset, lws, raycluster`},
+	} {
+		if _, _, err := runPluginErr(t, cp, "explain", tc.ref, "-n", "team-a"); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("explain %s: error %v, want one containing %q", tc.ref, err, tc.wantErr)
 		}
 	}
 }

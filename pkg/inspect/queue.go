@@ -1,0 +1,60 @@
+package inspect
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+)
+
+// groupPriority is a PodGroup's priority as the scheduler ranks it: its
+// spec.priority, else the lowest of its pending members (not bound, not
+// terminating).
+func groupPriority(pg *schedulingv1beta1.PodGroup, members []*corev1.Pod) int32 {
+	var pending []*corev1.Pod
+	for _, p := range members {
+		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+			pending = append(pending, p)
+		}
+	}
+	return preemption.PodGroupPriority(pg, pending)
+}
+
+// queueBefore is the scheduler's queue order (pkg/gang/queue Rank.Before
+// with the PodGroup's key): higher priority first, then older, then key.
+func queueBefore(a, b *WaitingGang) bool {
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	if !a.Created.Equal(b.Created) {
+		return a.Created.Before(b.Created)
+	}
+	return vocab.PodGroupKey(a.Namespace, a.Name) < vocab.PodGroupKey(b.Namespace, b.Name)
+}
+
+// numberQueue sets each gang's Position by the queue order; the slice keeps
+// its order.
+func numberQueue(gangs []WaitingGang) {
+	order := make([]*WaitingGang, len(gangs))
+	for i := range gangs {
+		order[i] = &gangs[i]
+	}
+	sort.SliceStable(order, func(i, j int) bool { return queueBefore(order[i], order[j]) })
+	for i, g := range order {
+		g.Position = i + 1
+	}
+}
+
+// queuePlace is the place of namespace/name among the waiting gangs, nil
+// when it does not wait.
+func queuePlace(waiting []WaitingGang, namespace, name string) *QueuePlace {
+	for _, g := range waiting {
+		if g.Namespace == namespace && g.Name == name {
+			return &QueuePlace{Position: g.Position, Of: len(waiting), Priority: g.Priority, Created: g.Created.UTC()}
+		}
+	}
+	return nil
+}
