@@ -48,6 +48,9 @@ var rules = []struct {
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	// inspect reads priorities as the scheduler does (pure helpers).
 	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption"}},
+	// The plugin's commands may also use the simulator's file format and
+	// the placement engine (dry runs); pkg/inspect itself does not.
+	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim"}},
 	{"pkg/component", nil},
 }
 

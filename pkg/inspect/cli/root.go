@@ -85,7 +85,7 @@ each node (nodes).`,
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	pf.AddGoFlag(klogFlags.Lookup("v"))
-	root.AddCommand(newStatusCommand(o), newExplainCommand(o), newNodesCommand(o), newVersionCommand(o))
+	root.AddCommand(newStatusCommand(o), newExplainCommand(o), newNodesCommand(o), newSnapshotCommand(o), newVersionCommand(o))
 	return root
 }
 

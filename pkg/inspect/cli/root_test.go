@@ -31,7 +31,7 @@ func TestCommandLine(t *testing.T) {
 		wantErr string
 	}{
 		{name: "help as a kubectl plugin", args: []string{"--help"},
-			want: []string{"kubectl gpufabric [command]", "status", "explain", "nodes", "--kubeconfig", "--context", "--namespace", "--topology-levels"}},
+			want: []string{"kubectl gpufabric [command]", "status", "explain", "nodes", "snapshot", "--kubeconfig", "--context", "--namespace", "--topology-levels"}},
 		{name: "subcommand help", args: []string{"explain", "--help"},
 			want: []string{"kubectl gpufabric explain [podgroup | KIND/NAME] [flags]", "job/llm-train", "--all-namespaces", "--events"}},
 		{name: "version", args: []string{"version"}, want: []string{"kubectl-gpufabric v9.9.9 ("}},

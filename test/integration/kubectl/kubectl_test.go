@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/sim"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
@@ -74,6 +75,7 @@ func TestKubectlGpufabric(t *testing.T) {
 	}
 	t.Run("json", func(t *testing.T) { checkStatusJSON(t, runPlugin(t, cp, "status", "-o", "json")) })
 	t.Run("workload references", func(t *testing.T) { checkWorkloadRefs(t, cp) })
+	t.Run("snapshot", func(t *testing.T) { checkSnapshot(t, runPlugin(t, cp, "snapshot")) })
 	t.Run("yaml", func(t *testing.T) { checkNodesYAML(t, runPlugin(t, cp, "nodes", "-o", "yaml")) })
 }
 
@@ -194,5 +196,28 @@ func checkWorkloadRefs(t *testing.T, cp *framework.ControlPlane) {
 		if _, _, err := runPluginErr(t, cp, "explain", tc.ref, "-n", "team-a"); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("explain %s: error %v, want one containing %q", tc.ref, err, tc.wantErr)
 		}
+	}
+}
+
+// checkSnapshot: gpufabric-sim reads the live cluster's snapshot back: 16
+// GPUs on the 4 nodes, the 9 allocated ones busy, the NVLink domains and
+// the --topology-levels levels.
+func checkSnapshot(t *testing.T, out string) {
+	path := filepath.Join(t.TempDir(), "fabric.yaml")
+	must(t, "write snapshot", os.WriteFile(path, []byte(out), 0o600))
+	f, err := sim.LoadFabric(path)
+	must(t, "gpufabric-sim reads the snapshot", err)
+	busy := 0
+	for _, b := range f.Busy {
+		busy += b
+	}
+	if f.TotalGPUs != 16 || busy != 9 || len(f.NodeNames) != 4 {
+		t.Errorf("snapshot read back: %d GPUs, %d busy, nodes %v; want 16, 9, 4 nodes", f.TotalGPUs, busy, f.NodeNames)
+	}
+	if want := append([]string{topology.TopologyKeyNVLinkDomain}, levels...); strings.Join(f.Levels, ",") != strings.Join(want, ",") {
+		t.Errorf("levels %v, want %v", f.Levels, want)
+	}
+	if len(f.Domains[0]) != 2 || f.Domains[0][0].ID != "dom-a" {
+		t.Errorf("NVLink domains %+v, want dom-a and dom-b", f.Domains[0])
 	}
 }

@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpufabric/gpufabric/pkg/inspect"
+	"github.com/gpufabric/gpufabric/pkg/sim"
+)
+
+func newSnapshotCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "snapshot",
+		Short: "Export the live fabric and its load as a gpufabric-sim fabric file",
+		Long: `Writes the cluster as gpufabric-sim reads it with --fabric-file: the
+--topology-levels keys, the Nodes, the ResourceSlices of gpufabric.dev, and as
+existing load the bound pods and allocated ResourceClaims (server-managed
+metadata left out). YAML (the default, and with -o yaml) or JSON (-o json).`,
+		Example: `  kubectl gpufabric snapshot --topology-levels=topology.gpufabric.dev/rack > fabric.yaml
+  gpufabric-sim --fabric-file=fabric.yaml --key=topology.gpufabric.dev/rack`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			cl, err := inspect.Load(cmd.Context(), c, inspect.Need{Fabric: true, Claims: true, Pods: true})
+			if err != nil {
+				return err
+			}
+			raw, err := encodeFabric(fabricFile(cl, o.reportOptions()), o.output)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(raw)
+			return err
+		},
+	}
+}
+
+// fabricFile is the cluster in gpufabric-sim's --fabric-file format.
+func fabricFile(c *inspect.Cluster, opts inspect.Options) *sim.FabricFile {
+	ex := inspect.ForExport(c)
+	return &sim.FabricFile{Levels: opts.Levels, Nodes: ex.Nodes, ResourceSlices: ex.Slices, Pods: ex.Pods, ResourceClaims: ex.Claims}
+}
+
+func encodeFabric(ff *sim.FabricFile, format string) ([]byte, error) {
+	if format == inspect.FormatJSON {
+		raw, err := json.MarshalIndent(ff, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("encode json: %w", err)
+		}
+		return append(raw, '\n'), nil
+	}
+	raw, err := yaml.Marshal(ff)
+	if err != nil {
+		return nil, fmt.Errorf("encode yaml: %w", err)
+	}
+	return raw, nil
+}
