@@ -65,8 +65,9 @@ func NewCommand(cfg Config) *cobra.Command {
 		Short: "See the GPU fabric as gpufabric-scheduler sees it",
 		Long: `kubectl gpufabric shows the fabric that gpufabric-scheduler places gangs on:
 occupancy per NVLink domain and per node-label level (status), where a
-PodGroup went or why it waits (explain), and the GPUs, rails and taints of
-each node (nodes).`,
+PodGroup or workload went or why it waits (explain), the GPUs, rails and
+taints of each node (nodes), the cluster as a gpufabric-sim fabric file
+(snapshot), and whether a gang would fit now (fit).`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl gpufabric"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -85,7 +86,7 @@ each node (nodes).`,
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	pf.AddGoFlag(klogFlags.Lookup("v"))
-	root.AddCommand(newStatusCommand(o), newExplainCommand(o), newNodesCommand(o), newSnapshotCommand(o), newVersionCommand(o))
+	root.AddCommand(newStatusCommand(o), newExplainCommand(o), newNodesCommand(o), newSnapshotCommand(o), newFitCommand(o), newVersionCommand(o))
 	return root
 }
 

@@ -31,7 +31,7 @@ func TestCommandLine(t *testing.T) {
 		wantErr string
 	}{
 		{name: "help as a kubectl plugin", args: []string{"--help"},
-			want: []string{"kubectl gpufabric [command]", "status", "explain", "nodes", "snapshot", "--kubeconfig", "--context", "--namespace", "--topology-levels"}},
+			want: []string{"kubectl gpufabric [command]", "status", "explain", "nodes", "snapshot", "fit", "--kubeconfig", "--context", "--namespace", "--topology-levels"}},
 		{name: "subcommand help", args: []string{"explain", "--help"},
 			want: []string{"kubectl gpufabric explain [podgroup | KIND/NAME] [flags]", "job/llm-train", "--all-namespaces", "--events"}},
 		{name: "version", args: []string{"version"}, want: []string{"kubectl-gpufabric v9.9.9 ("}},
@@ -40,6 +40,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "bad color", args: append([]string{"nodes", "--color=sometimes"}, nowhere...), wantErr: `--color "sometimes"`},
 		{name: "-A with a name", args: append([]string{"explain", "-A", "train"}, nowhere...), wantErr: "--all-namespaces needs no name"},
 		{name: "too many names", args: []string{"explain", "a", "b"}, wantErr: "accepts at most 1 arg"},
+		{name: "fit needs a size", args: append([]string{"fit", "--pods", "16"}, nowhere...), wantErr: "--gpus-per-pod 0 must both be at least 1"},
 		{name: "status takes no name", args: []string{"status", "x"}, wantErr: "unknown command"},
 		{name: "no kubeconfig reaches the loader", args: append([]string{"nodes"}, nowhere...), wantErr: "load kubeconfig"},
 	}

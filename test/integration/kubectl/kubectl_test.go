@@ -2,6 +2,7 @@ package kubectl
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -76,6 +77,7 @@ func TestKubectlGpufabric(t *testing.T) {
 	t.Run("json", func(t *testing.T) { checkStatusJSON(t, runPlugin(t, cp, "status", "-o", "json")) })
 	t.Run("workload references", func(t *testing.T) { checkWorkloadRefs(t, cp) })
 	t.Run("snapshot", func(t *testing.T) { checkSnapshot(t, runPlugin(t, cp, "snapshot")) })
+	t.Run("fit", func(t *testing.T) { checkFit(t, cp) })
 	t.Run("yaml", func(t *testing.T) { checkNodesYAML(t, runPlugin(t, cp, "nodes", "-o", "yaml")) })
 }
 
@@ -219,5 +221,29 @@ func checkSnapshot(t *testing.T, out string) {
 	}
 	if len(f.Domains[0]) != 2 || f.Domains[0][0].ID != "dom-a" {
 		t.Errorf("NVLink domains %+v, want dom-a and dom-b", f.Domains[0])
+	}
+}
+
+// checkFit: the dry run sees the live load: dom-a is full, and in dom-b
+// b-0 has gpu-0 used by the notebook and b-1 gpu-3 tainted, so two 3-GPU
+// pods fit there, one per node, and one 4-GPU pod fits in no NVLink
+// domain, with the engine's reason.
+func checkFit(t *testing.T, cp *framework.ControlPlane) {
+	var fits struct {
+		Fits   bool
+		Domain string
+		Nodes  []struct {
+			Node string
+			Pods int
+		}
+	}
+	out := runPlugin(t, cp, "fit", "--pods", "2", "--gpus-per-pod", "3", "--topology-key", topology.TopologyKeyNVLinkDomain, "-o", "json")
+	must(t, "decode fit json", json.Unmarshal([]byte(out), &fits))
+	if !fits.Fits || fits.Domain != "dom-b" || fmt.Sprint(fits.Nodes) != "[{b-0 1} {b-1 1}]" {
+		t.Errorf("fit 2 × 3: %s, want one pod on each of b-0 and b-1 in dom-b", out)
+	}
+	out = runPlugin(t, cp, "fit", "--pods", "1", "--gpus-per-pod", "4", "--topology-key", topology.TopologyKeyNVLinkDomain)
+	if !strings.HasPrefix(out, "Fits: no: 1 pod × 4 GPUs in one gpufabric.dev/nvlinkDomain\nneeds 1 pod with 4 gpu.gpufabric.dev devices in one gpufabric.dev/nvlinkDomain") {
+		t.Errorf("fit 1 × 4:\n%s", out)
 	}
 }
