@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
@@ -139,25 +138,5 @@ func relabel(c kubernetes.Interface, name string) func(context.Context) error {
 func remove(c kubernetes.Interface, name string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		return c.ResourceV1().ResourceSlices().Delete(ctx, name, metav1.DeleteOptions{})
-	}
-}
-
-// fabricDomainSlice is a cluster-level pool (node selector) of one channel.
-func fabricDomainSlice(pool string, nodes ...string) *resourceapi.ResourceSlice {
-	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: pool},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver: topology.DriverName,
-			Pool:   resourceapi.ResourcePool{Name: pool, ResourceSliceCount: 1},
-			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: nodes}},
-			}}},
-			Devices: []resourceapi.Device{{
-				Name: "channel-0",
-				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-					topology.AttrType: {StringValue: ptr.To(topology.DeviceTypeFabricDomain)},
-				},
-			}},
-		},
 	}
 }

@@ -85,7 +85,7 @@ func testPluginIdentity(t *testing.T, cp *framework.ControlPlane, admin kubernet
 	otherDriver.Name, otherDriver.Spec.Driver = "node-a-other", "other.example.com"
 	otherPool := itest.GPUSlice("node-a", "dom", 1)
 	otherPool.Name, otherPool.Spec.Pool.Name = "node-a-as-b", "node-b"
-	selector := fabricDomainSlice("node-a-selector", "node-a")
+	selector := itest.FabricDomainSlice("node-a-selector", "node-a")
 	selector.Spec.Pool.Name = "node-a"
 	own := "node-a-" + topology.DriverName
 	// Slices on its node it did not write (an admin's, another driver's).
@@ -103,7 +103,7 @@ func testPluginIdentity(t *testing.T, cp *framework.ControlPlane, admin kubernet
 		{"create another node's slice", create(plugin, itest.GPUSlice("node-b", "dom", 2)), pluginDenied + on + "may not write ResourceSlices of node node-b"},
 		{"update another node's slice", relabel(plugin, foreign.Name), pluginDenied + on + "may not write ResourceSlices of node node-b"},
 		{"delete another node's slice", remove(plugin, foreign.Name), pluginDenied + on + "may not delete ResourceSlices of node node-b"},
-		{"create a fabric-domain pool", create(plugin, fabricDomainSlice("fabric-domain.dom", "node-a")), anyOf(pluginDenied+on+"may not write cluster-level ResourceSlices", protectedDenied)},
+		{"create a fabric-domain pool", create(plugin, itest.FabricDomainSlice("fabric-domain.dom", "node-a")), anyOf(pluginDenied+on+"may not write cluster-level ResourceSlices", protectedDenied)},
 		{"create a pool with a node selector", create(plugin, selector), anyOf(pluginDenied+on+"may not write cluster-level ResourceSlices", protectedDenied)},
 		{"create another driver's slice", create(plugin, otherDriver), pluginDenied + on + "may write only ResourceSlices of driver gpufabric.dev, not slice node-a-other (driver other.example.com"},
 		{"create a pool named after another node", create(plugin, otherPool), pluginDenied + on + "may publish only the pool named after its node, not slice node-a-as-b"},
@@ -189,7 +189,7 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 		{"bind its pod", itest.BindAs(sched, ns, pod.Name, pod.UID, "node-a"), ""},
 		{"set the PodGroup condition", setPlaced(sched, ns, pg.Name), ""},
 		{"publish, update and delete a fabric-domain pool", func(ctx context.Context) error {
-			if err := create(sched, fabricDomainSlice("fabric-domain.sched", "node-a", "node-b"))(ctx); err != nil {
+			if err := create(sched, itest.FabricDomainSlice("fabric-domain.sched", "node-a", "node-b"))(ctx); err != nil {
 				return fmt.Errorf("create: %w", err)
 			}
 			if err := relabel(sched, "fabric-domain.sched")(ctx); err != nil {
@@ -198,7 +198,7 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 			return remove(sched, "fabric-domain.sched")(ctx)
 		}, ""},
 		{"record an event", recordEvent(sched, ns, pg), ""},
-		{"publish a fabric-domain pool", create(sched, fabricDomainSlice("fabric-domain.kept", "node-a", "node-b")), ""},
+		{"publish a fabric-domain pool", create(sched, itest.FabricDomainSlice("fabric-domain.kept", "node-a", "node-b")), ""},
 		{"(a plugin changes the scheduler's pool)", relabel(pluginB, "fabric-domain.kept"), anyOf(pluginDenied+"the gpufabric kubelet plugin on node node-b may not write cluster-level ResourceSlices", protectedDenied)},
 		{"(a plugin deletes the scheduler's pool)", remove(pluginB, "fabric-domain.kept"), pluginDenied + "the gpufabric kubelet plugin on node node-b may not delete cluster-level ResourceSlices"},
 		{"(a cluster admin changes the scheduler's pool)", relabel(admin, "fabric-domain.kept"), protectedDenied + "only the gpufabric scheduler may write fabric-domain pools"},
@@ -212,7 +212,7 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 		{"change a node's slice", relabel(sched, nodeSlice.Name), scopeDenied + "the gpufabric scheduler may write only fabric-domain pools of driver gpufabric.dev, not slice " + nodeSlice.Name},
 		{"delete a node's slice", remove(sched, nodeSlice.Name), scopeDenied + "the gpufabric scheduler may write only fabric-domain pools of driver gpufabric.dev, not slice " + nodeSlice.Name},
 		{"write another driver's pool", func(ctx context.Context) error {
-			s := fabricDomainSlice("fabric-domain.other", "node-a")
+			s := itest.FabricDomainSlice("fabric-domain.other", "node-a")
 			s.Spec.Driver = "other.example.com"
 			return create(sched, s)(ctx)
 		}, scopeDenied + "the gpufabric scheduler may write only fabric-domain pools"},
@@ -288,9 +288,9 @@ func testOthers(t *testing.T, cp *framework.ControlPlane, admin kubernetes.Inter
 	runChecks(t, "cluster admin", []check{
 		{"write a commit record", createRecord(admin, itest.ChartNamespace, existing), protectedDenied + "only the gpufabric scheduler may write its records"},
 		{"write a nomination record", createRecord(admin, itest.ChartNamespace, vocab.NominationPrefix+"x"), protectedDenied + "only the gpufabric scheduler may write its records"},
-		{"publish a fabric-domain pool", create(admin, fabricDomainSlice("fabric-domain.admin", "node-a")), protectedDenied + "only the gpufabric scheduler may write fabric-domain pools"},
+		{"publish a fabric-domain pool", create(admin, itest.FabricDomainSlice("fabric-domain.admin", "node-a")), protectedDenied + "only the gpufabric scheduler may write fabric-domain pools"},
 		{"publish a cluster-level pool of gpufabric.dev", func(ctx context.Context) error {
-			s := fabricDomainSlice("cluster-pool", "node-a")
+			s := itest.FabricDomainSlice("cluster-pool", "node-a")
 			s.Spec.Pool.Name = "cluster-pool"
 			return create(admin, s)(ctx)
 		}, protectedDenied + "only the gpufabric scheduler may write fabric-domain pools and other cluster-level ResourceSlices"},

@@ -145,3 +145,24 @@ func BindAs(c kubernetes.Interface, ns, name string, uid types.UID, node string)
 		}, metav1.CreateOptions{})
 	}
 }
+
+// FabricDomainSlice is a cluster-level pool of one channel selecting nodes
+// by hostname, as the fabric-domain publisher writes them.
+func FabricDomainSlice(pool string, nodes ...string) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: pool},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: topology.DriverName,
+			Pool:   resourceapi.ResourcePool{Name: pool, ResourceSliceCount: 1},
+			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: nodes}},
+			}}},
+			Devices: []resourceapi.Device{{
+				Name: "channel-0",
+				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+					topology.AttrType: {StringValue: ptr.To(topology.DeviceTypeFabricDomain)},
+				},
+			}},
+		},
+	}
+}

@@ -7,11 +7,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -41,7 +39,7 @@ func TestFabricDomainPoolsOwned(t *testing.T) {
 	}
 	// Pool a as a publisher without owners left it (its slice name is the
 	// resourceslice controller's: index, driver, suffix).
-	old := poolSlice(topology.FabricDomainPoolName("dom-a"), "a-0", "a-1")
+	old := itest.FabricDomainSlice(topology.FabricDomainPoolName("dom-a"), "a-0", "a-1")
 	old.Name = "00000-" + topology.DriverName + "-old"
 	_, err = admin.ResourceV1().ResourceSlices().Create(ctx, old, metav1.CreateOptions{})
 	itest.Must(t, "create an owner-less pool", err)
@@ -75,27 +73,6 @@ func TestFabricDomainPoolsOwned(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// poolSlice is a cluster-level pool of one channel selecting nodes by
-// hostname, as the publisher writes them.
-func poolSlice(pool string, nodes ...string) *resourceapi.ResourceSlice {
-	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: pool},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver: topology.DriverName,
-			Pool:   resourceapi.ResourcePool{Name: pool, ResourceSliceCount: 1},
-			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: nodes}},
-			}}},
-			Devices: []resourceapi.Device{{
-				Name: "channel-0",
-				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-					topology.AttrType: {StringValue: ptr.To(topology.DeviceTypeFabricDomain)},
-				},
-			}},
-		},
-	}
 }
 
 // ownedBy reports whether refs name class as owner.
