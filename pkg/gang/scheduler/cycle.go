@@ -323,7 +323,9 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	}
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
 	s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Scheduling", message)
-	s.status.markUnschedulable(ctx, a, message)
+	s.status.markUnschedulable(ctx, a, message, memberNote{
+		eventType: v1.EventTypeWarning, reason: vocab.EventFailedScheduling, why: conditionReason, message: message,
+	})
 	if a.pg == nil {
 		return nil
 	}

@@ -94,9 +94,10 @@ func (w *writeTimes) forget(key string) {
 }
 
 // forget drops what the gang status remembers of a gang that is done (its
-// not-ready write times).
+// not-ready write times, what its members were told).
 func (st *gangStatus) forget(key string) {
 	st.writes.forget(key)
+	st.toMembers.forget(key)
 }
 
 // notReady says why a gang cannot be tried yet: the PodGroup condition (and
@@ -126,9 +127,10 @@ func (st *gangStatus) notReady(ctx context.Context, a *attempt, why error) error
 		st.queue.RetryWhileWaiting(a.key, after)
 		return nil
 	}
+	note := memberNote{eventType: v1.EventTypeNormal, reason: vocab.ReasonWaitingForMembers, why: vocab.ReasonWaitingForMembers, message: msg}
 	old := meta.FindStatusCondition(a.pg.Status.Conditions, vocab.ConditionInitiallyScheduled)
 	if old != nil && (old.Status == metav1.ConditionTrue || old.Reason == vocab.ReasonWaitingForMembers && old.Message == msg) {
-		st.markUnschedulable(ctx, a, waitingPodMessage(a.pg))
+		st.markUnschedulable(ctx, a, waitingPodMessage(a.pg), note)
 		return nil
 	}
 	if ok, after := st.writes.due(a.key, time.Now()); !ok {
@@ -137,7 +139,7 @@ func (st *gangStatus) notReady(ctx context.Context, a *attempt, why error) error
 	}
 	start := time.Now()
 	arrived := st.membersArrived(a)
-	if st.markUnschedulableUntil(ctx, a, waitingPodMessage(a.pg), arrived) || arrived() {
+	if st.markUnschedulableUntil(ctx, a, waitingPodMessage(a.pg), note, arrived) || arrived() {
 		// The gang is tried again at once (the last member's event queued
 		// it): stale writes would only delay its placement.
 		klog.FromContext(ctx).V(3).Info("Waiting status cut short: the gang's members arrived", "members", len(a.members), "duration", time.Since(start))

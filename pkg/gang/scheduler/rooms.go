@@ -57,6 +57,7 @@ func (s *Scheduler) wireRooms() {
 		client: s.cfg.Client, gate: s.gate, conditions: s.conditions, report: s.report,
 		metrics: s.cfg.Metrics, parallelism: s.cfg.CommitParallelism,
 		templates: s.snaps.templates, gangs: s.gangs, queue: s.queue, pending: &s.pending,
+		toMembers: &memberEvents{report: s.report},
 	}
 	s.commits = commit.New(commit.Config{
 		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Parallelism: s.cfg.CommitParallelism,

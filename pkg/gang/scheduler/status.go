@@ -123,6 +123,8 @@ type gangStatus struct {
 	peaks   peaks
 	// writes throttles the status writes of gangs not ready yet.
 	writes writeTimes
+	// toMembers tells waiting members why their gang waits (events).
+	toMembers *memberEvents
 }
 
 // waitQueue is what gangStatus needs of the queue: a gang that is not
@@ -138,9 +140,10 @@ var _ waitQueue = queue.Interface(nil)
 // message on each waiting pod of the attempt, as kube-scheduler does, so
 // `kubectl get pods` and `describe` say why. A pod whose condition already
 // says the same is not rewritten. Best effort: failures are logged, the
-// PodGroup condition and the event carry the same message.
-func (st *gangStatus) markUnschedulable(ctx context.Context, a *attempt, message string) {
-	st.markUnschedulableUntil(ctx, a, message, nil)
+// PodGroup condition and the event carry the same message. The members of
+// a PodGroup also get note's event (memberEvents: deduplicated, bounded).
+func (st *gangStatus) markUnschedulable(ctx context.Context, a *attempt, message string, note memberNote) {
+	st.markUnschedulableUntil(ctx, a, message, note, nil)
 }
 
 // errStopWrites ends markUnschedulableUntil's writes early.
@@ -148,8 +151,9 @@ var errStopWrites = errors.New("stop writing")
 
 // markUnschedulableUntil is markUnschedulable that starts no further write
 // once stop (when not nil) reports true, checked before each pod; it
-// reports whether it stopped so. Writes already started complete.
-func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, message string, stop func() bool) bool {
+// reports whether it stopped so (then it records no member event). Writes
+// already started complete.
+func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, message string, note memberNote, stop func() bool) bool {
 	pods := []*v1.Pod{a.pod}
 	if a.pg != nil {
 		ms, err := st.gangs.members(a.pg)
@@ -172,6 +176,7 @@ func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, me
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False on waiting pods")
 	}
+	st.toMembers.tell(a.key, a.pg, note, pods)
 	return false
 }
 

@@ -1,0 +1,124 @@
+package scheduler
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+)
+
+// memberEventsPerChange bounds the events one change of a gang's waiting
+// reason or message sends to its members. Events go through the
+// scheduler's own client (its rate limit is the one commits use) and the
+// events broadcaster's queue of 1,000, which drops what overflows: a
+// 10,000-pod gang told member by member would take the API rate its commit
+// needs and push every other event out of the queue. Every waiting member
+// carries the same message in its PodScheduled condition anyway; the event
+// is what `kubectl describe pod` shows under Events, so a gang of up to
+// this many members has one on each, a bigger one on this many.
+const memberEventsPerChange = 50
+
+// memberEventRefresh: a gang whose reason and message did not change is
+// told again after this long (the apiserver's event TTL is an hour by
+// default, after which `describe` would show none).
+const memberEventRefresh = 30 * time.Minute
+
+// memberNoteMessageMax bounds the PodGroup's message quoted in a member's
+// event; the PodGroup's condition and its own events carry it whole.
+const memberNoteMessageMax = 256
+
+// memberNote is what a waiting gang's members are told: the event type and
+// reason, and the PodGroup's reason and message.
+type memberNote struct {
+	eventType, reason string
+	// why is the PodGroup's condition reason; message its message.
+	why, message string
+}
+
+// memberEvents records one event per waiting member of a PodGroup gang
+// that points to the PodGroup's reason. Safe for concurrent use.
+//
+// Rules: a member gets an event when its gang's note changed, or when the
+// same note is older than memberEventRefresh; never again for the same
+// note otherwise, however often the gang is retried. Each note reaches at
+// most memberEventsPerChange members (first come), so the memory and the
+// events of a gang are bounded whatever its size. Recording never blocks
+// (report.Reporter).
+type memberEvents struct {
+	report *report.Reporter
+	mu     sync.Mutex
+	gangs  map[string]*memberRound
+}
+
+// memberRound is one note of a gang and the members told it.
+type memberRound struct {
+	note  memberNote
+	since time.Time
+	told  map[types.UID]bool
+}
+
+// pick returns the pods of the gang key that get an event for note at
+// now, and records them as told.
+func (m *memberEvents) pick(key string, note memberNote, pods []*v1.Pod, now time.Time) []*v1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gangs == nil {
+		m.gangs = map[string]*memberRound{}
+	}
+	r := m.gangs[key]
+	if r == nil || r.note != note || now.Sub(r.since) >= memberEventRefresh {
+		r = &memberRound{note: note, since: now, told: map[types.UID]bool{}}
+		m.gangs[key] = r
+	}
+	var out []*v1.Pod
+	for _, p := range pods {
+		if len(r.told) >= memberEventsPerChange {
+			break
+		}
+		if p == nil || p.Spec.NodeName != "" || r.told[p.UID] {
+			continue
+		}
+		r.told[p.UID] = true
+		out = append(out, p)
+	}
+	return out
+}
+
+// tell records note's event on the members of pg (gang key) that pick
+// chooses.
+func (m *memberEvents) tell(key string, pg *schedulingv1beta1.PodGroup, note memberNote, pods []*v1.Pod) {
+	if m == nil || pg == nil {
+		return
+	}
+	picked := m.pick(key, note, pods, time.Now())
+	if len(picked) == 0 {
+		return
+	}
+	text := memberEventNote(pg, note)
+	for _, p := range picked {
+		m.report.Event(p, note.eventType, note.reason, "Scheduling", text)
+	}
+}
+
+// forget drops what was told to the members of a gang that is done.
+func (m *memberEvents) forget(key string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.gangs, key)
+}
+
+// memberEventNote says a member waits for its gang, why (cut short), and
+// where to read more. It names only the PodGroup, in the pod's namespace.
+func memberEventNote(pg *schedulingv1beta1.PodGroup, note memberNote) string {
+	return fmt.Sprintf("waiting with its gang, PodGroup %s: %s: %s; see `kubectl gpufabric explain %s -n %s` or the PodGroup's condition %s",
+		pg.Name, note.why, report.Truncate(note.message, memberNoteMessageMax), pg.Name, pg.Namespace, vocab.ConditionInitiallyScheduled)
+}
