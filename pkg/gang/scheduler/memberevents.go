@@ -21,7 +21,10 @@ import (
 // needs and push every other event out of the queue. Every waiting member
 // carries the same message in its PodScheduled condition anyway; the event
 // is what `kubectl describe pod` shows under Events, so a gang of up to
-// this many members has one on each, a bigger one on this many.
+// this many members has one on each, a bigger one on this many. Measured
+// (BenchmarkMemberEventsTell, a 10,000-pod gang, a new note each time):
+// 0.2 ms and 156 KB of the worker's time per change at 50, against 83 ms
+// and 41 MB telling every member (and 10,000 events for a queue of 1,000).
 const memberEventsPerChange = 50
 
 // memberEventRefresh: a gang whose reason and message did not change is
