@@ -23,7 +23,9 @@ import (
 // describe pod` says why it waits), however often the gang is refused
 // with the same message; not a series of them (the events library would
 // aggregate repeats into one event's series: the test wants no repeat at
-// all). When the PodGroup's message changes, each member gets one more.
+// all). When the PodGroup's message changes, each member gets one more. A
+// gang still gathering members tells each of its pods so once, with a
+// Normal WaitingForMembers event.
 func TestSchedulerMemberEvents(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true})
 	ctx := t.Context()
@@ -85,6 +87,28 @@ func TestSchedulerMemberEvents(t *testing.T) {
 	})
 	time.Sleep(3 * time.Second)
 	checkMemberEvents(t, admin, ns, group, members, []string{`value "maybe" is not one of`, `value "sometimes" is not one of`})
+
+	// A gang with two of its three members waits for the third.
+	_, err = admin.SchedulingV1beta1().PodGroups(ns).Create(ctx, itest.TemplateGroup(ns, "short", 3), metav1.CreateOptions{})
+	itest.Must(t, "create podgroup", err)
+	for i := range 2 {
+		_, err := admin.CoreV1().Pods(ns).Create(ctx, itest.TemplatePod(ns, fmt.Sprintf("short-%d", i), "short"), metav1.CreateOptions{})
+		itest.Must(t, "create pod", err)
+	}
+	itest.Poll(t, "each waiting member told once", 30*time.Second, func(ctx context.Context) error {
+		for i := range 2 {
+			pod := fmt.Sprintf("short-%d", i)
+			evs, err := eventsAbout(ctx, admin, ns, pod, vocab.ReasonWaitingForMembers)
+			if err != nil {
+				return err
+			}
+			if len(evs) != 1 || evs[0].Type != "Normal" || evs[0].Series != nil ||
+				!strings.Contains(evs[0].Note, "PodGroup short: WaitingForMembers: ") || !strings.Contains(evs[0].Note, "2 of minCount 3 members exist") {
+				return fmt.Errorf("pod %s: %d WaitingForMembers events %+v, want one", pod, len(evs), evs)
+			}
+		}
+		return nil
+	})
 }
 
 // checkMemberEvents: each member of group has exactly one
@@ -130,13 +154,19 @@ func checkMemberEvents(t *testing.T, c kubernetes.Interface, ns, group string, m
 // memberEventsAbout lists the FailedScheduling events about the object
 // named name in ns.
 func memberEventsAbout(ctx context.Context, c kubernetes.Interface, ns, name string) ([]eventsv1.Event, error) {
+	return eventsAbout(ctx, c, ns, name, vocab.EventFailedScheduling)
+}
+
+// eventsAbout lists the events with reason about the object named name in
+// ns.
+func eventsAbout(ctx context.Context, c kubernetes.Interface, ns, name, reason string) ([]eventsv1.Event, error) {
 	list, err := c.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	var out []eventsv1.Event
 	for _, e := range list.Items {
-		if e.Regarding.Name == name && e.Reason == vocab.EventFailedScheduling {
+		if e.Regarding.Name == name && e.Reason == reason {
 			out = append(out, e)
 		}
 	}
