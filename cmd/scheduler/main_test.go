@@ -36,13 +36,14 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_NOMINATION_TIMEOUT":          "90s",
 		"GPUFABRIC_PACK_ORDER":                  "fullest-nodes",
 		"GPUFABRIC_PROFILING":                   "true",
+		"GPUFABRIC_PER_DOMAIN_METRICS":          "true",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
 	if o.domainChannels != 3 || o.leaderElect || o.kubeconfig != "/tmp/kc" || o.commitWorkers != 32 || o.commitsInFlight != 3 || o.apiQPS != 50.5 || o.apiBurst != 2000 ||
-		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" || !o.profiling {
+		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" || !o.profiling || !o.domainMetrics {
 		t.Errorf("options %+v", o)
 	}
 	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute}

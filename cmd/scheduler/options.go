@@ -29,6 +29,7 @@ type options struct {
 	recordNS        string
 	metricsAddress  string
 	profiling       bool
+	domainMetrics   bool
 	commitWorkers   int
 	commitsInFlight int
 	apiQPS          float64
@@ -66,6 +67,7 @@ var envTwins = map[string]string{
 	"commit-record-namespace":     "GPUFABRIC_COMMIT_RECORD_NAMESPACE",
 	"metrics-address":             "GPUFABRIC_METRICS_ADDRESS",
 	"profiling":                   "GPUFABRIC_PROFILING",
+	"per-domain-metrics":          "GPUFABRIC_PER_DOMAIN_METRICS",
 	"commit-parallelism":          "GPUFABRIC_COMMIT_PARALLELISM",
 	"commits-in-flight":           "GPUFABRIC_COMMITS_IN_FLIGHT",
 	"kube-api-qps":                "GPUFABRIC_KUBE_API_QPS",
@@ -97,6 +99,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of /metrics and of the health endpoints /livez, /readyz and /healthz; empty disables them")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port")
+	fs.BoolVar(&o.domainMetrics, "per-domain-metrics", false, "also export gpufabric_scheduler_domain_free_gpus{domain}: one series per NVLink domain (one per node on HGX); off: only the per-level aggregates")
 	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
 	fs.IntVar(&o.commitsInFlight, "commits-in-flight", scheduler.DefaultCommitsInFlight, "gangs whose commits run at once while the next gangs are placed (1..256)")
 	fs.Float64Var(&o.apiQPS, "kube-api-qps", 200, "client-side rate limit of API requests per second")

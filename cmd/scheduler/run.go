@@ -36,7 +36,7 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	metrics, err := scheduler.NewMetrics(reg)
+	metrics, err := scheduler.NewMetricsWith(reg, scheduler.MetricsOptions{PerDomain: o.domainMetrics})
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}

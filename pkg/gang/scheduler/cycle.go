@@ -289,6 +289,9 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 	}
 	s.forget(a.key)
 	s.cfg.Metrics.gangPlaced()
+	if since, ok := gangWaitSince(a); ok {
+		s.cfg.Metrics.observeGangWait(resultPlaced, time.Since(since).Seconds())
+	}
 	s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", commit.PlacedMessage(g, d))
 	for _, w := range d.Warnings {
 		s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventPreferenceIgnored, "Scheduling", w)

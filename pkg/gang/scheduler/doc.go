@@ -32,7 +32,9 @@
 //   - informers.go: the informers, their indexes, and the events they
 //     feed the queue; syncstatus.go: the informers not synced yet (for
 //     Config.InformersStarted).
-//   - metrics.go: Metrics and the pending set; leader.go: leader election
+//   - metrics.go: Metrics (free GPUs per level, per domain only when
+//     opted in; gang_wait_seconds once per placement: gangWaitSince) and
+//     the pending set; leader.go: leader election
 //     and the fence of its Lease.
 //
 // Rules:

@@ -2,11 +2,14 @@ package scheduler
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // Refusal reasons of the gangs_refused_total and pending_gangs metrics.
@@ -40,11 +43,16 @@ type Metrics struct {
 	attempts  *prometheus.HistogramVec
 	placed    prometheus.Counter
 	refused   *prometheus.CounterVec
-	freeGPUs  *prometheus.GaugeVec
-	assumed   prometheus.Gauge
-	doubles   *prometheus.CounterVec
-	preempt   *evict.Metrics
-	commit    *commit.Metrics
+	// freeGPUs and largestFree are per level (bounded); domainFree is
+	// per NVLink domain, nil unless MetricsOptions.PerDomain.
+	freeGPUs    *prometheus.GaugeVec
+	largestFree *prometheus.GaugeVec
+	domainFree  *prometheus.GaugeVec
+	gangWait    *prometheus.HistogramVec
+	assumed     prometheus.Gauge
+	doubles     *prometheus.CounterVec
+	preempt     *evict.Metrics
+	commit      *commit.Metrics
 
 	mu sync.Mutex
 	// state reads the current term's queue and pending gangs at scrape.
@@ -65,8 +73,25 @@ func plainHistogram(name, help string, buckets []float64) prometheus.Histogram {
 	return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, Buckets: buckets})
 }
 
-// NewMetrics creates the metrics and registers them with reg.
+// levelNVLinkDomain is the level label of the free-GPU aggregates: the
+// free map counts GPUs per NVLink domain.
+const levelNVLinkDomain = "nvlink-domain"
+
+// MetricsOptions choose optional metrics.
+type MetricsOptions struct {
+	// PerDomain exports domain_free_gpus{domain}: one series per NVLink
+	// domain (one per node on HGX), off by default.
+	PerDomain bool
+}
+
+// NewMetrics creates the metrics with the default options and registers
+// them with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	return NewMetricsWith(reg, MetricsOptions{})
+}
+
+// NewMetricsWith creates the metrics chosen by o and registers them with reg.
+func NewMetricsWith(reg prometheus.Registerer, o MetricsOptions) (*Metrics, error) {
 	fast := prometheus.ExponentialBuckets(0.001, 2, 14) // 1 ms … 8 s
 	m := &Metrics{
 		placement: plainHistogram("placement_duration_seconds", "Time to build a snapshot and place one gang.", fast),
@@ -75,7 +100,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("gangs_refused_total",
 			"Scheduling attempts that did not place a gang, by reason.")), []string{"reason"}),
 		freeGPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("free_gpus",
-			"GPUs per NVLink domain that no claim has allocated (committed or assumed).")), []string{"domain"}),
+			"GPUs that no claim has allocated (committed or assumed), summed over the domains of a level.")), []string{"level"}),
+		largestFree: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("largest_free_domain_gpus",
+			"Free GPUs of the domain of a level with the most free: the largest gang of one domain that could fit.")), []string{"level"}),
+		gangWait: histogram("gang_wait_seconds",
+			"Time from a gang's creation to its minCount members bound (observed once per placement), by result.",
+			prometheus.ExponentialBuckets(1, 2, 16), "result"), // 1 s … 9 h
 		assumed: prometheus.NewGauge(prometheus.GaugeOpts(opts("assumed_gangs",
 			"Committed gangs whose writes the scheduler's informers do not show yet."))),
 		doubles: prometheus.NewCounterVec(prometheus.CounterOpts(opts("double_allocations_repaired_total",
@@ -90,10 +120,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{resultPlaced, resultUnschedulable, resultNotReady, resultConflict, resultError} {
 		m.attempts.WithLabelValues(r)
 	}
+	m.gangWait.WithLabelValues(resultPlaced)
 	m.preempt = evict.NewMetrics(fast)
 	m.commit = commit.NewMetrics()
 	collectors := []prometheus.Collector{m.placement, m.attempts, m.placed, m.refused, m.freeGPUs,
-		m.assumed, m.doubles, &stateCollector{m: m}}
+		m.largestFree, m.gangWait, m.assumed, m.doubles, &stateCollector{m: m}}
+	if o.PerDomain {
+		m.domainFree = prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("domain_free_gpus",
+			"GPUs per NVLink domain that no claim has allocated (committed or assumed).")), []string{"domain"})
+		collectors = append(collectors, m.domainFree)
+	}
 	collectors = append(collectors, m.preempt.Collectors()...)
 	collectors = append(collectors, m.commit.Collectors()...)
 	for _, c := range collectors {
@@ -186,14 +222,33 @@ func (m *Metrics) gangRefused(reason string) {
 	}
 }
 
-// setFreeGPUs replaces the per-domain gauges.
+// setFreeGPUs sets the per-level aggregates of free (GPUs per NVLink
+// domain) and, when enabled, replaces the per-domain gauges.
 func (m *Metrics) setFreeGPUs(free map[string]int) {
 	if m == nil {
 		return
 	}
-	m.freeGPUs.Reset()
+	total, largest := 0, 0
+	for _, n := range free {
+		total += n
+		largest = max(largest, n)
+	}
+	m.freeGPUs.WithLabelValues(levelNVLinkDomain).Set(float64(total))
+	m.largestFree.WithLabelValues(levelNVLinkDomain).Set(float64(largest))
+	if m.domainFree == nil {
+		return
+	}
+	m.domainFree.Reset()
 	for d, n := range free {
-		m.freeGPUs.WithLabelValues(d).Set(float64(n))
+		m.domainFree.WithLabelValues(d).Set(float64(n))
+	}
+}
+
+// observeGangWait observes gang_wait_seconds for a gang whose minCount
+// members are bound now.
+func (m *Metrics) observeGangWait(result string, seconds float64) {
+	if m != nil {
+		m.gangWait.WithLabelValues(result).Observe(seconds)
 	}
 }
 
@@ -241,4 +296,26 @@ func (p *pendingSet) counts() map[string]int {
 		out[r]++
 	}
 	return out
+}
+
+// gangWaitSince says when a gang whose commit just succeeded began to
+// wait, and whether this commit is its placement: gang_wait_seconds is
+// observed once per placement. A PodGroup whose InitiallyScheduled
+// condition was already True when the attempt read it was placed before:
+// the commit places late members (minCount below the gang's size) and is
+// not observed. A restarted gang has the condition False again and
+// observes again. The wait starts at the PodGroup's creationTimestamp, the
+// pod's for a gang of one; a gang that was gated waits from its creation
+// too (the time gates were removed is not tracked).
+func gangWaitSince(a *attempt) (time.Time, bool) {
+	switch {
+	case a.pg != nil:
+		if meta.IsStatusConditionTrue(a.pg.Status.Conditions, vocab.ConditionInitiallyScheduled) {
+			return time.Time{}, false
+		}
+		return a.pg.CreationTimestamp.Time, true
+	case a.pod != nil:
+		return a.pod.CreationTimestamp.Time, true
+	}
+	return time.Time{}, false
 }

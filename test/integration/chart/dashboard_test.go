@@ -46,8 +46,8 @@ func TestDashboardMetrics(t *testing.T) {
 
 	used, err := dashboardMetrics(filepath.Join(root, dashboardFile))
 	itest.Must(t, "read dashboard", err)
-	// free_gpus has a series per NVLink domain once the plugin published
-	// its node and the scheduler refreshed its gauges (every 15 s).
+	// free_gpus and largest_free_domain_gpus have their per-level series
+	// once the scheduler refreshed its gauges (at start, then every 15 s).
 	itest.Poll(t, "every metric of the dashboard exposed", 60*time.Second, func(ctx context.Context) error {
 		exposed := map[string]bool{}
 		for _, addr := range []string{schedAddr, pluginAddr} {
@@ -68,7 +68,8 @@ func TestDashboardMetrics(t *testing.T) {
 	})
 	for _, want := range []string{
 		"gpufabric_scheduler_queue_gangs", "gpufabric_scheduler_pending_gangs", "gpufabric_scheduler_attempt_duration_seconds",
-		"gpufabric_scheduler_commit_phase_duration_seconds", "gpufabric_scheduler_free_gpus", "gpufabric_kubelet_plugin_prepare_errors_total",
+		"gpufabric_scheduler_commit_phase_duration_seconds", "gpufabric_scheduler_free_gpus", "gpufabric_scheduler_largest_free_domain_gpus",
+		"gpufabric_kubelet_plugin_prepare_errors_total",
 	} {
 		if !contains(used, want) {
 			t.Errorf("the dashboard does not show %s", want)

@@ -43,7 +43,7 @@ func TestSchedulerGangQueue(t *testing.T) {
 	itest.FabricCluster(t, admin, []string{"a", "b"}, 4, 4)
 	client := schedulerClient(t, cp, "gpufabric-scheduler")
 	reg := prometheus.NewRegistry()
-	metrics, err := scheduler.NewMetrics(reg)
+	metrics, err := scheduler.NewMetricsWith(reg, scheduler.MetricsOptions{PerDomain: true})
 	itest.Must(t, "metrics", err)
 	cfg := scheduler.Config{DomainChannels: 4, Metrics: metrics, MetricsInterval: 200 * time.Millisecond}
 	sched := startScheduler(t, client, cfg)
@@ -105,8 +105,8 @@ func TestSchedulerGangQueue(t *testing.T) {
 		checkPlacedGang(t, admin, st, "g", 3)
 		dom := itest.DomainOf(st.Pods[0].Spec.NodeName)
 		itest.Poll(t, "free GPUs gauge", 10*time.Second, func(context.Context) error {
-			if n := schedMetricValue(t, reg, "gpufabric_scheduler_free_gpus", dom); n != 4 {
-				return fmt.Errorf("free_gpus{domain=%s} = %v, want 4", dom, n)
+			if n := schedMetricValue(t, reg, "gpufabric_scheduler_domain_free_gpus", dom); n != 4 {
+				return fmt.Errorf("domain_free_gpus{domain=%s} = %v, want 4", dom, n)
 			}
 			return nil
 		})

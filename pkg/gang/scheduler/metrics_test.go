@@ -1,0 +1,132 @@
+package scheduler
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+)
+
+// podGroupAt builds a PodGroup created at created, with the
+// InitiallyScheduled condition in status placed ("" for none).
+func podGroupAt(created time.Time, placed metav1.ConditionStatus) *schedulingv1beta1.PodGroup {
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: "ns", CreationTimestamp: metav1.NewTime(created)}}
+	if placed != "" {
+		pg.Status.Conditions = []metav1.Condition{{Type: vocab.ConditionInitiallyScheduled, Status: placed, Reason: vocab.ReasonScheduled}}
+	}
+	return pg
+}
+
+// TestGangWaitSince: gang_wait_seconds is observed once per placement,
+// from the PodGroup's creation (the pod's for a gang of one): not for a
+// commit of late members of a gang already placed, again for a gang
+// whose condition was reset (restarted).
+func TestGangWaitSince(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", CreationTimestamp: metav1.NewTime(created.Add(time.Minute))}}
+	for _, tc := range []struct {
+		name      string
+		a         *attempt
+		wantSince time.Time
+		wantOK    bool
+	}{
+		{"first placement", &attempt{pg: podGroupAt(created, "")}, created, true},
+		{"late members of a placed gang", &attempt{pg: podGroupAt(created, metav1.ConditionTrue)}, time.Time{}, false},
+		{"restarted gang", &attempt{pg: podGroupAt(created, metav1.ConditionFalse)}, created, true},
+		{"gang of one", &attempt{pod: pod}, created.Add(time.Minute), true},
+		{"neither", &attempt{}, time.Time{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			since, ok := gangWaitSince(tc.a)
+			if ok != tc.wantOK || !since.Equal(tc.wantSince) {
+				t.Errorf("gangWaitSince = %v, %t; want %v, %t", since, ok, tc.wantSince, tc.wantOK)
+			}
+		})
+	}
+}
+
+// TestFreeGPUMetrics: by default free GPUs are exported per level (total
+// and largest domain), bounded whatever the number of domains; the
+// per-domain series only with MetricsOptions.PerDomain.
+func TestFreeGPUMetrics(t *testing.T) {
+	free := map[string]int{"nvl0": 6, "nvl1": 0, "nvl2": 3}
+	const aggregates = `
+# HELP gpufabric_scheduler_free_gpus GPUs that no claim has allocated (committed or assumed), summed over the domains of a level.
+# TYPE gpufabric_scheduler_free_gpus gauge
+gpufabric_scheduler_free_gpus{level="nvlink-domain"} 9
+# HELP gpufabric_scheduler_largest_free_domain_gpus Free GPUs of the domain of a level with the most free: the largest gang of one domain that could fit.
+# TYPE gpufabric_scheduler_largest_free_domain_gpus gauge
+gpufabric_scheduler_largest_free_domain_gpus{level="nvlink-domain"} 6
+`
+	const perDomain = `
+# HELP gpufabric_scheduler_domain_free_gpus GPUs per NVLink domain that no claim has allocated (committed or assumed).
+# TYPE gpufabric_scheduler_domain_free_gpus gauge
+gpufabric_scheduler_domain_free_gpus{domain="nvl0"} 6
+gpufabric_scheduler_domain_free_gpus{domain="nvl1"} 0
+gpufabric_scheduler_domain_free_gpus{domain="nvl2"} 3
+`
+	names := []string{"gpufabric_scheduler_free_gpus", "gpufabric_scheduler_largest_free_domain_gpus", "gpufabric_scheduler_domain_free_gpus"}
+	for _, tc := range []struct {
+		name string
+		o    MetricsOptions
+		want string
+	}{
+		{"default", MetricsOptions{}, aggregates},
+		{"per domain", MetricsOptions{PerDomain: true}, perDomain + aggregates},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			m, err := NewMetricsWith(reg, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.setFreeGPUs(map[string]int{"gone": 8}) // replaced by the next refresh
+			m.setFreeGPUs(free)
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(tc.want), names...); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestGangWaitObserved: observeGangWait adds one sample per call under
+// its result; the placed series exists from the start, at zero; a nil
+// Metrics observes nothing.
+func TestGangWaitObserved(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := func() map[string]uint64 {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]uint64{}
+		for _, f := range fams {
+			if f.GetName() != "gpufabric_scheduler_gang_wait_seconds" {
+				continue
+			}
+			for _, s := range f.GetMetric() {
+				out[s.GetLabel()[0].GetValue()] = s.GetHistogram().GetSampleCount()
+			}
+		}
+		return out
+	}
+	if got := samples(); len(got) != 1 || got[resultPlaced] != 0 {
+		t.Errorf("at start: %v, want placed at 0", got)
+	}
+	m.observeGangWait(resultPlaced, 90)
+	(*Metrics)(nil).observeGangWait(resultPlaced, 90)
+	if got := samples(); got[resultPlaced] != 1 {
+		t.Errorf("after one observation: %v, want placed 1", got)
+	}
+}

@@ -1,0 +1,83 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+	"github.com/gpufabric/gpufabric/test/integration/itest"
+)
+
+// TestGangWaitMetric: a placed gang is counted once in
+// gang_wait_seconds{result="placed"}, with a wait no longer than since its
+// PodGroup was created; a late member placed after the gang (minCount
+// below the gang's size) is not counted again.
+func TestGangWaitMetric(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{ControllerManager: true})
+	admin := cp.AdminClient(t)
+	itest.FabricCluster(t, admin, []string{"a"}, 4, 4)
+	client := schedulerClient(t, cp, "gpufabric-scheduler")
+	reg := prometheus.NewRegistry()
+	metrics, err := scheduler.NewMetrics(reg)
+	itest.Must(t, "metrics", err)
+	startScheduler(t, client, scheduler.Config{DomainChannels: 4, Metrics: metrics, MetricsInterval: 200 * time.Millisecond})
+
+	const ns = "wait-metric"
+	itest.GangNamespace(t, admin, ns, 4)
+	start := time.Now()
+	itest.CreateGang(t, admin, ns, "g", 2, 2)
+	bound := func(want int) {
+		t.Helper()
+		itest.Poll(t, fmt.Sprintf("%d members bound", want), 30*time.Second, func(ctx context.Context) error {
+			st, err := itest.ReadGang(ctx, admin, ns)
+			if err == nil && st.Bound() != want {
+				err = fmt.Errorf("%d of %d bound", st.Bound(), want)
+			}
+			return err
+		})
+	}
+	bound(2)
+	count, sum := gangWait(t, reg)
+	if count != 1 || sum <= 0 || sum > time.Since(start).Seconds()+1 {
+		t.Fatalf("gang_wait_seconds{result=placed}: count %d, sum %vs; want 1 sample within the %s since the PodGroup was created", count, sum, time.Since(start))
+	}
+	itest.Poll(t, "InitiallyScheduled condition", 10*time.Second, func(ctx context.Context) error {
+		pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(ctx, "g", metav1.GetOptions{})
+		if err == nil && !meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionInitiallyScheduled) {
+			err = fmt.Errorf("conditions %+v", pg.Status.Conditions)
+		}
+		return err
+	})
+	itest.CreateMember(t, admin, ns, "g", 2)
+	bound(3)
+	if count, _ := gangWait(t, reg); count != 1 {
+		t.Errorf("gang_wait_seconds{result=placed} count after a late member = %d, want 1", count)
+	}
+}
+
+// gangWait reads gang_wait_seconds{result="placed"}: samples and sum.
+func gangWait(t *testing.T, reg *prometheus.Registry) (uint64, float64) {
+	t.Helper()
+	families, err := reg.Gather()
+	itest.Must(t, "gather metrics", err)
+	for _, f := range families {
+		if f.GetName() != "gpufabric_scheduler_gang_wait_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetLabel()[0].GetValue() == "placed" {
+				return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	t.Fatal("no gang_wait_seconds{result=placed}")
+	return 0, 0
+}
