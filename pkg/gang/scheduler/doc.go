@@ -33,9 +33,9 @@
 //     feed the queue; syncstatus.go: the informers not synced yet (for
 //     Config.InformersStarted).
 //   - metrics.go: Metrics (free GPUs per level, per domain only when
-//     opted in; gang_wait_seconds once per placement: gangWaitSince) and
-//     the pending set; leader.go: leader election
-//     and the fence of its Lease.
+//     opted in; gang_wait_seconds once per placement, gangWaitSince, and
+//     per PodGroup deleted before it was placed, gangAbandoned) and the
+//     pending set; leader.go: leader election and the fence of its Lease.
 //
 // Rules:
 //   - One worker places one gang at a time; every attempt places the gang

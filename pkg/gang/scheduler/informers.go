@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -60,6 +61,8 @@ type informerSet struct {
 	// capacityEvents counts the events that can change free devices
 	// (slices, claims, nodes), so idle loops can skip their work.
 	capacityEvents atomic.Uint64
+	// metrics observes PodGroups deleted before they were placed (nil: none).
+	metrics *Metrics
 }
 
 func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, error) {
@@ -123,6 +126,7 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 			UpdateFunc: func(old, obj any) { podGroupChanged(q, old, obj) },
 			DeleteFunc: func(obj any) {
 				if pg, ok := tombstone[*schedulingv1beta1.PodGroup](obj); ok {
+					s.metrics.gangAbandoned(pg, time.Now())
 					q.Add(queue.PodGroupKey(pg.Namespace, pg.Name)) // its waiting pods say so
 				}
 			},

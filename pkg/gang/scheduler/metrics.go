@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
@@ -32,6 +33,9 @@ const (
 	resultNotReady      = "not-ready"
 	resultConflict      = "conflict"
 	resultError         = "error"
+	// resultAbandoned: gang_wait_seconds of a PodGroup deleted before it
+	// was placed.
+	resultAbandoned = "abandoned"
 )
 
 // Metrics of the scheduler. Create with NewMetrics; all methods accept a nil
@@ -121,6 +125,7 @@ func NewMetricsWith(reg prometheus.Registerer, o MetricsOptions) (*Metrics, erro
 		m.attempts.WithLabelValues(r)
 	}
 	m.gangWait.WithLabelValues(resultPlaced)
+	m.gangWait.WithLabelValues(resultAbandoned)
 	m.preempt = evict.NewMetrics(fast)
 	m.commit = commit.NewMetrics()
 	collectors := []prometheus.Collector{m.placement, m.attempts, m.placed, m.refused, m.freeGPUs,
@@ -296,6 +301,17 @@ func (p *pendingSet) counts() map[string]int {
 		out[r]++
 	}
 	return out
+}
+
+// gangAbandoned observes gang_wait_seconds{result="abandoned"} for a
+// PodGroup deleted (seen at now) before it was placed: its InitiallyScheduled
+// condition is not True. A PodGroup deleted while no term watched is not
+// observed.
+func (m *Metrics) gangAbandoned(pg *schedulingv1beta1.PodGroup, now time.Time) {
+	if m == nil || meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionInitiallyScheduled) {
+		return
+	}
+	m.gangWait.WithLabelValues(resultAbandoned).Observe(now.Sub(pg.CreationTimestamp.Time).Seconds())
 }
 
 // gangWaitSince says when a gang whose commit just succeeded began to

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
@@ -97,8 +98,10 @@ gpufabric_scheduler_domain_free_gpus{domain="nvl2"} 3
 }
 
 // TestGangWaitObserved: observeGangWait adds one sample per call under
-// its result; the placed series exists from the start, at zero; a nil
-// Metrics observes nothing.
+// its result; the placed and abandoned series exist from the start, at
+// zero; a nil Metrics observes nothing. gangAbandoned observes a PodGroup
+// deleted before it was placed (or after a restart reset its condition),
+// not one that was placed.
 func TestGangWaitObserved(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m, err := NewMetrics(reg)
@@ -121,12 +124,17 @@ func TestGangWaitObserved(t *testing.T) {
 		}
 		return out
 	}
-	if got := samples(); len(got) != 1 || got[resultPlaced] != 0 {
-		t.Errorf("at start: %v, want placed at 0", got)
+	if diff := cmp.Diff(map[string]uint64{resultPlaced: 0, resultAbandoned: 0}, samples()); diff != "" {
+		t.Errorf("at start (-want +got):\n%s", diff)
 	}
 	m.observeGangWait(resultPlaced, 90)
 	(*Metrics)(nil).observeGangWait(resultPlaced, 90)
-	if got := samples(); got[resultPlaced] != 1 {
-		t.Errorf("after one observation: %v, want placed 1", got)
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, placed := range []metav1.ConditionStatus{"", metav1.ConditionTrue, metav1.ConditionFalse} {
+		m.gangAbandoned(podGroupAt(created, placed), created.Add(time.Minute))
+	}
+	(*Metrics)(nil).gangAbandoned(podGroupAt(created, ""), created)
+	if diff := cmp.Diff(map[string]uint64{resultPlaced: 1, resultAbandoned: 2}, samples()); diff != "" {
+		t.Errorf("after the observations (-want +got):\n%s", diff)
 	}
 }

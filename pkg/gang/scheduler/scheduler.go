@@ -158,6 +158,7 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	if err != nil {
 		return err
 	}
+	inf.metrics = s.cfg.Metrics
 	s.inf = inf
 	s.wireLoop(factory)
 	s.queue.SetRank(rankOf(s.pods, s.podGroups, s.gangs))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,7 +20,9 @@ import (
 // TestGangWaitMetric: a placed gang is counted once in
 // gang_wait_seconds{result="placed"}, with a wait no longer than since its
 // PodGroup was created; a late member placed after the gang (minCount
-// below the gang's size) is not counted again.
+// below the gang's size) is not counted again. A PodGroup deleted before it
+// was placed is counted under result="abandoned"; the placed one, deleted
+// before it, is not.
 func TestGangWaitMetric(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true})
 	admin := cp.AdminClient(t)
@@ -45,7 +48,7 @@ func TestGangWaitMetric(t *testing.T) {
 		})
 	}
 	bound(2)
-	count, sum := gangWait(t, reg)
+	count, sum := gangWait(t, reg, "placed")
 	if count != 1 || sum <= 0 || sum > time.Since(start).Seconds()+1 {
 		t.Fatalf("gang_wait_seconds{result=placed}: count %d, sum %vs; want 1 sample within the %s since the PodGroup was created", count, sum, time.Since(start))
 	}
@@ -58,13 +61,42 @@ func TestGangWaitMetric(t *testing.T) {
 	})
 	itest.CreateMember(t, admin, ns, "g", 2)
 	bound(3)
-	if count, _ := gangWait(t, reg); count != 1 {
+	if count, _ := gangWait(t, reg, "placed"); count != 1 {
 		t.Errorf("gang_wait_seconds{result=placed} count after a late member = %d, want 1", count)
+	}
+
+	pgs := admin.SchedulingV1beta1().PodGroups(ns)
+	itest.Must(t, "delete the placed podgroup", pgs.Delete(t.Context(), "g", metav1.DeleteOptions{}))
+	now := int64(0)
+	for i := range 3 {
+		itest.Must(t, "delete a placed pod", admin.CoreV1().Pods(ns).Delete(t.Context(), fmt.Sprintf("g-%d", i), metav1.DeleteOptions{GracePeriodSeconds: &now}))
+	}
+	itest.Poll(t, "placed podgroup gone", 30*time.Second, func(ctx context.Context) error {
+		if _, err := pgs.Get(ctx, "g", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("podgroup g still there (%v)", err)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // the scheduler's informer sees the deletion
+	if count, _ := gangWait(t, reg, "abandoned"); count != 0 {
+		t.Errorf("gang_wait_seconds{result=abandoned} count after deleting a placed gang = %d, want 0", count)
+	}
+	itest.CreateGang(t, admin, ns, "w", 3, 1) // waits for its other members
+	itest.Must(t, "delete the waiting podgroup", pgs.Delete(t.Context(), "w", metav1.DeleteOptions{}))
+	itest.Must(t, "delete the waiting pod", admin.CoreV1().Pods(ns).Delete(t.Context(), "w-0", metav1.DeleteOptions{}))
+	itest.Poll(t, "abandoned gang counted", 30*time.Second, func(context.Context) error {
+		if count, _ := gangWait(t, reg, "abandoned"); count != 1 {
+			return fmt.Errorf("gang_wait_seconds{result=abandoned} count %d, want 1", count)
+		}
+		return nil
+	})
+	if count, _ := gangWait(t, reg, "placed"); count != 1 {
+		t.Errorf("gang_wait_seconds{result=placed} count after the deletions = %d, want 1", count)
 	}
 }
 
-// gangWait reads gang_wait_seconds{result="placed"}: samples and sum.
-func gangWait(t *testing.T, reg *prometheus.Registry) (uint64, float64) {
+// gangWait reads gang_wait_seconds{result}: samples and sum.
+func gangWait(t *testing.T, reg *prometheus.Registry, result string) (uint64, float64) {
 	t.Helper()
 	families, err := reg.Gather()
 	itest.Must(t, "gather metrics", err)
@@ -73,11 +105,11 @@ func gangWait(t *testing.T, reg *prometheus.Registry) (uint64, float64) {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if m.GetLabel()[0].GetValue() == "placed" {
+			if m.GetLabel()[0].GetValue() == result {
 				return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 			}
 		}
 	}
-	t.Fatal("no gang_wait_seconds{result=placed}")
+	t.Fatalf("no gang_wait_seconds{result=%s}", result)
 	return 0, 0
 }
