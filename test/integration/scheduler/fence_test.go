@@ -55,14 +55,24 @@ func TestSchedulerFencedLeadership(t *testing.T) {
 	}
 	a, b := replicas["sched-a"], replicas["sched-b"]
 
-	// The leader's bindings of the gang are held on the wire; at the first
-	// one, the leader is paused.
+	// The leader's bindings of the gang are held on the wire; once both
+	// are (the commit writes a phase in parallel), the leader is paused.
+	// Pausing at the first would race the second: a binding not yet sent
+	// when the Lease is lost is refused by the leader's own fence, before
+	// the wire, and never reaches the apiserver's.
 	holdA, heldA := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	var mu sync.Mutex
+	held := 0
 	a.AddRule(&framework.Rule{
-		Match:   func(r *http.Request) bool { return isBinding(r, ns) },
-		Fault:   framework.Fault{Hold: holdA},
-		OnMatch: func(*http.Request) { once.Do(func() { close(heldA) }) },
+		Match: func(r *http.Request) bool { return isBinding(r, ns) },
+		Fault: framework.Fault{Hold: holdA},
+		OnMatch: func(*http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			if held++; held == 2 {
+				close(heldA)
+			}
+		},
 	})
 	itest.CreateGang(t, admin, ns, "g", 2, 2)
 	select {
