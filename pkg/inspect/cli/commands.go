@@ -29,14 +29,7 @@ GPUs there. Then the whole cluster and the PodGroups still waiting.`,
   kubectl gpufabric status -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			cl, err := inspect.Load(cmd.Context(), c, inspect.Need{Fabric: true, Claims: true, Pods: true, PodGroups: true})
+			cl, err := o.load(cmd.Context(), inspect.Need{Fabric: true, Claims: true, Pods: true, PodGroups: true})
 			if err != nil {
 				return err
 			}
@@ -65,14 +58,7 @@ carrying them) and node taints.`,
   kubectl gpufabric nodes -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			cl, err := inspect.Load(cmd.Context(), c, inspect.Need{Fabric: true, Claims: true})
+			cl, err := o.load(cmd.Context(), inspect.Need{Fabric: true, Claims: true})
 			if err != nil {
 				return err
 			}

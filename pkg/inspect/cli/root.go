@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -156,4 +157,16 @@ func (o *options) namespace() (string, error) {
 		return "", fmt.Errorf("read namespace: %w", err)
 	}
 	return ns, nil
+}
+
+// load checks the options and lists what a report needs.
+func (o *options) load(ctx context.Context, need inspect.Need) (*inspect.Cluster, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	c, err := o.client()
+	if err != nil {
+		return nil, err
+	}
+	return inspect.Load(ctx, c, need)
 }

@@ -23,14 +23,7 @@ metadata left out). YAML (the default, and with -o yaml) or JSON (-o json).`,
   gpufabric-sim --fabric-file=fabric.yaml --key=topology.gpufabric.dev/rack`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(); err != nil {
-				return err
-			}
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			cl, err := inspect.Load(cmd.Context(), c, inspect.Need{Fabric: true, Claims: true, Pods: true})
+			cl, err := o.load(cmd.Context(), inspect.Need{Fabric: true, Claims: true, Pods: true})
 			if err != nil {
 				return err
 			}
