@@ -37,13 +37,16 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_PACK_ORDER":                  "fullest-nodes",
 		"GPUFABRIC_PROFILING":                   "true",
 		"GPUFABRIC_PER_DOMAIN_METRICS":          "true",
+		"GPUFABRIC_PLACEMENT_ALLOCATE_CALLS":    "500",
+		"GPUFABRIC_PLACEMENT_TIME_BUDGET":       "250ms",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
 	if o.domainChannels != 3 || o.leaderElect || o.kubeconfig != "/tmp/kc" || o.commitWorkers != 32 || o.commitsInFlight != 3 || o.apiQPS != 50.5 || o.apiBurst != 2000 ||
-		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" || !o.profiling || !o.domainMetrics {
+		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" || !o.profiling || !o.domainMetrics ||
+		o.budget != (placementBudget{calls: 500, time: 250 * time.Millisecond}) {
 		t.Errorf("options %+v", o)
 	}
 	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute}
@@ -79,6 +82,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--preemption-budget=1ms"}, wantErr: "--preemption-budget must be at least 10ms"},
 		{args: []string{"--max-unschedulable-wait=0s"}, wantErr: "--max-unschedulable-wait must be at least 1s"},
 		{args: []string{"--commits-in-flight=0"}, wantErr: "--commits-in-flight must be 1..256, got 0"},
+		{args: []string{"--placement-allocate-calls=0"}, wantErr: "--placement-allocate-calls must be at least 1, got 0"},
+		{args: []string{"--placement-time-budget=1ms"}, wantErr: "--placement-time-budget must be at least 10ms"},
 		{args: []string{"--commits-in-flight=1"}},
 		{args: []string{"--kube-api-content-type=application/json"}},
 		{args: []string{"--pack-order=fullest-nodes"}},

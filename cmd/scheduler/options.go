@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -37,6 +38,7 @@ type options struct {
 	apiContentType  string
 	packOrder       string
 	syncTimeout     time.Duration
+	budget          placementBudget
 	preemption      preemptionOptions
 }
 
@@ -47,6 +49,12 @@ type preemptionOptions struct {
 	budget            time.Duration
 	starvationBound   time.Duration
 	unschedulableWait time.Duration
+}
+
+// placementBudget bounds one placement attempt (docs/design/cost.md).
+type placementBudget struct {
+	calls int
+	time  time.Duration
 }
 
 // leaseDurations are the leader election timings.
@@ -80,6 +88,8 @@ var envTwins = map[string]string{
 	"starvation-bound":            "GPUFABRIC_STARVATION_BOUND",
 	"max-unschedulable-wait":      "GPUFABRIC_MAX_UNSCHEDULABLE_WAIT",
 	"informer-sync-timeout":       "GPUFABRIC_INFORMER_SYNC_TIMEOUT",
+	"placement-allocate-calls":    "GPUFABRIC_PLACEMENT_ALLOCATE_CALLS",
+	"placement-time-budget":       "GPUFABRIC_PLACEMENT_TIME_BUDGET",
 	"v":                           "GPUFABRIC_V",
 	"logging-format":              "GPUFABRIC_LOGGING_FORMAT",
 }
@@ -108,6 +118,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.packOrder, "pack-order", string(placement.PackLeastSpread), "how a gang takes a domain's nodes: "+string(placement.PackLeastSpread)+
 		" (the fewest racks and NVLink domains below it) or "+string(placement.PackFullestNodes)+" (the fullest nodes first: fewer holes, more domains per gang)")
 	fs.DurationVar(&o.syncTimeout, "informer-sync-timeout", 2*time.Minute, "how long the leader's informers may take to sync before /readyz and the log name what is missing (an API not served, RBAC) instead of \"waiting\"")
+	fs.IntVar(&o.budget.calls, "placement-allocate-calls", cost.DefaultCalls, fmt.Sprintf("allocator calls one placement attempt may make, plus %d per member of the gang; a gang that needs more is refused as timed out and backs off harder", cost.CallsPerMember))
+	fs.DurationVar(&o.budget.time, "placement-time-budget", cost.DefaultTime, fmt.Sprintf("wall time one placement attempt may spend in allocator calls, plus %s per member; past it the attempt stops at the next call and the gang is refused as timed out", cost.TimePerMember))
 	p := &o.preemption
 	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
@@ -134,6 +146,7 @@ func (o *options) validate() error {
 		{"starvation-bound", p.starvationBound, 0},
 		{"max-unschedulable-wait", p.unschedulableWait, time.Second},
 		{"informer-sync-timeout", o.syncTimeout, time.Second},
+		{"placement-time-budget", o.budget.time, 10 * time.Millisecond},
 	} {
 		if d.v < d.min {
 			return fmt.Errorf("--%s must be at least %s, got %s", d.name, d.min, d.v)
@@ -147,6 +160,9 @@ func (o *options) validate() error {
 	}
 	if o.profiling && o.metricsAddress == "" {
 		return errors.New("--profiling needs --metrics-address: the profiles are served beside /metrics")
+	}
+	if o.budget.calls < 1 {
+		return fmt.Errorf("--placement-allocate-calls must be at least 1, got %d", o.budget.calls)
 	}
 	if o.commitsInFlight < 1 || o.commitsInFlight > 256 {
 		return fmt.Errorf("--commits-in-flight must be 1..256, got %d", o.commitsInFlight)

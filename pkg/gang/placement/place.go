@@ -2,11 +2,13 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -27,6 +29,11 @@ import (
 // (members already running) goes only to the domain that holds all those
 // nodes, at the smallest of its levels that has one. Place does not change
 // what the snapshot considers allocated; call Assume.
+//
+// Every Allocate call counts against Config.Budget and goes through the
+// gang's Memory (allocator.go): a Place that spends its budget stops there
+// and returns an Unschedulable with TimedOut set, as does one refused
+// after any of its calls ran out of time (made or remembered).
 func Place(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*Decision, *Unschedulable, error) {
 	cfg = cfg.withDefaults()
 	if _, err := ParsePackOrder(string(cfg.PackOrder)); err != nil {
@@ -39,6 +46,19 @@ func Place(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*Decisi
 	if err != nil {
 		return nil, nil, err
 	}
+	d, u, err := p.place(ctx)
+	switch {
+	case errors.Is(err, errBudget):
+		return nil, p.timedOut(), nil
+	case u != nil && p.meter.TimedOut():
+		p.markTimedOut(u)
+	}
+	return d, u, err
+}
+
+// place is Place once the placer is made.
+func (p *placer) place(ctx context.Context) (*Decision, *Unschedulable, error) {
+	g, s := p.g, p.s
 	levels := s.LevelsFor(g.TopologyKey, g.PreferredTopologyKey)
 	if len(g.BoundNodes) > 0 {
 		l, why := p.pinTo(levels)
@@ -122,6 +142,8 @@ type placer struct {
 	pin *topology.Domain
 	// warnings about the gang's spec, for the Decision or Unschedulable.
 	warnings []string
+	// meter counts the Allocate calls against Config.Budget.
+	meter *cost.Meter
 }
 
 // newPlacer makes the pieces of one Place call, each given what it needs.
@@ -136,7 +158,10 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 	}
 	logger := klog.FromContext(ctx)
 	stats, refused := &Stats{}, refusals{}
-	alloc := allocator{s: s, stats: stats}
+	alloc, err := newAllocator(cfg, s, g, stats)
+	if err != nil {
+		return nil, err
+	}
 	fit := newFits(ctx, m, s, pins)
 	copies := &railCopies{class: m.class}
 	follow := &follower{members: m, s: s, copies: copies, alloc: alloc, stats: stats, required: g.RailAlignmentRequired, off: cfg.oldRails}
@@ -147,7 +172,7 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 	pack := &packer{members: m, s: s, fit: fit, order: cfg.PackOrder, balanced: g.Balanced}
 	fill := &filler{members: m, s: s, fit: fit, pack: pack, follow: follow, align: align, search: search, alloc: alloc,
 		refused: refused, shared: shared, anchors: cfg.MaxSharedAnchors, old: cfg.oldRails}
-	return &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused}, nil
+	return &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused, meter: alloc.meter}, nil
 }
 
 // entries returns the level's domains to try in best-fit order: those with

@@ -26,8 +26,12 @@
 //     lacked (DevicesFreed).
 //   - A woken gang whose backoff has not ended waits in the backoff queue,
 //     which hands it out early when nothing else is ready (kube-scheduler's
-//     SchedulerPopFromBackoffQ); a gang that errored (ParkError) waits its
-//     backoff out.
+//     SchedulerPopFromBackoffQ); a gang that errored (ParkError) or timed
+//     out (ParkTimedOut) waits its backoff out.
+//   - A gang that timed out (its attempt spent the placement budget, or
+//     its claims ran out of the allocator's time) backs off harder: its
+//     attempt counts TimedOutWeight times and its backoff may reach
+//     TimedOutMaxFactor × MaxBackoff.
 //   - A gang that is not ready (too few members, a claim missing) waits for
 //     an event about itself (Add) or a claim in its namespace (WakeWaiting).
 //   - An attempt passes the Cycle it started at to Park* and Wait: when a

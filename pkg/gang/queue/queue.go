@@ -25,6 +25,7 @@ type Interface interface {
 	Park(key string, cycle uint64) time.Duration
 	ParkDevicesShort(key string, cycle uint64, short int) time.Duration
 	ParkError(key string, cycle uint64) time.Duration
+	ParkTimedOut(key string, cycle uint64) time.Duration
 	ParkShort(key string, cycle uint64) time.Duration
 	Wait(key, namespace string, cycle uint64)
 	Forget(key string)

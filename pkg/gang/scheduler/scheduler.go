@@ -20,6 +20,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -53,6 +54,9 @@ type Scheduler struct {
 	// (rooms.go); set by Run.
 	guard   *guard.Guard
 	pending pendingSet
+	// costs: each gang's memory of refused and timed-out Allocate calls
+	// (placement.Gang.Memory), dropped when the gang is forgotten.
+	costs *cost.Memories
 
 	// Set by Run: the informers and the listers the loop and the rooms
 	// read; gangs reads gangs' pods; snaps serves the worker its
@@ -92,6 +96,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg:     cfg,
 		queue:   queue.New(queue.Config{InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff, MaxUnschedulableWait: cfg.MaxUnschedulableWait}),
 		assumed: newAssumeCache(),
+		costs:   cost.NewMemories(0),
 	}
 	s.pipe = commit.NewPipeline(cfg.CommitsInFlight, s.queue.ShutDown)
 	s.gate = &gate.Gate{Stopped: s.pipe.Stopped, Fence: cfg.Fence, Hook: cfg.CommitHook}
