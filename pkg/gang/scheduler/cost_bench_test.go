@@ -30,30 +30,31 @@ import (
 // commitsInFlight at once (docs/benchmarks.md, BenchmarkSmallGangs).
 // Informers, status writes and events are not in it.
 //
-// Normal tenant: 100 gangs of 3 one-GPU pods and 20 of 2 eight-GPU pods.
-// Adversary (older, so ranked first): 10 one-pod gangs whose claim has 32
-// valid but slow CEL selectors (each call runs out of the allocator's
-// 100 ms), 50 gangs with 200 KiB annotations on their PodGroup's pods that
-// fit nowhere, and 2,000 one-pod gangs of 16 GPUs (no node has 16).
-// wake: how often the cluster wakes every parked gang (FlushParked:
-// slices, nodes or classes changing); 0: never, as placing the normal
-// gangs alone does not.
+// Normal tenant (namespace default): 100 gangs of 3 one-GPU pods and 20
+// of 2 eight-GPU pods. Adversary (namespace adversary, all older, so ranked
+// first at the same priority): 10 one-pod gangs whose claim has 32 valid
+// but slow CEL selectors (each call runs out of the allocator's 100 ms),
+// 50 gangs of 2 × 16 GPUs (they fit nowhere) with 200 KiB annotations on
+// their pods, and 2,000 one-pod gangs of 16 GPUs (no node has 16). The
+// variants (costVariant) turn the namespaces' fair share on and off, wake
+// the parked gangs periodically, and model parallel placement.
 func BenchmarkAdversarialTenant(b *testing.B) {
-	for _, v := range []struct {
-		name        string
-		adversary   bool
-		wake        time.Duration
-		commitDelay time.Duration
-	}{
-		{"clean", false, 0, commitLatency},
-		{"adversary", true, 0, commitLatency},
-		{"adversary/wake-1s", true, time.Second, commitLatency},
-		{"clean/worker-only", false, 0, 0},
-		{"adversary/worker-only", true, 0, 0},
+	for _, v := range []costVariant{
+		{name: "clean", commit: commitLatency, workers: 1, fair: true},
+		{name: "adversary/budget-only", adversary: true, commit: commitLatency, workers: 1},
+		{name: "adversary/budget-only/wake-1s", adversary: true, wake: time.Second, commit: commitLatency, workers: 1},
+		{name: "adversary/budget-only/2-workers", adversary: true, commit: commitLatency, workers: 2},
+		{name: "adversary/budget-only/wake-1s/2-workers", adversary: true, wake: time.Second, commit: commitLatency, workers: 2},
+		{name: "adversary/budget-only/wake-1s/4-workers", adversary: true, wake: time.Second, commit: commitLatency, workers: 4},
+		{name: "adversary/fair", adversary: true, commit: commitLatency, workers: 1, fair: true},
+		{name: "adversary/fair/wake-1s", adversary: true, wake: time.Second, commit: commitLatency, workers: 1, fair: true},
+		{name: "clean/worker-only", workers: 1, fair: true},
+		{name: "adversary/fair/worker-only", adversary: true, workers: 1, fair: true},
+		{name: "adversary/fair/wake-1s/worker-only", adversary: true, wake: time.Second, workers: 1, fair: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			for b.Loop() {
-				h := newCostHarness(b, v.adversary, v.wake, v.commitDelay)
+				h := newCostHarness(b, v)
 				h.run(b)
 				b.ReportMetric(h.bound.Seconds(), "s-to-all-bound")
 				b.ReportMetric(h.workerTime[kindNormal].Seconds(), "s-worker-normal")
@@ -65,6 +66,21 @@ func BenchmarkAdversarialTenant(b *testing.B) {
 			}
 		})
 	}
+}
+
+// costVariant is one run's setting: with the adversary; wake: how often
+// the cluster wakes every parked gang (0: never); commit: the modelled
+// commit latency (0: the worker alone); workers: attempts at once (more
+// than 1 models parallel placement optimistically: each attempt as fast
+// as alone, no conflicts); fair: the worker charges each attempt to its
+// namespace (Queue.Charge), as the scheduler does.
+type costVariant struct {
+	name      string
+	adversary bool
+	wake      time.Duration
+	commit    time.Duration
+	workers   int
+	fair      bool
 }
 
 // commitLatency and commitsInFlight model the commit pipeline:
@@ -88,30 +104,39 @@ type benchGang struct {
 }
 
 // costHarness is one run: a snapshot, the queue on a fake clock, the
-// gangs' memories, the commits in flight.
+// gangs' memories, the attempts and commits in flight.
 type costHarness struct {
-	cfg       placement.Config
-	snap      *index.Snapshot
-	q         *queue.Queue
-	clk       *testingclock.FakeClock
-	start     time.Time
-	mem       *cost.Memories
-	gangs     map[string]benchGang
-	since     map[string]time.Time
-	inflight  []time.Time // commit ends, sorted
-	normal    int         // normal gangs not yet handed to a commit
-	bound     time.Duration
-	wake      time.Duration
-	nextWake  time.Time
-	commit    time.Duration
-	refusedOK int // normal gangs refused (should stay 0)
+	v        costVariant
+	cfg      placement.Config
+	snap     *index.Snapshot
+	q        *queue.Queue
+	clk      *testingclock.FakeClock
+	start    time.Time
+	mem      *cost.Memories
+	gangs    map[string]benchGang
+	since    map[string]time.Time
+	ends     []attemptEnd // attempts in flight, by end
+	commits  []time.Time  // commit ends, sorted
+	normal   int          // normal gangs not yet handed to a commit
+	bound    time.Duration
+	nextWake time.Time
+	refused  int // attempts of normal gangs refused (should stay 0)
 
 	workerTime map[string]time.Duration
 	attempts   map[string]int
 	calls      map[string]int
 }
 
-func newCostHarness(b *testing.B, adversary bool, wake, commit time.Duration) *costHarness {
+// attemptEnd is an attempt's outcome, applied when it ends.
+type attemptEnd struct {
+	at    time.Time
+	key   string
+	cycle uint64
+	d     *placement.Decision
+	u     *placement.Unschedulable
+}
+
+func newCostHarness(b *testing.B, v costVariant) *costHarness {
 	ctx := context.Background()
 	built, err := scenario.Build(scenario.HGXScenario(1000, 1))
 	if err != nil {
@@ -126,15 +151,16 @@ func newCostHarness(b *testing.B, adversary bool, wake, commit time.Duration) *c
 		b.Fatal(err)
 	}
 	clk := testingclock.NewFakeClock(time.Unix(1_000_000, 0))
-	h := &costHarness{cfg: built.Config, snap: snap, clk: clk, start: clk.Now(), mem: cost.NewMemories(0), gangs: map[string]benchGang{}, since: map[string]time.Time{},
-		wake: wake, nextWake: clk.Now().Add(wake), commit: commit,
-		workerTime: map[string]time.Duration{}, attempts: map[string]int{}, calls: map[string]int{}}
+	h := &costHarness{v: v, cfg: built.Config, snap: snap, clk: clk, start: clk.Now(), mem: cost.NewMemories(0), gangs: map[string]benchGang{}, since: map[string]time.Time{},
+		nextWake: clk.Now().Add(v.wake), workerTime: map[string]time.Duration{}, attempts: map[string]int{}, calls: map[string]int{}}
 	h.q = queue.New(queue.Config{InitialBackoff: time.Second, MaxBackoff: 10 * time.Second, MaxUnschedulableWait: time.Minute, Clock: clk})
 	h.q.SetRank(func(key string) queue.Rank { return queue.Rank{Since: h.since[key]} })
-	if adversary {
+	if v.adversary {
+		// Older than the normal gangs, the dearest first: the worst order
+		// for the others.
 		older := h.start.Add(-time.Second)
 		for i := range 10 {
-			h.add(b, kindSlow, scenario.GangSpec{Name: fmt.Sprintf("slow-%d", i), Pods: 1, GPUsPerPod: 1}, older, slowClaims)
+			h.add(b, kindSlow, scenario.GangSpec{Name: fmt.Sprintf("slow-%d", i), Pods: 1, GPUsPerPod: 1}, older.Add(-time.Second), slowClaims)
 		}
 		for i := range 50 {
 			h.add(b, kindHuge, scenario.GangSpec{Name: fmt.Sprintf("huge-%d", i), Pods: 2, GPUsPerPod: 16}, older, hugeAnnotations)
@@ -184,7 +210,10 @@ func slowClaims(g *placement.Gang) {
 	}
 }
 
-// hugeAnnotations puts 200 KiB of annotations on each member.
+// hugeAnnotations puts 200 KiB of annotations on each member. The engine
+// reads none of them (only the PodGroup's three gpufabric.dev ones, which
+// are validated and short): their cost is the API's and the messages',
+// not in this harness.
 func hugeAnnotations(g *placement.Gang) {
 	v := strings.Repeat("x", 200<<10)
 	for _, m := range g.Members {
@@ -192,68 +221,97 @@ func hugeAnnotations(g *placement.Gang) {
 	}
 }
 
-// run places until every normal gang's commit ended.
+// run places until every normal gang's commit ended, with v.workers
+// attempts at once.
 func (h *costHarness) run(b *testing.B) {
+	free := make([]time.Time, h.v.workers)
+	for i := range free {
+		free[i] = h.start
+	}
 	for h.normal > 0 {
-		key, ok := h.next(b)
-		if !ok {
-			break
+		w := 0
+		for i := range free {
+			if free[i].Before(free[w]) {
+				w = i
+			}
 		}
-		h.attempt(b, key)
-		h.q.Done(key)
+		if free[w].After(h.clk.Now()) {
+			h.advanceTo(free[w])
+			continue // the attempts that ended may have been the last
+		}
+		if h.q.Counts()["active"] == 0 {
+			h.advanceTo(h.nextEvent(b))
+			continue
+		}
+		key, quit := h.q.Get()
+		if quit {
+			b.Fatal("queue shut down")
+		}
+		free[w] = h.attempt(b, key)
 	}
-	for len(h.inflight) > 0 {
-		h.advanceTo(h.inflight[len(h.inflight)-1])
+	for len(h.ends) > 0 || len(h.commits) > 0 {
+		h.advanceTo(h.nextEvent(b))
 	}
-	if h.refusedOK > 0 {
-		b.Errorf("%d attempts of normal gangs refused", h.refusedOK)
+	if h.refused > 0 {
+		b.Errorf("%d attempts of normal gangs refused", h.refused)
 	}
 }
 
-// next returns the next gang the worker gets: at once when one is ready;
-// otherwise the fake clock moves on (commits end, backoffs end) until one
-// is.
-func (h *costHarness) next(b *testing.B) (string, bool) {
-	for range 100_000 {
-		if h.q.Counts()["active"] > 0 {
-			k, quit := h.q.Get()
-			return k, !quit
+// nextEvent is when something happens next: an attempt or a commit ends,
+// else 100 ms on (backoffs end on the fake clock's timers).
+func (h *costHarness) nextEvent(b *testing.B) time.Time {
+	next := h.clk.Now().Add(100 * time.Millisecond)
+	if len(h.ends) > 0 && h.ends[0].at.Before(next) {
+		next = h.ends[0].at
+	}
+	if len(h.commits) > 0 && h.commits[0].Before(next) {
+		next = h.commits[0]
+	}
+	if next.Sub(h.start) > 3*time.Hour {
+		b.Fatal("no normal gang placed in 3 hours")
+	}
+	return next
+}
+
+// advanceTo moves the fake clock to t: attempts and commits end, and the
+// cluster wakes the parked gangs every v.wake, each at its time.
+func (h *costHarness) advanceTo(t time.Time) {
+	for {
+		at := t
+		if h.v.wake > 0 && h.nextWake.Before(at) {
+			at = h.nextWake
+		}
+		if len(h.ends) > 0 && h.ends[0].at.Before(at) {
+			at = h.ends[0].at
+		}
+		if len(h.commits) > 0 && h.commits[0].Before(at) {
+			at = h.commits[0]
+		}
+		if d := at.Sub(h.clk.Now()); d > 0 {
+			h.clk.Step(d)
 		}
 		switch {
-		case len(h.inflight) > 0:
-			h.advanceTo(h.inflight[0])
-		default:
-			h.advanceTo(h.clk.Now().Add(100 * time.Millisecond))
+		case len(h.ends) > 0 && !h.ends[0].at.After(at):
+			e := h.ends[0]
+			h.ends = h.ends[1:]
+			h.end(e)
+		case len(h.commits) > 0 && !h.commits[0].After(at):
+			h.commits = h.commits[1:]
+		case h.v.wake > 0 && !h.nextWake.After(at):
+			h.q.FlushParked()
+			h.nextWake = h.nextWake.Add(h.v.wake)
 		}
-	}
-	b.Fatal("no gang ready for 10,000 s")
-	return "", false
-}
-
-// advanceTo steps the fake clock to t, ending the commits due and waking
-// the parked gangs every h.wake.
-func (h *costHarness) advanceTo(t time.Time) {
-	for h.wake > 0 && !h.nextWake.After(t) {
-		h.stepTo(h.nextWake)
-		h.q.FlushParked()
-		h.nextWake = h.nextWake.Add(h.wake)
-	}
-	h.stepTo(t)
-}
-
-func (h *costHarness) stepTo(t time.Time) {
-	if d := t.Sub(h.clk.Now()); d > 0 {
-		h.clk.Step(d)
-	}
-	for len(h.inflight) > 0 && !h.inflight[0].After(h.clk.Now()) {
-		h.inflight = h.inflight[1:]
+		if !at.Before(t) && (len(h.ends) == 0 || h.ends[0].at.After(t)) && (len(h.commits) == 0 || h.commits[0].After(t)) &&
+			(h.v.wake == 0 || h.nextWake.After(t)) {
+			return
+		}
 	}
 }
 
 // attempt places one gang as the worker does (cycle.go: the attempt's
-// budget and memory; refuse's parking rules) and lets the fake clock pass
-// the time it took.
-func (h *costHarness) attempt(b *testing.B, key string) {
+// budget and the gang's memory) and returns when it ends on the fake
+// clock: now plus the time it took. Its outcome is applied then (end).
+func (h *costHarness) attempt(b *testing.B, key string) time.Time {
 	ctx := context.Background()
 	bg := h.gangs[key]
 	cycle := h.q.Cycle()
@@ -276,36 +334,51 @@ func (h *costHarness) attempt(b *testing.B, key string) {
 	} else {
 		h.calls[bg.kind] += u.Stats.AllocateCalls
 	}
-	h.advanceTo(h.clk.Now().Add(took))
-	switch {
-	case d != nil:
-		h.q.Forget(key)
-		h.mem.Forget(key)
-		h.hand(bg)
-	case u.TimedOut != nil:
-		h.q.ParkTimedOut(key, cycle)
-	case devicesShort(bg.g, u) > 0:
-		h.q.ParkDevicesShort(key, cycle, devicesShort(bg.g, u))
-	default:
-		h.q.Park(key, cycle)
+	if h.v.fair {
+		h.q.Charge(key, took)
 	}
-	if d == nil && bg.kind == kindNormal {
-		h.refusedOK++
+	e := attemptEnd{at: h.clk.Now().Add(took), key: key, cycle: cycle, d: d, u: u}
+	i, _ := slices.BinarySearchFunc(h.ends, e, func(a, b attemptEnd) int { return a.at.Compare(b.at) })
+	h.ends = slices.Insert(h.ends, i, e)
+	return e.at
+}
+
+// end applies an attempt's outcome as the loop does: a placed gang goes to
+// the commit pipeline (waiting for a slot); a refused one is parked by
+// refuse's rules.
+func (h *costHarness) end(e attemptEnd) {
+	bg := h.gangs[e.key]
+	defer h.q.Done(e.key)
+	switch {
+	case e.d != nil:
+		h.q.Forget(e.key)
+		h.mem.Forget(e.key)
+		h.hand(bg)
+		return
+	case e.u.TimedOut != nil:
+		h.q.ParkTimedOut(e.key, e.cycle)
+	case devicesShort(bg.g, e.u) > 0:
+		h.q.ParkDevicesShort(e.key, e.cycle, devicesShort(bg.g, e.u))
+	default:
+		h.q.Park(e.key, e.cycle)
+	}
+	if bg.kind == kindNormal {
+		h.refused++
 	}
 }
 
-// hand hands a placed gang to the commit pipeline, waiting for a free slot
-// as commit.Pipeline does.
+// hand hands a placed normal gang to the commit pipeline, waiting for a
+// free slot as commit.Pipeline does.
 func (h *costHarness) hand(bg benchGang) {
 	if bg.kind != kindNormal {
 		return
 	}
-	for len(h.inflight) >= commitsInFlight {
-		h.advanceTo(h.inflight[0])
+	for len(h.commits) >= commitsInFlight {
+		h.advanceTo(h.commits[0])
 	}
-	end := h.clk.Now().Add(h.commit)
-	h.inflight = append(h.inflight, end)
-	slices.SortFunc(h.inflight, func(a, b time.Time) int { return a.Compare(b) })
+	end := h.clk.Now().Add(h.v.commit)
+	i, _ := slices.BinarySearchFunc(h.commits, end, func(a, b time.Time) int { return a.Compare(b) })
+	h.commits = slices.Insert(h.commits, i, end)
 	h.normal--
 	h.bound = max(h.bound, end.Sub(h.start))
 }

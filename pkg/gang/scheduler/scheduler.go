@@ -208,7 +208,9 @@ func (s *Scheduler) work(ctx context.Context) error {
 			return s.pipe.Stopped()
 		}
 		s.handedOff = false
+		began := time.Now()
 		err := s.scheduleKey(ctx, key)
+		s.queue.Charge(key, time.Since(began)) // its namespace's share of the worker
 		if !s.handedOff {
 			s.queue.Done(key)
 		}
