@@ -133,7 +133,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	}
 	if err != nil || restarting {
 		if err == nil || !gate.Stops(err) {
-			s.queue.RetryAfter(key, time.Second)
+			s.queue.RetryAfter(key, s.restarts.RetryIn(key)) // backs off while a PDB blocks it
 		}
 		if gate.Stops(err) {
 			return err
