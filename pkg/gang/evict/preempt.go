@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
@@ -41,6 +42,14 @@ type Evictor struct {
 	// starving: how long gangs wait, and the domains held for those past
 	// Config.StarvationBound.
 	starving *starvation
+}
+
+// clock is Config.Clock, or the real clock.
+func (e *Evictor) clock() clock.PassiveClock {
+	if e.cfg.Clock != nil {
+		return e.cfg.Clock
+	}
+	return clock.RealClock{}
 }
 
 // New returns the evict room for cfg.
@@ -82,15 +91,25 @@ func (e *Evictor) AfterRefusal(ctx context.Context, a *Attempt, g *placement.Gan
 
 // preempt evaluates a preemption for the gang and, when a plan exists,
 // records the nomination and evicts the victims.
+//
+// The scan of what may be evicted (pods, claims, budgets) and the
+// evaluation share one budget, Config.PreemptionBudget: a scan that uses
+// it up ends the preemption without a plan, and says so.
 func (e *Evictor) preempt(ctx context.Context, a *Attempt, g *placement.Gang, in index.SnapshotInput) (string, bool, error) {
 	start := time.Now()
-	vs, err := e.victims.gather(a.Priority)
+	b := &budget{clock: e.clock(), deadline: e.clock().Now().Add(e.cfg.PreemptionBudget)}
+	vs, err := e.victims.gather(a.Priority, b)
+	if errors.Is(err, errOutOfBudget) {
+		e.cfg.Metrics.preemption(preemptNoPlan, time.Since(start).Seconds())
+		klog.FromContext(ctx).V(2).Info("Preemption out of budget", "err", err, "budget", e.cfg.PreemptionBudget)
+		return fmt.Sprintf("preemption: its budget of %s ran out before the victims were chosen", e.cfg.PreemptionBudget), false, nil
+	}
 	if err != nil || len(vs.units) == 0 {
 		return "", false, err // nothing runs below it: nothing to say
 	}
 	plan, why, err := preemption.Evaluate(ctx, e.cfg.Placement, preemption.Request{
 		Gang: g, Priority: a.Priority, Input: in, Units: vs.units, Budgets: vs.budgets,
-		Now: time.Now(), Budget: e.cfg.PreemptionBudget,
+		Now: time.Now(), Budget: b.left(),
 	})
 	if err != nil {
 		return "", false, fmt.Errorf("evaluate preemption: %w", err)
