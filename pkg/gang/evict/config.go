@@ -96,6 +96,9 @@ type Config struct {
 	NominationTimeout time.Duration
 	PreemptionBudget  time.Duration
 	StarvationBound   time.Duration
+	// StarvationReservationsPerNamespace bounds the reservations the
+	// starving gangs of one namespace hold at once (0: 1).
+	StarvationReservationsPerNamespace int
 	// Clock, when set, replaces the real clock of the restart backoff and
 	// the preemption budget (tests).
 	Clock clock.PassiveClock

@@ -261,6 +261,45 @@ func (e *Evictor) Held(a *Attempt) sets.Set[string] {
 	return held
 }
 
+// HeldNote says, for attempt a's refusal, which nodes other gangs hold
+// against it (Held) and for what, naming neither those gangs nor, for
+// another namespace's, their namespace: "" when none is held.
+func (e *Evictor) HeldNote(a *Attempt) string {
+	_, ns, _ := vocab.SplitKey(a.Key)
+	whose := func(key string) string {
+		if _, other, _ := vocab.SplitKey(key); other == ns {
+			return "of this namespace"
+		}
+		return "of another namespace"
+	}
+	byWhy := map[string]sets.Set[string]{}
+	add := func(why string, nodes ...string) {
+		if byWhy[why] == nil {
+			byWhy[why] = sets.New[string]()
+		}
+		byWhy[why].Insert(nodes...)
+	}
+	for _, nm := range e.nominations.all() {
+		if nm.rec.Gang != a.Key && nm.rec.Priority >= a.Priority && !nm.done.Load() {
+			add("held for a preempting gang "+whose(nm.rec.Gang), nm.rec.Nodes...)
+		}
+	}
+	for _, r := range e.starving.against(a) {
+		add("reserved for a starving gang "+whose(r.key), r.nodes.UnsortedList()...)
+	}
+	if len(byWhy) == 0 {
+		return ""
+	}
+	all := sets.New[string]()
+	parts := make([]string, 0, len(byWhy))
+	for _, why := range sets.List(sets.KeySet(byWhy)) {
+		all = all.Union(byWhy[why])
+		parts = append(parts, fmt.Sprintf("%d %s", byWhy[why].Len(), why))
+	}
+	return fmt.Sprintf("%d nodes were not considered, other gangs hold them: %s (what follows counts only the other nodes)",
+		all.Len(), strings.Join(parts, ", "))
+}
+
 // GangDone ends what a gang held while it waited (it was placed, or is
 // gone): its reservation and its nomination.
 func (e *Evictor) GangDone(ctx context.Context, key string) error {

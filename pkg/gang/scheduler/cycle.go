@@ -204,6 +204,9 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 			a.short = devicesShort(g, u)
 		}
 		msg := u.Message
+		if note := s.evict.HeldNote(a.preemptor()); note != "" {
+			msg = note + "\n" + msg // not "no node carries this label" alone
+		}
 		if !s.cfg.DisablePreemption {
 			// Preemption plans on the listers, which do not show the
 			// commits in flight: let them land first.
