@@ -113,3 +113,43 @@ func reservedEvent(ctx context.Context, c kubernetes.Interface, ns, name string)
 	}
 	return ""
 }
+
+// TestSchedulerChannelsOnlyForGPUGangs: a tenant's GPU-less gangs, each
+// asking for a fabric-domain channel, get none (refused, saying why), so
+// another tenant's GPU gang still gets one of the domain's two channels.
+// Before, the two GPU-less gangs took both channels and the GPU gang was
+// refused with "2 of 2 channels ... in use".
+func TestSchedulerChannelsOnlyForGPUGangs(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{ControllerManager: true})
+	admin := cp.AdminClient(t)
+	itest.FabricCluster(t, admin, []string{"a"}, 2, 4)
+	const nsA, nsB = "tenant-a", "tenant-b"
+	for _, ns := range []string{nsA, nsB} {
+		itest.GangNamespace(t, admin, ns, 4)
+	}
+	tenantA, tenantB := tenantClient(t, cp, nsA, nsA), tenantClient(t, cp, nsB, nsB)
+	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{DomainChannels: 2})
+
+	for _, g := range []string{"cpu-0", "cpu-1"} {
+		_, err := tenantA.SchedulingV1beta1().PodGroups(nsA).Create(t.Context(), itest.TemplateGroup(nsA, g, 1), metav1.CreateOptions{})
+		itest.Must(t, "create podgroup", err)
+		p := itest.TemplatePod(nsA, g+"-0", g)
+		p.Spec.ResourceClaims = p.Spec.ResourceClaims[:1] // the channel only
+		p.Spec.Containers[0].Resources.Claims = p.Spec.Containers[0].Resources.Claims[:1]
+		_, err = tenantA.CoreV1().Pods(nsA).Create(t.Context(), p, metav1.CreateOptions{})
+		itest.Must(t, "create GPU-less pod", err)
+	}
+	for _, g := range []string{"cpu-0", "cpu-1"} {
+		itest.Poll(t, g+" refused for using no GPU", 30*time.Second, func(ctx context.Context) error {
+			return groupCondition(ctx, admin, nsA, g, metav1.ConditionFalse, schedulingv1beta1.PodGroupReasonUnschedulable,
+				"but no member of the gang uses a GPU of that NVLink domain")
+		})
+	}
+	itest.CreateGang(t, tenantB, nsB, "gpu", 1, 1)
+	waitBound(t, admin, nsB, "gpu", 1)
+	st, err := itest.ReadGang(t.Context(), admin, nsA)
+	itest.Must(t, "read tenant A", err)
+	if n := st.Allocated(); n != 0 {
+		t.Errorf("tenant A's GPU-less gangs hold %d allocated claims, want none", n)
+	}
+}
