@@ -30,12 +30,12 @@ import (
 // each List (a scan that takes that long), the others count their lists.
 type scanListers struct {
 	corelisters.PodLister
-	clk                *testingclock.FakeClock
-	step               time.Duration
-	claims             *countingClaims
-	pdbs               *countingPDBs
-	podGroups          schedulinglisters.PodGroupLister
-	podLists, pdbLists int
+	clk       *testingclock.FakeClock
+	step      time.Duration
+	claims    *countingClaims
+	pdbs      *countingPDBs
+	podGroups schedulinglisters.PodGroupLister
+	podLists  int
 }
 
 func (l *scanListers) List(sel labels.Selector) ([]*v1.Pod, error) {
