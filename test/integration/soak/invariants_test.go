@@ -149,4 +149,3 @@ func placedOrRefused(st *itest.GangState, pg *schedulingv1beta1.PodGroup) error 
 	}
 	return fmt.Errorf("%d of %d bound, condition %+v", bound, pods, c)
 }
-
