@@ -11,6 +11,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
+	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
@@ -75,6 +76,7 @@ func (s *Scheduler) wireRooms() {
 	}
 	s.evict = evict.New(cfg)
 	s.restarts = evict.NewRestarter(cfg)
+	s.snaps.trust = nodetrust.New(s.report, s.nodes.Get, nil)
 }
 
 // newGuard builds the double-allocation guard of this term on the

@@ -115,6 +115,10 @@ const (
 	EventReserved = "Reserved"
 	// EventGangRestart is the PodGroup's event when its restart starts.
 	EventGangRestart = "GangRestart"
+	// EventNodeFabricRefused: on a Node whose slices declare an NVLink
+	// domain its admin label contradicts (or lacks, when required): nothing
+	// is placed on it (docs/topology-labels.md).
+	EventNodeFabricRefused = "FabricDomainRefused"
 )
 
 // The objects the scheduler keeps in its record namespace.
