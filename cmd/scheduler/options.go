@@ -38,6 +38,9 @@ type options struct {
 	packOrder       string
 	syncTimeout     time.Duration
 	preemption      preemptionOptions
+	serving         servingOptions
+	// requireAdminLabels: --require-admin-topology-labels.
+	requireAdminLabels bool
 }
 
 // preemptionOptions are the priority settings (docs/design/preemption.md).
@@ -87,6 +90,11 @@ var envTwins = map[string]string{
 	"logging-format":              "GPUFABRIC_LOGGING_FORMAT",
 
 	"starvation-reservations-per-namespace": "GPUFABRIC_STARVATION_RESERVATIONS_PER_NAMESPACE",
+
+	"tls-cert-file":                    "GPUFABRIC_TLS_CERT_FILE",
+	"tls-private-key-file":             "GPUFABRIC_TLS_PRIVATE_KEY_FILE",
+	"authorization-always-allow-paths": "GPUFABRIC_AUTHORIZATION_ALWAYS_ALLOW_PATHS",
+	"require-admin-topology-labels":    "GPUFABRIC_REQUIRE_ADMIN_TOPOLOGY_LABELS",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -103,7 +111,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.leDurations.retry, "leader-elect-retry-period", 2*time.Second, "how often replicas try to acquire or renew the Lease")
 	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of /metrics and of the health endpoints /livez, /readyz and /healthz; empty disables them")
-	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port, to users RBAC allows the non-resource URL /debug/pprof/*")
+	o.serving.bind(fs)
+	fs.BoolVar(&o.requireAdminLabels, "require-admin-topology-labels", false, "place gangs only on nodes whose multi-node NVLink domain an admin confirmed with the node label "+topology.LabelAdminNVLinkDomain+
+		", and only with --topology-levels under "+topology.AdminLabelPrefix+" (docs/topology-labels.md); a node whose slices contradict that label is refused either way")
 	fs.BoolVar(&o.domainMetrics, "per-domain-metrics", false, "also export gpufabric_scheduler_domain_free_gpus{domain}: one series per NVLink domain (one per node on HGX); off: only the per-level aggregates")
 	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
 	fs.IntVar(&o.commitsInFlight, "commits-in-flight", scheduler.DefaultCommitsInFlight, "gangs whose commits run at once while the next gangs are placed (1..256)")
@@ -154,6 +165,14 @@ func (o *options) validate() error {
 	}
 	if o.apiContentType != runtime.ContentTypeProtobuf && o.apiContentType != runtime.ContentTypeJSON {
 		return fmt.Errorf("--kube-api-content-type must be %s or %s, got %q", runtime.ContentTypeProtobuf, runtime.ContentTypeJSON, o.apiContentType)
+	}
+	if err := o.serving.validate(); err != nil {
+		return err
+	}
+	if o.requireAdminLabels {
+		if err := topology.AdminOwnedLevels(o.levels()); err != nil {
+			return fmt.Errorf("--require-admin-topology-labels: %w", err)
+		}
 	}
 	if o.profiling && o.metricsAddress == "" {
 		return errors.New("--profiling needs --metrics-address: the profiles are served beside /metrics")
