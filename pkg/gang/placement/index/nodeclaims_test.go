@@ -1,8 +1,10 @@
 package index_test
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -64,9 +66,12 @@ func TestRefusedNodesGetNothing(t *testing.T) {
 			t.Errorf("require=%t: the intruder is in domain %s", require, e.Domain().ID)
 		}
 		for _, g := range built.Gangs {
-			d, _, err := placement.Place(ctx, built.Config, snap, g)
+			d, u, err := placement.Place(ctx, built.Config, snap, g)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if u != nil && !strings.Contains(u.Message, fmt.Sprintf("nodes rejected: %d %s", len(wantRefused), placement.CheckNodeRefused)) {
+				t.Errorf("require=%t: gang %s: message %q does not count the refused nodes", require, g.Key(), u.Message)
 			}
 			var nodes []string
 			if d != nil {
