@@ -26,7 +26,7 @@ const (
 	CheckSharedSelector = "node outside the shared claims' node selector"
 	// CheckNodeRefused: the fabric tree left the node out
 	// (topology.CheckNodeDomain); the Node has the event that says why.
-	CheckNodeRefused  = "NVLink domain contradicting its admin label (see the Node's events)"
+	CheckNodeRefused  = "NVLink domain not trusted (see the Node's FabricDomainRefused event)"
 	checkInsufficient = "insufficient "
 )
 
