@@ -21,6 +21,12 @@ func BenchmarkSegmentedGang128(b *testing.B) {
 	benchSegments(b, scenario.GangSpec{Name: "seg", Pods: 128, GPUsPerPod: 4, SegmentSize: 16, SegmentTopologyKey: "rack"})
 }
 
+// BenchmarkSegmentedGang128by8 is the same gang in segments of 8 pods per
+// rack, which most spines hold.
+func BenchmarkSegmentedGang128by8(b *testing.B) {
+	benchSegments(b, scenario.GangSpec{Name: "seg8", Pods: 128, GPUsPerPod: 4, SegmentSize: 8, SegmentTopologyKey: "rack"})
+}
+
 func BenchmarkFlatGang128(b *testing.B) {
 	benchSegments(b, scenario.GangSpec{Name: "flat", Pods: 128, GPUsPerPod: 4})
 }
