@@ -254,8 +254,9 @@ func (sg *segmenter) request(ctx context.Context, d *topology.Domain, nodes []*i
 		req.AtLeast = len(req.Free)
 		why.waiting = waiting > 0
 	}
+	fs := sg.freeShapes(req.Free)
 	for i, b := range bins {
-		fit, err := sg.estimate(ctx, b, req.Bins[i].Pinned, req.Free)
+		fit, err := sg.estimate(ctx, b, req.Bins[i].Pinned, fs)
 		if err != nil {
 			return req, nil, why, err
 		}

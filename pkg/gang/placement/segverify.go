@@ -144,37 +144,49 @@ func (sg *segmenter) crossAnti(att *attempt, v *segPlacer) bool {
 	return false
 }
 
+// freeShapes is what the free segments need per shape: want, the members
+// of that shape over all of them; least, the fewest members of that shape
+// any one of them has.
+type freeShapes struct {
+	segments    int
+	want, least []int
+}
+
+func (sg *segmenter) freeShapes(free []int) freeShapes {
+	fs := freeShapes{segments: len(free), want: make([]int, len(sg.distinct)), least: make([]int, len(sg.distinct))}
+	per := make([]int, len(sg.distinct))
+	for i, s := range free {
+		clear(per)
+		for _, mi := range sg.lay.members[s] {
+			per[sg.ids[mi]]++
+			fs.want[sg.ids[mi]]++
+		}
+		for id, n := range per {
+			if i == 0 || n < fs.least[id] {
+				fs.least[id] = n
+			}
+		}
+	}
+	return fs
+}
+
 // estimate is how many of the free segments the bin holds at most besides
 // its pinned ones, by the cheap checks: per shape, the copies that fit on
 // its nodes, less the pinned members', over the fewest members of that
 // shape any free segment has; and all members over the segment size.
-func (sg *segmenter) estimate(ctx context.Context, bin *topology.Domain, pinned, free []int) (int, error) {
-	if len(free) == 0 {
+func (sg *segmenter) estimate(ctx context.Context, bin *topology.Domain, pinned []int, fs freeShapes) (int, error) {
+	if fs.segments == 0 {
 		return 0, nil
 	}
-	want := make([]int, len(sg.distinct))  // free members per shape
-	least := make([]int, len(sg.distinct)) // fewest per free segment
 	taken := make([]int, len(sg.distinct)) // by pinned members
-	for i, s := range free {
-		per := make([]int, len(sg.distinct))
-		for _, mi := range sg.lay.members[s] {
-			per[sg.ids[mi]]++
-			want[sg.ids[mi]]++
-		}
-		for id, n := range per {
-			if i == 0 || n < least[id] {
-				least[id] = n
-			}
-		}
-	}
 	for _, s := range pinned {
 		for _, mi := range sg.lay.members[s] {
 			taken[sg.ids[mi]]++
 		}
 	}
-	bound, total := len(free), 0
+	bound, total := fs.segments, 0
 	for id := range sg.distinct {
-		if want[id] == 0 {
+		if fs.want[id] == 0 {
 			continue
 		}
 		got := 0
@@ -183,15 +195,15 @@ func (sg *segmenter) estimate(ctx context.Context, bin *topology.Domain, pinned,
 			if err != nil {
 				return 0, err
 			}
-			if got += c; got >= want[id]+taken[id] {
-				got = want[id] + taken[id]
+			if got += c; got >= fs.want[id]+taken[id] {
+				got = fs.want[id] + taken[id]
 				break
 			}
 		}
 		avail := max(got-taken[id], 0)
 		total += avail
-		if least[id] > 0 {
-			bound = min(bound, avail/least[id])
+		if fs.least[id] > 0 {
+			bound = min(bound, avail/fs.least[id])
 		}
 	}
 	return min(bound, total/sg.size), nil
