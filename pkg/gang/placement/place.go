@@ -140,7 +140,7 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 	}
 	stats, refused := &Stats{}, refusals{}
 	fit := newFits(ctx, m, s, pins)
-	fill := newFiller(ctx, cfg, s, g, fit, stats, refused, shared)
+	fill := newFiller(ctx, cfg, s, g, fit, allocator{s: s, stats: stats}, refused, shared)
 	p := &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused}
 	if g.SegmentSize > 0 {
 		fill.seg, err = newSegmenter(ctx, cfg, s, g, fill)
@@ -149,10 +149,10 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 }
 
 // newFiller makes the filler and its pieces for the members fit checks,
-// with the gang's settings; the segmenter makes one per segment bin.
-func newFiller(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang, fit *fits, stats *Stats, refused refusals, shared sharedClaims) *filler {
-	m, logger := fit.members, klog.FromContext(ctx)
-	alloc := allocator{s: s, stats: stats}
+// with the gang's settings and the Place call's allocator; the segmenter
+// makes one per segment bin.
+func newFiller(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang, fit *fits, alloc allocator, refused refusals, shared sharedClaims) *filler {
+	m, logger, stats := fit.members, klog.FromContext(ctx), alloc.stats
 	copies := &railCopies{class: m.class}
 	follow := &follower{members: m, s: s, copies: copies, alloc: alloc, stats: stats, required: g.RailAlignmentRequired, off: cfg.oldRails}
 	search := &searcher{members: m, s: s, fit: fit, follow: follow, copies: copies, alloc: alloc, stats: stats, refused: refused, logger: logger,

@@ -190,7 +190,7 @@ func newSegmenter(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang, f
 			c.Balanced = false // the segments are the spread
 			sub = &c
 		}
-		return newFiller(ctx, cfg, s, sub, &fit, fill.alloc.stats, fill.refused, sharedClaims{})
+		return newFiller(ctx, cfg, s, sub, &fit, fill.alloc, fill.refused, sharedClaims{})
 	}
 	return sg, nil
 }
