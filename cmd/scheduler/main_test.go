@@ -37,6 +37,8 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_PACK_ORDER":                  "fullest-nodes",
 		"GPUFABRIC_PROFILING":                   "true",
 		"GPUFABRIC_PER_DOMAIN_METRICS":          "true",
+
+		"GPUFABRIC_STARVATION_RESERVATIONS_PER_NAMESPACE": "2",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
@@ -46,7 +48,8 @@ func TestEnvTwins(t *testing.T) {
 		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" || !o.profiling || !o.domainMetrics {
 		t.Errorf("options %+v", o)
 	}
-	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute}
+	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute,
+		reservationsPerNS: 2}
 	if diff := cmp.Diff(want, o.preemption, cmp.AllowUnexported(preemptionOptions{})); diff != "" {
 		t.Errorf("preemption options (-want +got):\n%s", diff)
 	}
@@ -80,6 +83,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--max-unschedulable-wait=0s"}, wantErr: "--max-unschedulable-wait must be at least 1s"},
 		{args: []string{"--commits-in-flight=0"}, wantErr: "--commits-in-flight must be 1..256, got 0"},
 		{args: []string{"--commits-in-flight=1"}},
+		{args: []string{"--starvation-reservations-per-namespace=0"}, wantErr: "--starvation-reservations-per-namespace must be at least 1, got 0"},
+		{args: []string{"--starvation-reservations-per-namespace=3"}},
 		{args: []string{"--kube-api-content-type=application/json"}},
 		{args: []string{"--pack-order=fullest-nodes"}},
 		{args: []string{"--pack-order=least-spread"}},

@@ -47,6 +47,9 @@ type preemptionOptions struct {
 	budget            time.Duration
 	starvationBound   time.Duration
 	unschedulableWait time.Duration
+	// reservationsPerNS bounds the starvation reservations of one
+	// namespace.
+	reservationsPerNS int
 }
 
 // leaseDurations are the leader election timings.
@@ -82,6 +85,8 @@ var envTwins = map[string]string{
 	"informer-sync-timeout":       "GPUFABRIC_INFORMER_SYNC_TIMEOUT",
 	"v":                           "GPUFABRIC_V",
 	"logging-format":              "GPUFABRIC_LOGGING_FORMAT",
+
+	"starvation-reservations-per-namespace": "GPUFABRIC_STARVATION_RESERVATIONS_PER_NAMESPACE",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -113,6 +118,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
 	fs.DurationVar(&p.budget, "preemption-budget", 2*time.Second, "wall time one preemption evaluation may take")
 	fs.DurationVar(&p.starvationBound, "starvation-bound", defaultStarvationBound, "a gang waiting longer holds the domain closest to fitting it; 0 disables reservations")
+	fs.IntVar(&p.reservationsPerNS, "starvation-reservations-per-namespace", scheduler.DefaultStarvationReservationsPerNamespace,
+		"starving gangs of one namespace that may hold a domain at once (the others wait without one): one tenant's gangs cannot reserve every domain")
 	fs.DurationVar(&p.unschedulableWait, "max-unschedulable-wait", time.Minute, "how long an unschedulable gang waits for a cluster change before it is retried anyway")
 	return o
 }
@@ -138,6 +145,9 @@ func (o *options) validate() error {
 		if d.v < d.min {
 			return fmt.Errorf("--%s must be at least %s, got %s", d.name, d.min, d.v)
 		}
+	}
+	if p.reservationsPerNS < 1 {
+		return fmt.Errorf("--starvation-reservations-per-namespace must be at least 1, got %d", p.reservationsPerNS)
 	}
 	if p.starvationBound > 0 && p.starvationBound < time.Second {
 		return fmt.Errorf("--starvation-bound must be 0 (off) or at least 1s, got %s", p.starvationBound)

@@ -115,6 +115,8 @@ func (o *options) schedulerConfig(client kubernetes.Interface, metrics *schedule
 		PreemptionBudget:     o.preemption.budget,
 		StarvationBound:      o.preemption.starvationBound,
 		MaxUnschedulableWait: o.preemption.unschedulableWait,
+
+		StarvationReservationsPerNamespace: o.preemption.reservationsPerNS,
 	}
 }
 

@@ -35,9 +35,11 @@
 // searchmemo.go (the member search), rails.go (rail-set search),
 // railfollow.go (NICs follow GPUs), railclaims.go (rail-limited claim
 // copies), railcount.go (free devices by rail), explain.go (explainer),
-// result.go (Decision, Unschedulable, Stats, refusals), segments.go (hard
-// segments: rules, layout, segmenter), segverify.go (verifying a plan's
-// picks), segexplain.go (SegmentPlacement, refusals of segments).
+// result.go (Decision, Unschedulable, Stats, refusals), channels.go
+// (fabric-domain channels only for gangs that use the domain's GPUs),
+// segments.go (hard segments: rules, layout, segmenter), segverify.go
+// (verifying a plan's picks), segexplain.go (SegmentPlacement, refusals of
+// segments).
 //
 // Rules:
 //   - Domains are chosen from free-device counts, which are upper bounds;
@@ -49,6 +51,9 @@
 //     budgets are counts, not clocks (index.Config.AllocateTimeout aside).
 //   - Place reads the snapshot and fills its caches; only Assume changes
 //     what it holds. A Snapshot is not safe for concurrent use.
+//   - A fabric-domain channel goes only to a gang one of whose members
+//     uses a GPU of the channel's domain (channels.go): a decision that
+//     hands one to a GPU-less gang is refused.
 //   - The engine imports pkg/topology and its leaves (index, segment),
 //     never what uses it (pkg/archtest); the leaves never import the
 //     engine.

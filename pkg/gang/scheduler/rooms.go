@@ -71,6 +71,7 @@ func (s *Scheduler) wireRooms() {
 		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, PDBs: s.pdbs,
 		Placement: s.cfg.Placement, DisablePreemption: s.cfg.DisablePreemption,
 		NominationTimeout: s.cfg.NominationTimeout, PreemptionBudget: s.cfg.PreemptionBudget, StarvationBound: s.cfg.StarvationBound,
+		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
 	s.evict = evict.New(cfg)
 	s.restarts = evict.NewRestarter(cfg)

@@ -108,6 +108,9 @@ const (
 	// EventPreemptionBlocked: an eviction was refused (a
 	// PodDisruptionBudget); the preemption ends.
 	EventPreemptionBlocked = "PreemptionBlocked"
+	// EventRestartBlocked: a PodDisruptionBudget refused the evictions of
+	// a whole-gang restart; it is retried with backoff.
+	EventRestartBlocked = "RestartBlocked"
 	// EventReserved: a gang past the starvation bound holds a domain.
 	EventReserved = "Reserved"
 	// EventGangRestart is the PodGroup's event when its restart starts.
