@@ -132,8 +132,8 @@ func (x *explainer) whySegments(ctx context.Context, _ *topology.Level, e *index
 	case total >= w.atLeast && w.atLeast > 0:
 		return false, nil
 	default:
-		r.Why = fmt.Sprintf("needs %d segments of %d pods, each in one %s: its %d %s domains hold %s",
-			max(w.atLeast, 1), size, key, len(fits), key, plural(total, "whole segment"))
+		r.Why = fmt.Sprintf("needs %s of %d pods, each in one %s: its %s hold %s",
+			plural(max(w.atLeast, 1), "segment"), size, key, plural(len(fits), key+" domain"), plural(total, "whole segment"))
 		if best >= 0 {
 			r.Why += fmt.Sprintf(" (the best, %s, holds %d)", w.bins[best], fits[best])
 		}

@@ -207,6 +207,16 @@ func (sg *segmenter) place(ctx context.Context, d *topology.Domain, nodes []*ind
 	v := &segPlacer{sg: sg, bins: bins, shared: shared}
 	res, err := segment.Plan(ctx, req, v)
 	sg.stats.SegmentPlaces += res.Places
+	for err == nil && res.PinnedFailed >= 0 && need < len(sg.per) {
+		// Late members: the segments pinned to a bin without room for
+		// them wait; the others are placed.
+		b := res.PinnedFailed
+		why.broken = fmt.Sprintf("segments %v: their running members are in %s %s, which has no room for their late members", req.Bins[b].Pinned, sg.level.Key, req.Bins[b].ID)
+		req.Bins[b].Pinned = nil
+		req.AtLeast = sg.atLeast(req, need)
+		res, err = segment.Plan(ctx, req, v)
+		sg.stats.SegmentPlaces += res.Places
+	}
 	why.res = res
 	if err != nil || !res.Found {
 		if res.Cutoff {
@@ -230,7 +240,7 @@ func (sg *segmenter) request(ctx context.Context, d *topology.Domain, nodes []*i
 	bins, byID := sg.bins(d, nodes)
 	why := &segmentWhy{}
 	req := segment.Request{Bins: make([]segment.Bin, len(bins)), MaxPlaces: maxSegmentPlaces}
-	pinnedMembers, waiting := 0, 0
+	waiting := 0
 	for s := range sg.lay.members {
 		switch {
 		case len(sg.lay.members[s]) == 0:
@@ -242,18 +252,14 @@ func (sg *segmenter) request(ctx context.Context, d *topology.Domain, nodes []*i
 				continue
 			}
 			req.Bins[bi].Pinned = append(req.Bins[bi].Pinned, s)
-			pinnedMembers += len(sg.lay.members[s])
 		case sg.lay.whole(s):
 			req.Free = append(req.Free, s)
 		default:
 			waiting += len(sg.lay.members[s])
 		}
 	}
-	req.AtLeast = min(len(req.Free), (max(need-pinnedMembers, 0)+sg.size-1)/sg.size)
-	if need >= len(sg.per) {
-		req.AtLeast = len(req.Free)
-		why.waiting = waiting > 0
-	}
+	req.AtLeast = sg.atLeast(req, need)
+	why.waiting = need >= len(sg.per) && waiting > 0
 	fs := sg.freeShapes(req.Free)
 	for i, b := range bins {
 		fit, err := sg.estimate(ctx, b, req.Bins[i].Pinned, fs)
@@ -265,6 +271,20 @@ func (sg *segmenter) request(ctx context.Context, d *topology.Domain, nodes []*i
 	}
 	why.want, why.atLeast = len(req.Free), req.AtLeast
 	return req, bins, why, nil
+}
+
+// atLeast is how many free segments must be placed for need members
+// besides the pinned ones: all of them when need is the gang's size.
+func (sg *segmenter) atLeast(req segment.Request, need int) int {
+	if need >= len(sg.per) {
+		return len(req.Free)
+	}
+	for _, b := range req.Bins {
+		for _, s := range b.Pinned {
+			need -= len(sg.lay.members[s])
+		}
+	}
+	return min(len(req.Free), (max(need, 0)+sg.size-1)/sg.size)
 }
 
 // pinnedBin is the bin of segment s's running members: all on nodes of
