@@ -182,8 +182,8 @@ func parseParts(raw string) (partsHeader, error) {
 	if h.Count < 1 || h.Count >= MaxRecordChunks {
 		p.Addf("%d parts, want 1..%d", h.Count, MaxRecordChunks-1)
 	}
-	if b, err := hex.DecodeString(h.Gen); err != nil || len(b) != 8 {
-		p.Addf("generation %q is not 16 hex digits", Shorten(h.Gen, 40))
+	if b, err := hex.DecodeString(h.Gen); err != nil || len(b) != 8 || h.Gen != strings.ToLower(h.Gen) {
+		p.Addf("generation %q is not 16 lower-case hex digits", Shorten(h.Gen, 40))
 	}
 	if b, err := hex.DecodeString(h.SHA256); err != nil || len(b) != sha256.Size {
 		p.Addf("sha256 %q is not a SHA-256", Shorten(h.SHA256, 80))

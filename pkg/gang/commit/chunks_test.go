@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -212,6 +213,7 @@ func TestReadRecordForgedHead(t *testing.T) {
 		{"no parts", `{"gen":"0011223344556677","count":0,"sha256":"` + strings.Repeat("0", 64) + `"}`, "{}", "0 parts, want 1..63"},
 		{"too many parts", `{"gen":"0011223344556677","count":64,"sha256":"` + strings.Repeat("0", 64) + `"}`, "{}", "64 parts, want 1..63"},
 		{"generation", `{"gen":"../x","count":1,"sha256":"` + strings.Repeat("0", 64) + `"}`, "{}", `generation "../x"`},
+		{"upper-case generation", `{"gen":"00112233445566AA","count":1,"sha256":"` + strings.Repeat("0", 64) + `"}`, "{}", `generation "00112233445566AA"`},
 		{"unknown field", `{"gen":"0011223344556677","count":1,"sha256":"` + strings.Repeat("0", 64) + `","more":1}`, "{}", `unknown field "more"`},
 		{"oversized header", strings.Repeat(" ", maxPartsHeader+1), "{}", "parts header is"},
 		{"oversized first part", "", strings.Repeat("x", MaxRecordBytes+1), "over the limit"},
@@ -301,4 +303,28 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzParseParts: any parts header either fails as an invalid record or
+// names 1..63 parts by a 16-hex-digit generation with a SHA-256, so the
+// part names it yields are bounded and stay under the record's prefix.
+func FuzzParseParts(f *testing.F) {
+	f.Add(`{"gen":"0011223344556677","count":2,"sha256":"` + strings.Repeat("ab", 32) + `"}`)
+	f.Add(`{"gen":"../../x","count":-1}`)
+	f.Add(`{"count":1e9}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		h, err := parseParts(raw)
+		if err != nil {
+			if !errors.Is(err, errBadRecord) {
+				t.Fatalf("error %v is not an invalid record", err)
+			}
+			return
+		}
+		if h.Count < 1 || h.Count >= MaxRecordChunks || len(h.Gen) != 16 || len(h.SHA256) != 64 {
+			t.Fatalf("accepted %+v", h)
+		}
+		if name := vocab.RecordPartName(validName, h.Gen, h.Count); !strings.HasPrefix(name, validName+".") || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			t.Fatalf("part name %q", name)
+		}
+	})
 }
