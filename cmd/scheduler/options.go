@@ -40,6 +40,9 @@ type options struct {
 	syncTimeout     time.Duration
 	budget          placementBudget
 	preemption      preemptionOptions
+	serving         servingOptions
+	// requireAdminLabels: --require-admin-topology-labels.
+	requireAdminLabels bool
 }
 
 // preemptionOptions are the priority settings (docs/design/preemption.md).
@@ -49,6 +52,9 @@ type preemptionOptions struct {
 	budget            time.Duration
 	starvationBound   time.Duration
 	unschedulableWait time.Duration
+	// reservationsPerNS bounds the starvation reservations of one
+	// namespace.
+	reservationsPerNS int
 }
 
 // placementBudget bounds one placement attempt (docs/design/cost.md).
@@ -92,6 +98,13 @@ var envTwins = map[string]string{
 	"placement-time-budget":       "GPUFABRIC_PLACEMENT_TIME_BUDGET",
 	"v":                           "GPUFABRIC_V",
 	"logging-format":              "GPUFABRIC_LOGGING_FORMAT",
+
+	"starvation-reservations-per-namespace": "GPUFABRIC_STARVATION_RESERVATIONS_PER_NAMESPACE",
+
+	"tls-cert-file":                    "GPUFABRIC_TLS_CERT_FILE",
+	"tls-private-key-file":             "GPUFABRIC_TLS_PRIVATE_KEY_FILE",
+	"authorization-always-allow-paths": "GPUFABRIC_AUTHORIZATION_ALWAYS_ALLOW_PATHS",
+	"require-admin-topology-labels":    "GPUFABRIC_REQUIRE_ADMIN_TOPOLOGY_LABELS",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -108,7 +121,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.leDurations.retry, "leader-elect-retry-period", 2*time.Second, "how often replicas try to acquire or renew the Lease")
 	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of /metrics and of the health endpoints /livez, /readyz and /healthz; empty disables them")
-	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port, to users RBAC allows the non-resource URL /debug/pprof/*")
+	o.serving.bind(fs)
+	fs.BoolVar(&o.requireAdminLabels, "require-admin-topology-labels", false, "place gangs only on nodes whose multi-node NVLink domain an admin confirmed with the node label "+topology.LabelAdminNVLinkDomain+
+		", and only with --topology-levels under "+topology.AdminLabelPrefix+" (docs/topology-labels.md); a node whose slices contradict that label is refused either way")
 	fs.BoolVar(&o.domainMetrics, "per-domain-metrics", false, "also export gpufabric_scheduler_domain_free_gpus{domain}: one series per NVLink domain (one per node on HGX); off: only the per-level aggregates")
 	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
 	fs.IntVar(&o.commitsInFlight, "commits-in-flight", scheduler.DefaultCommitsInFlight, "gangs whose commits run at once while the next gangs are placed (1..256)")
@@ -125,6 +141,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
 	fs.DurationVar(&p.budget, "preemption-budget", 2*time.Second, "wall time one preemption evaluation may take")
 	fs.DurationVar(&p.starvationBound, "starvation-bound", defaultStarvationBound, "a gang waiting longer holds the domain closest to fitting it; 0 disables reservations")
+	fs.IntVar(&p.reservationsPerNS, "starvation-reservations-per-namespace", scheduler.DefaultStarvationReservationsPerNamespace,
+		"starving gangs of one namespace that may hold a domain at once (the others wait without one): one tenant's gangs cannot reserve every domain")
 	fs.DurationVar(&p.unschedulableWait, "max-unschedulable-wait", time.Minute, "how long an unschedulable gang waits for a cluster change before it is retried anyway")
 	return o
 }
@@ -152,11 +170,22 @@ func (o *options) validate() error {
 			return fmt.Errorf("--%s must be at least %s, got %s", d.name, d.min, d.v)
 		}
 	}
+	if p.reservationsPerNS < 1 {
+		return fmt.Errorf("--starvation-reservations-per-namespace must be at least 1, got %d", p.reservationsPerNS)
+	}
 	if p.starvationBound > 0 && p.starvationBound < time.Second {
 		return fmt.Errorf("--starvation-bound must be 0 (off) or at least 1s, got %s", p.starvationBound)
 	}
 	if o.apiContentType != runtime.ContentTypeProtobuf && o.apiContentType != runtime.ContentTypeJSON {
 		return fmt.Errorf("--kube-api-content-type must be %s or %s, got %q", runtime.ContentTypeProtobuf, runtime.ContentTypeJSON, o.apiContentType)
+	}
+	if err := o.serving.validate(); err != nil {
+		return err
+	}
+	if o.requireAdminLabels {
+		if err := topology.AdminOwnedLevels(o.levels()); err != nil {
+			return fmt.Errorf("--require-admin-topology-labels: %w", err)
+		}
 	}
 	if o.profiling && o.metricsAddress == "" {
 		return errors.New("--profiling needs --metrics-address: the profiles are served beside /metrics")

@@ -59,6 +59,10 @@ func Place(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*Decisi
 // place is Place once the placer is made.
 func (p *placer) place(ctx context.Context) (*Decision, *Unschedulable, error) {
 	g, s := p.g, p.s
+	if sg := p.fill.seg; sg != nil && sg.invalid != "" {
+		return nil, &Unschedulable{Gang: g.Key(), Pods: len(g.Members), MinCount: g.MinCount, Devices: p.need, DeviceClass: p.class,
+			SegmentSize: g.SegmentSize, SegmentTopologyKey: g.SegmentTopologyKey, Message: sg.invalid}, nil
+	}
 	levels := s.LevelsFor(g.TopologyKey, g.PreferredTopologyKey)
 	if len(g.BoundNodes) > 0 {
 		l, why := p.pinTo(levels)
@@ -89,11 +93,22 @@ func (p *placer) place(ctx context.Context) (*Decision, *Unschedulable, error) {
 	return nil, u, err
 }
 
+// decisionOrErr turns a winning attempt into a Decision, unless it hands
+// a fabric-domain channel to a gang that uses no GPU of its domain
+// (channelsWithoutGPUs): then the gang fits nowhere, and is told why.
 func (p *placer) decisionOrErr(l *topology.Level, att *attempt, err error) (*Decision, *Unschedulable, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return p.decision(l, att), nil, nil
+	d := p.decision(l, att)
+	why, err := channelsWithoutGPUs(p.s, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	if why == "" {
+		return d, nil, nil
+	}
+	return nil, &Unschedulable{Gang: p.g.Key(), Pods: len(p.g.Members), MinCount: p.g.MinCount, Devices: p.need, DeviceClass: p.class, Stats: *p.stats, Message: why}, nil
 }
 
 // pinTo returns the first level (in the given order) where the gang's bound
@@ -156,13 +171,25 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 	if err != nil {
 		return nil, err
 	}
-	logger := klog.FromContext(ctx)
 	stats, refused := &Stats{}, refusals{}
 	alloc, err := newAllocator(cfg, s, g, stats)
 	if err != nil {
 		return nil, err
 	}
 	fit := newFits(ctx, m, s, pins)
+	fill := newFiller(ctx, cfg, s, g, fit, alloc, refused, shared)
+	p := &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused, meter: alloc.meter}
+	if g.SegmentSize > 0 {
+		fill.seg, err = newSegmenter(ctx, cfg, s, g, fill)
+	}
+	return p, err
+}
+
+// newFiller makes the filler and its pieces for the members fit checks,
+// with the gang's settings and the Place call's allocator; the segmenter
+// makes one per segment bin.
+func newFiller(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang, fit *fits, alloc allocator, refused refusals, shared sharedClaims) *filler {
+	m, logger, stats := fit.members, klog.FromContext(ctx), alloc.stats
 	copies := &railCopies{class: m.class}
 	follow := &follower{members: m, s: s, copies: copies, alloc: alloc, stats: stats, required: g.RailAlignmentRequired, off: cfg.oldRails}
 	search := &searcher{members: m, s: s, fit: fit, follow: follow, copies: copies, alloc: alloc, stats: stats, refused: refused, logger: logger,
@@ -170,9 +197,8 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 	align := &aligner{members: m, fit: fit, follow: follow, copies: copies, stats: stats, refused: refused, logger: logger,
 		required: g.RailAlignmentRequired, old: cfg.oldRails}
 	pack := &packer{members: m, s: s, fit: fit, order: cfg.PackOrder, balanced: g.Balanced}
-	fill := &filler{members: m, s: s, fit: fit, pack: pack, follow: follow, align: align, search: search, alloc: alloc,
+	return &filler{members: m, s: s, fit: fit, pack: pack, follow: follow, align: align, search: search, alloc: alloc,
 		refused: refused, shared: shared, anchors: cfg.MaxSharedAnchors, old: cfg.oldRails}
-	return &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused, meter: alloc.meter}, nil
 }
 
 // entries returns the level's domains to try in best-fit order: those with

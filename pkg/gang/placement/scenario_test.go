@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
@@ -28,6 +29,7 @@ type outcome struct {
 	Leftover      *int     `json:"leftoverDevices,omitempty"`
 	RailSets      *int     `json:"railSets,omitempty"`
 	Spread        []string `json:"spread,omitempty"`
+	Segments      string   `json:"segments,omitempty"`
 	Pods          []string `json:"pods,omitempty"`
 	Shared        []string `json:"shared,omitempty"`
 	Unschedulable string   `json:"unschedulable,omitempty"`
@@ -37,7 +39,7 @@ func render(d *placement.Decision, u *placement.Unschedulable, gang string) outc
 	if u != nil {
 		return outcome{Gang: gang, Unschedulable: u.Message}
 	}
-	o := outcome{Gang: gang, TopologyKey: d.TopologyKey, Domain: d.Domain, Leftover: &d.Score.LeftoverDevices, RailSets: &d.Score.RailSets}
+	o := outcome{Gang: gang, TopologyKey: d.TopologyKey, Domain: d.Domain, Leftover: &d.Score.LeftoverDevices, RailSets: &d.Score.RailSets, Segments: d.SegmentSummary()}
 	for _, ls := range d.Spread {
 		if len(ls.Domains) < 2 {
 			continue // only the levels the gang spans
@@ -75,6 +77,9 @@ func runScenario(t *testing.T, sc scenario.Scenario) []outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Compared with brute force: a loaded machine must not turn a slow
+	// Allocate call into a refusal (the timeout guards production).
+	b.Config.Index.AllocateTimeout = time.Minute
 	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)

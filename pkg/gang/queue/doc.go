@@ -37,6 +37,10 @@
 //     its claims ran out of the allocator's time) backs off harder: its
 //     attempt counts TimedOutWeight times and its backoff may reach
 //     TimedOutMaxFactor × MaxBackoff.
+//   - A gang whose commit lost a race (RetryConflict) waits out a backoff
+//     of its own (ConflictBackoff, doubled per conflict since the gang was
+//     last forgotten, up to MaxBackoff) and wakes no other gang; only when
+//     its retry ends parked are the other parked gangs woken, once.
 //   - A gang that is not ready (too few members, a claim missing) waits for
 //     an event about itself (Add) or a claim in its namespace (WakeWaiting).
 //   - An attempt passes the Cycle it started at to Park* and Wait: when a

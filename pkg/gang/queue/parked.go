@@ -126,6 +126,7 @@ func (q *Queue) parkLocked(key string, cycle uint64, d time.Duration) time.Durat
 	delete(q.waiting, key)
 	if q.moves != cycle {
 		q.toBackoffQ(key, until)
+		q.payWakeLocked(key)
 		return d
 	}
 	q.parked.until[key] = until
@@ -138,6 +139,7 @@ func (q *Queue) parkLocked(key string, cycle uint64, d time.Duration) time.Durat
 		}
 		return ok && at.Equal(until)
 	})
+	q.payWakeLocked(key)
 	return d
 }
 
@@ -146,10 +148,18 @@ func (q *Queue) parkLocked(key string, cycle uint64, d time.Duration) time.Durat
 func (q *Queue) FlushParked() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.flushParkedLocked("")
+}
+
+// flushParkedLocked is FlushParked with q.mu held, sparing the gang
+// except ("" for none).
+func (q *Queue) flushParkedLocked(except string) {
 	q.moves++
 	for key := range q.parked.until {
-		q.parked.remove(key)
-		q.addLocked(key)
+		if key != except {
+			q.parked.remove(key)
+			q.addLocked(key)
+		}
 	}
 }
 

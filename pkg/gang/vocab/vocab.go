@@ -15,6 +15,7 @@
 package vocab
 
 import (
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -114,10 +115,17 @@ const (
 	// EventPreemptionBlocked: an eviction was refused (a
 	// PodDisruptionBudget); the preemption ends.
 	EventPreemptionBlocked = "PreemptionBlocked"
+	// EventRestartBlocked: a PodDisruptionBudget refused the evictions of
+	// a whole-gang restart; it is retried with backoff.
+	EventRestartBlocked = "RestartBlocked"
 	// EventReserved: a gang past the starvation bound holds a domain.
 	EventReserved = "Reserved"
 	// EventGangRestart is the PodGroup's event when its restart starts.
 	EventGangRestart = "GangRestart"
+	// EventNodeFabricRefused: on a Node whose slices declare an NVLink
+	// domain its admin label contradicts (or lacks, when required): nothing
+	// is placed on it (docs/topology-labels.md).
+	EventNodeFabricRefused = "FabricDomainRefused"
 )
 
 // The objects the scheduler keeps in its record namespace.
@@ -126,6 +134,10 @@ const (
 	RecordPrefix = "gpufabric-commit-"
 	// LabelCommitRecord marks commit records ("true").
 	LabelCommitRecord = topology.DriverName + "/commit-record"
+	// LabelCommitRecordPart marks the further parts of a commit record too
+	// large for one object (RecordPartName); its value is the record's
+	// generation.
+	LabelCommitRecordPart = topology.DriverName + "/commit-record-part"
 	// NominationPrefix starts the name of every nomination record (a
 	// ConfigMap).
 	NominationPrefix = "gpufabric-nomination-"
@@ -143,6 +155,13 @@ const (
 // RecordName is the name of the commit record of the PodGroup (or pod)
 // with uid.
 func RecordName(uid types.UID) string { return RecordPrefix + string(uid) }
+
+// RecordPartName is the name of part i (1, 2, …) of generation gen of the
+// commit record named record: "<record>.<gen>.<i>". The parts of one
+// record share its prefix, so the chart's admission policy covers them.
+func RecordPartName(record, gen string, i int) string {
+	return record + "." + gen + "." + strconv.Itoa(i)
+}
 
 // NominationName is the name of the nomination record of the gang with
 // uid.
