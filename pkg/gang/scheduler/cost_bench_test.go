@@ -320,6 +320,7 @@ func (h *costHarness) attempt(b *testing.B, key string) time.Time {
 	cfg.Budget.Deadline = cost.DeadlineFor(t0, cost.DefaultTime, len(bg.g.Members))
 	bg.g.Memory = h.mem.For(key)
 	d, u, err := placement.Place(ctx, cfg, h.snap, bg.g)
+	h.mem.Keep(key, bg.g.Memory)
 	if err == nil && d != nil {
 		err = placement.Assume(ctx, h.snap, bg.g, d)
 	}

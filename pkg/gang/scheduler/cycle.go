@@ -205,6 +205,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		cfg.Budget.Deadline = cost.DeadlineFor(time.Now(), s.cfg.PlacementTime, len(g.Members))
 		g.Memory = s.costs.For(a.key)
 		d, u, err = placement.Place(ctx, cfg, snap, g)
+		s.costs.Keep(a.key, g.Memory)
 	}
 	s.cfg.Metrics.observePlacement(time.Since(start).Seconds())
 	switch {

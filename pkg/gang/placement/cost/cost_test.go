@@ -132,16 +132,29 @@ func TestMemoryBound(t *testing.T) {
 	}
 }
 
+// TestMemoriesBound: only memories that hold verdicts take room; at the
+// store's size the least recently used goes.
 func TestMemoriesBound(t *testing.T) {
 	s := NewMemories(2)
-	a := s.For("a")
-	s.For("b")
+	full := func(gang string) *Memory {
+		m := s.For(gang)
+		m.Begin("env")
+		m.Record(KeyOf(gang), Refused, "c")
+		s.Keep(gang, m)
+		return m
+	}
+	a := full("a")
+	s.Keep("empty", s.For("empty"))
+	if s.Len() != 1 {
+		t.Fatalf("len %d: an empty memory took room", s.Len())
+	}
+	full("b")
 	if s.For("a") != a {
 		t.Fatal("a gang got a new memory")
 	}
-	s.For("c") // drops b, the least recently used
-	if s.Len() != 2 || s.For("a") != a {
-		t.Errorf("len %d; a dropped", s.Len())
+	full("c") // drops b, the least recently used
+	if s.Len() != 2 || s.For("a") != a || s.For("b").Len() != 0 {
+		t.Errorf("len %d; a dropped or b kept", s.Len())
 	}
 	s.Forget("a")
 	if s.For("a") == a {

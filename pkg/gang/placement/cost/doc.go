@@ -26,7 +26,8 @@
 //     the machine's fault), and it is kept for TimedOutAttempts attempts.
 //   - Everything is bounded: MaxEntries verdicts per gang (oldest dropped
 //     first), and a Memories store holds at most its size of gangs (least
-//     recently used dropped first). A Memory forgets everything when the
+//     recently used dropped first), only those whose memory holds
+//     verdicts. A Memory forgets everything when the
 //     allocator's inputs besides nodes and claims change
 //     (index.Snapshot.AllocatorKey: DeviceClasses, features, timeout).
 //   - A Memory and a Meter serve one Place call at a time (not safe for

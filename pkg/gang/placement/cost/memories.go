@@ -33,7 +33,9 @@ func NewMemories(size int) *Memories {
 	return &Memories{size: size, byKey: map[string]*list.Element{}, lru: list.New()}
 }
 
-// For returns the gang's Memory, made empty on first use.
+// For returns the gang's Memory, or a new empty one that the store holds
+// only once Keep finds something in it: gangs whose attempts remember
+// nothing (most) take no room.
 func (s *Memories) For(gang string) *Memory {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -41,14 +43,34 @@ func (s *Memories) For(gang string) *Memory {
 		s.lru.MoveToFront(e)
 		return e.Value.(*named).mem
 	}
+	return NewMemory()
+}
+
+// Keep stores the gang's Memory after an attempt when it holds verdicts
+// (the least recently used gang's is dropped when the store is full), and
+// drops the gang's entry when it holds none.
+func (s *Memories) Keep(gang string, m *Memory) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[gang]
+	if m == nil || m.Len() == 0 {
+		if ok {
+			s.lru.Remove(e)
+			delete(s.byKey, gang)
+		}
+		return
+	}
+	if ok {
+		e.Value.(*named).mem = m
+		s.lru.MoveToFront(e)
+		return
+	}
 	for s.lru.Len() >= s.size {
 		old := s.lru.Back()
 		s.lru.Remove(old)
 		delete(s.byKey, old.Value.(*named).key)
 	}
-	m := NewMemory()
 	s.byKey[gang] = s.lru.PushFront(&named{key: gang, mem: m})
-	return m
 }
 
 // Forget drops the gang's Memory (placed, or gone).
