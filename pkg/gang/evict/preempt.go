@@ -74,7 +74,14 @@ func (e *Evictor) AfterRefusal(ctx context.Context, a *Attempt, g *placement.Gan
 		}
 	}
 	var msgs []string
-	if !e.cfg.DisablePreemption && preemption.MayPreempt(a.PodGroup, a.Members) {
+	if a.Capped != "" {
+		msgs = append(msgs, a.Capped)
+	}
+	switch {
+	case e.cfg.DisablePreemption:
+	case a.NoPreemption != "":
+		msgs = append(msgs, "preemption not allowed: "+a.NoPreemption)
+	case preemption.MayPreempt(a.PodGroup, a.Members):
 		msg, planned, err := e.preempt(ctx, a, g, in)
 		if err != nil || planned {
 			return msg, err
