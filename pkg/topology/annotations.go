@@ -2,7 +2,9 @@ package topology
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -44,8 +46,8 @@ func ParseTopologySpread(v string) (balanced bool, err error) {
 	case TopologySpreadBalanced:
 		return true, nil
 	}
-	return false, fmt.Errorf("annotation %s: value %q is not one of %q, %q",
-		AnnotationTopologySpread, v, TopologySpreadPacked, TopologySpreadBalanced)
+	return false, fmt.Errorf("annotation %s: value %s is not one of %q, %q",
+		AnnotationTopologySpread, quoteValue(v), TopologySpreadPacked, TopologySpreadBalanced)
 }
 
 // ParseRailAlignment validates the value of AnnotationRailAlignment (call it
@@ -60,8 +62,8 @@ func ParseRailAlignment(v string) (required bool, err error) {
 	case RailAlignmentRequired:
 		return true, nil
 	}
-	return false, fmt.Errorf("annotation %s: value %q is not one of %q, %q",
-		AnnotationRailAlignment, v, RailAlignmentPreferred, RailAlignmentRequired)
+	return false, fmt.Errorf("annotation %s: value %s is not one of %q, %q",
+		AnnotationRailAlignment, quoteValue(v), RailAlignmentPreferred, RailAlignmentRequired)
 }
 
 // ParsePreferredTopologyKey validates the value of
@@ -75,8 +77,26 @@ func ParseRailAlignment(v string) (required bool, err error) {
 // error.
 func ParsePreferredTopologyKey(v string) (string, error) {
 	if msgs := validation.IsQualifiedName(v); len(msgs) > 0 {
-		return "", fmt.Errorf("annotation %s: value %q is not a label key or attribute name: %s",
-			AnnotationPreferredTopologyKey, v, strings.Join(msgs, "; "))
+		return "", fmt.Errorf("annotation %s: value %s is not a label key or attribute name: %s",
+			AnnotationPreferredTopologyKey, quoteValue(v), strings.Join(msgs, "; "))
 	}
 	return v, nil
+}
+
+// maxQuotedValue bounds an annotation value quoted in a Parse* error: the
+// error becomes a refusal message, copied into every waiting member's
+// status, and a value may be up to 256 KiB.
+const maxQuotedValue = 128
+
+// quoteValue quotes v (as %q does) cut to maxQuotedValue bytes, ending in
+// "..." when cut, without splitting a UTF-8 sequence.
+func quoteValue(v string) string {
+	if len(v) > maxQuotedValue {
+		cut := maxQuotedValue - 3
+		for cut > 0 && !utf8.RuneStart(v[cut]) {
+			cut--
+		}
+		v = v[:cut] + "..."
+	}
+	return strconv.Quote(v)
 }

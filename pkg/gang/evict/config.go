@@ -141,6 +141,24 @@ func (a *Attempt) describe() string {
 	return "pod " + a.Pod.Namespace + "/" + a.Pod.Name
 }
 
+// namespace is the gang's namespace.
+func (a *Attempt) namespace() string {
+	if a.PodGroup != nil {
+		return a.PodGroup.Namespace
+	}
+	return a.Pod.Namespace
+}
+
+// describeTo names the gang for a message read in namespace ns: only a
+// gang of ns is named (report.go's rule: no message names another
+// namespace's objects).
+func (a *Attempt) describeTo(ns string) string {
+	if ns == a.namespace() {
+		return a.describe()
+	}
+	return "a gang of another namespace"
+}
+
 // about is the object events are about.
 func (a *Attempt) about() runtime.Object {
 	if a.PodGroup != nil {

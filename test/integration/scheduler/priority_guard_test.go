@@ -29,7 +29,7 @@ const (
 )
 
 // guardCluster: one NVLink domain (2 kwok nodes × 4 GPUs), the guard
-// classes, a scheduler, and tenant-b's gang "victim" (2 pods of 4 GPUs, no
+// classes, a scheduler, and tenant-b's gang "hidden" (2 pods of 4 GPUs, no
 // class: priority 0, disruptionMode All) filling the domain, created with
 // tenant-b's own identity. It returns the admin client.
 func guardCluster(t *testing.T) (*framework.ControlPlane, kubernetes.Interface) {
@@ -46,8 +46,8 @@ func guardCluster(t *testing.T) (*framework.ControlPlane, kubernetes.Interface) 
 	}
 	itest.GangNamespace(t, admin, "tenant-b", 4)
 	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{DomainChannels: 4})
-	createPriorityGang(t, tenantClient(t, cp, "tenant-b", "tenant-b"), "tenant-b", "victim", "", true, 2)
-	waitBound(t, admin, "tenant-b", "victim", 2)
+	createPriorityGang(t, tenantClient(t, cp, "tenant-b", "tenant-b"), "tenant-b", "hidden", "", true, 2)
+	waitBound(t, admin, "tenant-b", "hidden", 2)
 	return cp, admin
 }
 
@@ -181,4 +181,58 @@ func TestSchedulerPriorityQuotaCap(t *testing.T) {
 	const allowed = "tenant-c"
 	itest.GangNamespace(t, admin, allowed, 4)
 	preemptsVictim(t, tenantClient(t, cp, allowed, allowed), admin, allowed)
+}
+
+// TestSchedulerPreemptionAcrossTenants: tenant-a's gang preempts tenant-b's
+// (each with its own identity). What tenant-a reads (events, its
+// PodGroup's condition, its pods' conditions) never names tenant-b or its
+// gang, and what tenant-b reads never names tenant-a or its gang; tenant-b
+// is still told it was preempted, and tenant-a what it preempts.
+func TestSchedulerPreemptionAcrossTenants(t *testing.T) {
+	cp, admin := guardCluster(t)
+	const ns = "tenant-a"
+	itest.GangNamespace(t, admin, ns, 4)
+	preemptsVictim(t, tenantClient(t, cp, ns, ns), admin, ns)
+	itest.Poll(t, "Preempted event on tenant-b's gang", 30*time.Second, func(ctx context.Context) error {
+		return schedFindEvent(ctx, admin, "tenant-b", "hidden", vocab.EventPreempted, "preempted by a gang of another namespace")
+	})
+	itest.Poll(t, "Preempting event on tenant-a's gang", 30*time.Second, func(ctx context.Context) error {
+		return schedFindEvent(ctx, admin, ns, "legit", vocab.EventPreempting, "1 of other namespaces")
+	})
+	for reader, secrets := range map[string][]string{ns: {"tenant-b", "hidden"}, "tenant-b": {"tenant-a", "legit"}} {
+		for _, msg := range messagesIn(t, admin, reader) {
+			for _, s := range secrets {
+				if strings.Contains(msg, s) {
+					t.Errorf("%s reads %q: %s", reader, s, msg)
+				}
+			}
+		}
+	}
+}
+
+// messagesIn lists the messages a namespace's users read: its events'
+// notes, its PodGroups' and pods' condition messages.
+func messagesIn(t *testing.T, c kubernetes.Interface, ns string) []string {
+	t.Helper()
+	var out []string
+	evs, err := c.EventsV1().Events(ns).List(t.Context(), metav1.ListOptions{})
+	itest.Must(t, "list events", err)
+	for _, e := range evs.Items {
+		out = append(out, e.Note)
+	}
+	pgs, err := c.SchedulingV1beta1().PodGroups(ns).List(t.Context(), metav1.ListOptions{})
+	itest.Must(t, "list podgroups", err)
+	for _, pg := range pgs.Items {
+		for _, cond := range pg.Status.Conditions {
+			out = append(out, cond.Message)
+		}
+	}
+	pods, err := c.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
+	itest.Must(t, "list pods", err)
+	for _, p := range pods.Items {
+		for _, cond := range p.Status.Conditions {
+			out = append(out, cond.Message)
+		}
+	}
+	return out
 }
