@@ -190,3 +190,22 @@ func TestAfterRefusalNoPreemption(t *testing.T) {
 	}
 }
 
+// BenchmarkPrioritiesRank: the queue reads a PodGroup's rank at every
+// event about its pods; resolving reads all of them, so the rank reuses a
+// resolution for rankTTL. A 10,000-pod gang: Group (every pod) against
+// Rank (cached).
+func BenchmarkPrioritiesRank(b *testing.B) {
+	w := newPriorityWorld()
+	pg := w.group("big", "high", 10000, 1000)
+	p := NewPriorities(w.config(b, events.NewFakeRecorder(1)))
+	b.Run("Group", func(b *testing.B) {
+		for b.Loop() {
+			p.Group(pg)
+		}
+	})
+	b.Run("Rank", func(b *testing.B) {
+		for b.Loop() {
+			p.Rank(pg)
+		}
+	})
+}
