@@ -34,8 +34,9 @@ type attempt struct {
 	result string
 	pg     *schedulingv1beta1.PodGroup // nil for a gang of one
 	pod    *v1.Pod                     // the pod of a gang of one
-	// priority of the gang (priority.go).
-	priority int32
+	// eff is the gang's effective priority and preemption policy
+	// (evict.Priorities).
+	eff preemption.Effective
 	// members are the gang's pods to place.
 	members []*v1.Pod
 	// async: the attempt's commit runs in the pipeline, which reports it.
@@ -81,7 +82,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		if err == nil {
 			err = s.volumes.pinVolumes(g)
 		}
-		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, priority: preemption.PodPriority(pod), members: []*v1.Pod{pod}}
+		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, eff: preemption.ResolvePod(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
@@ -166,7 +167,8 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	case errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0:
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
 	}
-	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, priority: preemption.PodGroupPriority(pg, ms.pending), members: ms.pending}
+	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, eff: s.prios.Group(pg), members: ms.pending}
+	s.prios.Tell(pg, a.eff)
 	return s.place(ctx, a, g, err)
 }
 
@@ -349,6 +351,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 // forget drops a gang from the queue and from the pending metric.
 func (s *Scheduler) forget(key string) {
 	s.queue.Forget(key)
+	s.prios.Forget(key)
 	s.pending.clear(key)
 	s.status.forget(key)
 }

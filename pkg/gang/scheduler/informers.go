@@ -56,6 +56,8 @@ type informerSet struct {
 	storage   cache.SharedIndexInformer
 	templates cache.SharedIndexInformer
 	pdbs      cache.SharedIndexInformer
+	// priorities: the PriorityClasses PodGroups name (evict.Priorities).
+	priorities cache.SharedIndexInformer
 	// disrupted: members a taint manager deleted, by gang key.
 	disrupted evict.Disruptions
 	// capacityEvents counts the events that can change free devices
@@ -79,6 +81,8 @@ func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, erro
 		storage:   factory.Storage().V1().StorageClasses().Informer(),
 		templates: factory.Resource().V1().ResourceClaimTemplates().Informer(),
 		pdbs:      factory.Policy().V1().PodDisruptionBudgets().Informer(),
+
+		priorities: factory.Scheduling().V1().PriorityClasses().Informer(),
 	}
 	if err := s.pods.AddIndexers(cache.Indexers{podGroupIndex: indexByPodGroup, nodeIndex: indexByNode}); err != nil {
 		return nil, fmt.Errorf("add pod index: %w", err)
@@ -88,7 +92,7 @@ func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, erro
 
 func (s *informerSet) synced() []cache.InformerSynced {
 	return []cache.InformerSynced{s.pods.HasSynced, s.podGroups.HasSynced, s.claims.HasSynced,
-		s.slices.HasSynced, s.classes.HasSynced, s.nodes.HasSynced, s.pvcs.HasSynced, s.volumes.HasSynced, s.storage.HasSynced, s.templates.HasSynced, s.pdbs.HasSynced}
+		s.slices.HasSynced, s.classes.HasSynced, s.nodes.HasSynced, s.pvcs.HasSynced, s.volumes.HasSynced, s.storage.HasSynced, s.templates.HasSynced, s.pdbs.HasSynced, s.priorities.HasSynced}
 }
 
 // informerHandler is an event handler of one informer.

@@ -48,6 +48,7 @@ type Scheduler struct {
 	commits    *commit.Committer
 	evict      *evict.Evictor
 	restarts   *evict.Restarter
+	prios      *evict.Priorities
 	conditions *conditions
 	// guard repairs double allocations and holds forgotten devices
 	// (rooms.go); set by Run.
@@ -161,7 +162,6 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	inf.metrics = s.cfg.Metrics
 	s.inf = inf
 	s.wireLoop(factory)
-	s.queue.SetRank(rankOf(s.pods, s.podGroups, s.gangs))
 	var feed []informerHandler
 	if s.snaps.cache != nil {
 		feed = s.snaps.cacheFeed(inf)
@@ -176,6 +176,7 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	context.AfterFunc(ctx, broadcaster.Shutdown)
 	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
 	s.wireRooms()
+	s.queue.SetRank(rankOf(s.pods, s.podGroups, s.prios))
 	s.guard = s.newGuard()
 	if err := s.guard.Watch(inf.claims); err != nil {
 		return err
