@@ -229,7 +229,7 @@ type phaseTime struct {
 }
 
 // phaseTimes are a commit's phases in order, logged as
-// "record=12ms pod-claims=1.2s …".
+// "record=12ms pod_claims=1.2s …".
 type phaseTimes []phaseTime
 
 func (p phaseTimes) String() string {

@@ -16,21 +16,21 @@ import (
 // Refusal reasons of the gangs_refused_total and pending_gangs metrics.
 const (
 	ReasonUnschedulable  = "unschedulable"
-	ReasonSchedulerError = "scheduler-error"
+	ReasonSchedulerError = "scheduler_error"
 	ReasonConflict       = "conflict"
-	ReasonCommitError    = "commit-error"
+	ReasonCommitError    = "commit_error"
 	// ReasonUnsupported: a member uses a pod feature the engine does not
 	// model; the message names the field.
 	ReasonUnsupported = "unsupported"
 	// reasonNotReady: the gang waits for members or claims (pending_gangs).
-	reasonNotReady = "waiting-for-members"
+	reasonNotReady = "waiting_for_members"
 )
 
 // Results of attempt_duration_seconds.
 const (
 	resultPlaced        = "placed"
 	resultUnschedulable = "unschedulable"
-	resultNotReady      = "not-ready"
+	resultNotReady      = "not_ready"
 	resultConflict      = "conflict"
 	resultError         = "error"
 	// resultAbandoned: gang_wait_seconds of a PodGroup deleted before it
@@ -79,7 +79,7 @@ func plainHistogram(name, help string, buckets []float64) prometheus.Histogram {
 
 // levelNVLinkDomain is the level label of the free-GPU aggregates: the
 // free map counts GPUs per NVLink domain.
-const levelNVLinkDomain = "nvlink-domain"
+const levelNVLinkDomain = "nvlink_domain"
 
 // MetricsOptions choose optional metrics.
 type MetricsOptions struct {

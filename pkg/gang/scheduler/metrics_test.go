@@ -12,6 +12,7 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/component/metricstyle"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
@@ -61,10 +62,10 @@ func TestFreeGPUMetrics(t *testing.T) {
 	const aggregates = `
 # HELP gpufabric_scheduler_free_gpus GPUs that no claim has allocated (committed or assumed), summed over the domains of a level.
 # TYPE gpufabric_scheduler_free_gpus gauge
-gpufabric_scheduler_free_gpus{level="nvlink-domain"} 9
+gpufabric_scheduler_free_gpus{level="nvlink_domain"} 9
 # HELP gpufabric_scheduler_largest_free_domain_gpus Free GPUs of the domain of a level with the most free: the largest gang of one domain that could fit.
 # TYPE gpufabric_scheduler_largest_free_domain_gpus gauge
-gpufabric_scheduler_largest_free_domain_gpus{level="nvlink-domain"} 6
+gpufabric_scheduler_largest_free_domain_gpus{level="nvlink_domain"} 6
 `
 	const perDomain = `
 # HELP gpufabric_scheduler_domain_free_gpus GPUs per NVLink domain that no claim has allocated (committed or assumed).
@@ -136,5 +137,39 @@ func TestGangWaitObserved(t *testing.T) {
 	(*Metrics)(nil).gangAbandoned(podGroupAt(created, ""), created)
 	if diff := cmp.Diff(map[string]uint64{resultPlaced: 1, resultAbandoned: 2}, samples()); diff != "" {
 		t.Errorf("after the observations (-want +got):\n%s", diff)
+	}
+}
+
+// TestMetricLabelValues: after every metric of the scheduler was
+// exercised (each result, reason, phase, action and state, a free-GPU
+// refresh with per-domain series), every label value is snake_case but
+// the NVLink domain ids (metricstyle.Exempt).
+func TestMetricLabelValues(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetricsWith(reg, MetricsOptions{PerDomain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.setFreeGPUs(map[string]int{"nvl-0.rack-A": 4})
+	for _, r := range []string{resultPlaced, resultUnschedulable, resultNotReady, resultConflict, resultError} {
+		m.observeAttempt(r, 1)
+	}
+	m.observeGangWait(resultPlaced, 1)
+	m.gangAbandoned(podGroupAt(time.Now(), ""), time.Now())
+	for _, r := range []string{ReasonUnschedulable, ReasonSchedulerError, ReasonConflict, ReasonCommitError, ReasonUnsupported} {
+		m.gangRefused(r)
+	}
+	m.attach(func() (map[string]int, map[string]int) {
+		return map[string]int{"active": 1}, map[string]int{reasonNotReady: 1, ReasonCommitError: 1}
+	})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := metricstyle.Check(families, metricstyle.Exempt); len(bad) > 0 {
+		t.Errorf("label values not snake_case: %v", bad)
+	}
+	if len(families) < 15 {
+		t.Errorf("%d metric families gathered, want the scheduler's, the commit room's and the evict room's", len(families))
 	}
 }
