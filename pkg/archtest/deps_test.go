@@ -36,6 +36,7 @@ var rules = []struct {
 	{"pkg/gang/gate", nil},
 	{"pkg/gang/report", nil},
 	{"pkg/gang/podstate", []string{"pkg/topology"}},
+	{"pkg/gang/ungate", []string{"pkg/gang/podstate"}},
 	// The scheduler's rooms never import the loop (pkg/gang/scheduler).
 	{"pkg/gang/queue", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
 	{"pkg/gang/guard", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
@@ -44,7 +45,7 @@ var rules = []struct {
 	{"pkg/gang/evict", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate",
 		"pkg/gang/preemption", "pkg/gang/commit"}},
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
-		"pkg/gang/commit", "pkg/gang/evict"}},
+		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/ungate"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	// inspect reads priorities as the scheduler does (pure helpers).
 	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption"}},
@@ -56,7 +57,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()
