@@ -32,6 +32,7 @@ var rules = []struct {
 	// (pkg/gang/placement) above it, only the vocabulary.
 	{"pkg/gang/placement/index", []string{"pkg/topology"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
+	{"pkg/gang/freeroom", []string{"pkg/topology"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
 	{"pkg/gang/gate", nil},
 	{"pkg/gang/report", nil},
@@ -45,13 +46,14 @@ var rules = []struct {
 	{"pkg/gang/evict", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate",
 		"pkg/gang/preemption", "pkg/gang/commit"}},
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
-		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/ungate"}},
+		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/ungate", "pkg/gang/freeroom"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
-	// inspect reads priorities as the scheduler does (pure helpers).
-	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption"}},
+	// inspect reads priorities as the scheduler does (pure helpers), and
+	// the free-room view in the format the scheduler writes.
+	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/freeroom"}},
 	// The plugin's commands may also use the simulator's file format and
 	// the placement engine (dry runs); pkg/inspect itself does not.
-	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim"}},
+	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim", "pkg/gang/freeroom"}},
 	{"pkg/component", nil},
 }
 

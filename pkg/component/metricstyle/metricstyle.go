@@ -22,8 +22,9 @@ import (
 var snakeCase = regexp.MustCompile(`^[a-z0-9_]+$`)
 
 // Exempt lists the labels whose values come from outside gpufabric's
-// vocabulary, by label name ("domain": in every metric) or by metric and
-// label ("leader_election_master_status/name": in that metric only).
+// vocabulary, by label name ("domain": in every metric), by metric and
+// label ("leader_election_master_status/name": in that metric only), or one
+// value of a label ("name=DynamicClientCertificate").
 var Exempt = []string{
 	"domain",                 // NVLink domain ids (gpufabric_scheduler_domain_free_gpus)
 	"host",                   // the apiserver's host:port (rest_client_*)
@@ -31,6 +32,7 @@ var Exempt = []string{
 	"version", "commit", "go_version", // build info (gpufabric_*_build_info, go_info)
 	"leader_election_master_status/name",  // Lease names
 	"leader_election_slowpath_total/name", // Lease names
+	"name=DynamicClientCertificate",       // client-go's own workqueue (rotating a kubeconfig's client certificate)
 }
 
 // Check returns one line per label value of families that is not
@@ -45,7 +47,7 @@ func Check(families []*dto.MetricFamily, exempt []string) []string {
 	for _, f := range families {
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if skip[l.GetName()] || skip[f.GetName()+"/"+l.GetName()] || snakeCase.MatchString(l.GetValue()) {
+				if skip[l.GetName()] || skip[f.GetName()+"/"+l.GetName()] || skip[l.GetName()+"="+l.GetValue()] || snakeCase.MatchString(l.GetValue()) {
 					continue
 				}
 				seen[fmt.Sprintf("%s{%s=%q}", f.GetName(), l.GetName(), l.GetValue())] = true

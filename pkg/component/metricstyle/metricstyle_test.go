@@ -8,7 +8,8 @@ import (
 )
 
 // TestCheck: kebab-case, upper-case and empty values are reported once
-// each, sorted; exempt labels (by name, or by metric and name) are not.
+// each, sorted; exempt labels (by name, by metric and name, or one value)
+// are not.
 func TestCheck(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	results := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "results_total", Help: "h"}, []string{"result", "domain"})
@@ -22,6 +23,7 @@ func TestCheck(t *testing.T) {
 	leases.WithLabelValues("gpufabric-scheduler").Set(1)
 	queues.WithLabelValues("gangs").Set(1)
 	queues.WithLabelValues("double-allocations").Set(1)
+	queues.WithLabelValues("DynamicClientCertificate").Set(1)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +37,7 @@ func TestCheck(t *testing.T) {
 	if diff := cmp.Diff(want, Check(fams, Exempt)); diff != "" {
 		t.Errorf("Check (-want +got):\n%s", diff)
 	}
-	if got := Check(fams, nil); len(got) != 7 {
-		t.Errorf("Check without exemptions: %d values %v, want 7 (with the domains and the Lease)", len(got), got)
+	if got := Check(fams, nil); len(got) != 8 {
+		t.Errorf("Check without exemptions: %d values %v, want 8 (with the domains, the Lease and client-go's queue)", len(got), got)
 	}
 }

@@ -32,6 +32,8 @@
 //   - informers.go: the informers, their indexes, and the events they
 //     feed the queue; syncstatus.go: the informers not synced yet (for
 //     Config.InformersStarted).
+//   - freeroom.go: the free-room publisher's config of a term
+//     (pkg/gang/freeroom): the free GPUs and the fabric tree.
 //   - metrics.go: Metrics (free GPUs per level, per domain only when
 //     opted in; gang_wait_seconds once per placement, gangWaitSince, and
 //     per PodGroup deleted before it was placed, gangAbandoned) and the

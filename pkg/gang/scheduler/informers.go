@@ -62,6 +62,9 @@ type informerSet struct {
 	// capacityEvents counts the events that can change free devices
 	// (slices, claims, nodes), so idle loops can skip their work.
 	capacityEvents atomic.Uint64
+	// topologyEvents counts the events that can change the fabric tree
+	// (slices; nodes added, deleted or relabelled).
+	topologyEvents atomic.Uint64
 	// metrics observes PodGroups deleted before they were placed (nil: none).
 	metrics *Metrics
 	// ungated: when each gang's last gate went (gang_wait_seconds).
@@ -169,6 +172,15 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 	for _, inf := range []cache.SharedIndexInformer{s.slices, s.claims, s.nodes} {
 		handlers = append(handlers, informerHandler{inf, cache.ResourceEventHandlerFuncs{AddFunc: bump, UpdateFunc: func(_, obj any) { bump(obj) }, DeleteFunc: bump}})
 	}
+	topo := func(any) { s.topologyEvents.Add(1) }
+	handlers = append(handlers, informerHandler{s.slices, cache.ResourceEventHandlerFuncs{AddFunc: topo, UpdateFunc: func(_, obj any) { topo(obj) }, DeleteFunc: topo}},
+		informerHandler{s.nodes, cache.ResourceEventHandlerFuncs{AddFunc: topo, DeleteFunc: topo, UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(*v1.Node)
+			n, ok2 := obj.(*v1.Node)
+			if !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Labels, n.Labels) {
+				topo(obj)
+			}
+		}}})
 	for _, h := range chainFirst(first, handlers) {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
 			return fmt.Errorf("add event handler: %w", err)

@@ -45,17 +45,19 @@ var levels = []string{rackKey, leafKey}
 // team-a/train, the 2 × 4-GPU gang of an Indexed Job, placed in dom-a; a
 // pod team-b/notebook with one GPU; team-b/big (3 × 4 GPUs, minCount 3,
 // a fourth member gated) which fits nowhere; team-b/ghost-0 naming a
-// PodGroup that does not exist. No kube-controller-manager: claims are
+// PodGroup that does not exist. The scheduler publishes the free-room
+// view, which a tenant of team-b reads (status falls back to it). No kube-controller-manager: claims are
 // made by hand, and nothing taints the kubelet-less nodes meanwhile.
 func TestKubectlGpufabric(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{})
 	admin := cp.AdminClient(t)
 	createFabric(t, admin)
-	sched := startScheduler(t, cp, scheduler.Config{DomainChannels: 4, Tree: topology.TreeConfig{LabelLevels: levels}})
+	sched := startScheduler(t, cp, scheduler.Config{DomainChannels: 4, Tree: topology.TreeConfig{LabelLevels: levels}, FreeRoomInterval: 200 * time.Millisecond})
 	poll(t, "fabric-domain pools published", 30*time.Second, func(ctx context.Context) error {
 		return countPools(ctx, admin, 2)
 	})
 	createWorkloads(t, admin)
+	waitFreeRoom(t, admin, 16, 7)
 	sched() // stop: nothing changes while the commands run
 
 	for _, tc := range []struct {
@@ -79,6 +81,7 @@ func TestKubectlGpufabric(t *testing.T) {
 	t.Run("snapshot", func(t *testing.T) { checkSnapshot(t, runPlugin(t, cp, "snapshot")) })
 	t.Run("fit", func(t *testing.T) { checkFit(t, cp) })
 	t.Run("yaml", func(t *testing.T) { checkNodesYAML(t, runPlugin(t, cp, "nodes", "-o", "yaml")) })
+	t.Run("tenant", func(t *testing.T) { checkTenant(t, cp) })
 }
 
 // createFabric creates the device classes, the nodes (without the
