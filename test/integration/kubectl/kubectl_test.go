@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/claims"
+	claimsconfig "github.com/gpufabric/gpufabric/pkg/claims/config"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/sim"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -169,7 +172,8 @@ func countPools(ctx context.Context, c kubernetes.Interface, want int) error {
 }
 
 // TestDocExamples: docs/kubectl-gpufabric.md shows every golden file as it
-// is (rewrite the examples after -update).
+// is (rewrite the examples after -update), and docs/user-guide.md the
+// head of explain-waiting.golden.
 func TestDocExamples(t *testing.T) {
 	doc, err := os.ReadFile("../../../docs/kubectl-gpufabric.md")
 	must(t, "read doc", err)
@@ -183,6 +187,46 @@ func TestDocExamples(t *testing.T) {
 		must(t, "read golden", err)
 		if !strings.Contains(string(doc), "\n"+strings.TrimRight(string(want), "\n")+"\n```\n") {
 			t.Errorf("docs/kubectl-gpufabric.md does not show %s as it is", g)
+		}
+	}
+	// The user guide quotes the head of explain-waiting.golden.
+	guide, err := os.ReadFile("../../../docs/user-guide.md")
+	must(t, "read user guide", err)
+	waiting, err := os.ReadFile("testdata/explain-waiting.golden")
+	must(t, "read golden", err)
+	_, quote, ok := strings.Cut(string(guide), "```\nPodGroup:  team-b/big\n")
+	quote, _, _ = strings.Cut(quote, "...\n```")
+	if !ok || quote == "" || !strings.HasPrefix(string(waiting), "PodGroup:  team-b/big\n"+quote) {
+		t.Errorf("docs/user-guide.md does not quote the head of explain-waiting.golden as it is")
+	}
+	checkGuideNames(t, string(guide))
+}
+
+// checkGuideNames: every gpufabric.dev/<name> the user guide mentions, and
+// every variable of its table of injected variables, is one the code
+// defines.
+func checkGuideNames(t *testing.T, guide string) {
+	known := map[string]bool{}
+	for _, n := range []string{topology.AnnotationPreferredTopologyKey, topology.AnnotationRailAlignment, topology.AnnotationTopologySpread,
+		topology.TopologyKeyNVLinkDomain, topology.TaintNVLinkDegraded, claims.EnvVisibleDevices, claims.EnvGPUUUIDs, claims.EnvIBDevices,
+		claims.EnvNCCLIBHCA, claims.EnvFabricDomain, claims.EnvFabricKind, claims.EnvFabricChannel, claims.EnvIMEXChannel,
+		claims.EnvNCCLMNNVLEnable, claims.EnvNCCLNVLSEnable, "GPUFABRIC_DEVICE", claimsconfig.APIVersion} {
+		known[n] = true
+	}
+	for _, n := range regexp.MustCompile(`gpufabric\.dev/[A-Za-z0-9-]+`).FindAllString(guide, -1) {
+		if !known[n] {
+			t.Errorf("docs/user-guide.md names %s, which the code does not define", n)
+		}
+	}
+	for _, line := range strings.Split(guide, "\n") {
+		if !strings.HasPrefix(line, "| `") || !strings.Contains(line, "_") {
+			continue
+		}
+		cell, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+		for _, n := range regexp.MustCompile("`((?:NCCL|GPUFABRIC|NVIDIA)_[A-Z_]+)").FindAllStringSubmatch(cell, -1) {
+			if !known[n[1]] {
+				t.Errorf("docs/user-guide.md lists variable %s, which pkg/claims does not inject", n[1])
+			}
 		}
 	}
 }
