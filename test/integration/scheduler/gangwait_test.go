@@ -112,7 +112,7 @@ func checkGatedGangWait(t *testing.T, admin kubernetes.Interface, reg *prometheu
 		_, err := admin.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
 		itest.Must(t, "create a gated member", err)
 	}
-	const gated = 2 * time.Second
+	const gated = time.Second
 	time.Sleep(gated) // the gang waits gated, as for Kueue's admission
 	var ungated time.Time
 	for i := range 2 {
@@ -127,7 +127,7 @@ func checkGatedGangWait(t *testing.T, admin kubernetes.Interface, reg *prometheu
 		return nil
 	})
 	// The wait ends before now: it began after the last gate's removal,
-	// not at the creation, gated (2 s) earlier.
+	// not at the creation, gated (1 s) earlier.
 	_, sum := gangWait(t, reg, "placed")
 	if wait, since := sum-sumBefore, time.Since(ungated).Seconds(); wait <= 0 || wait > since+0.05 {
 		t.Errorf("gated gang waited %.2fs, want at most the %.2fs since its last gate went (%s after its creation)", wait, since, gated)
