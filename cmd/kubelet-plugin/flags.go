@@ -32,6 +32,7 @@ type runOptions struct {
 	health         healthOptions
 	mig            string
 	cdi            cdiOptions
+	serving        servingOptions
 }
 
 // healthOptions say which GPU events taint how.
@@ -69,7 +70,8 @@ func (o *runOptions) flags(args []string) error {
 	str(&o.cdiRoot, "cdi-root", "GPUFABRIC_CDI_ROOT", "/var/run/cdi", "directory the container runtime reads CDI specs from")
 	str(&o.stateDir, "state-dir", "GPUFABRIC_STATE_DIR", "/var/lib/gpufabric", "directory for the checkpoint of prepared claims")
 	str(&o.podUID, "pod-uid", "POD_UID", "", "this plugin pod's UID; enables rolling updates (two plugin pods at once)")
-	str(&o.metricsAddress, "metrics-address", "GPUFABRIC_METRICS_ADDRESS", "", "address for /metrics and /healthz, e.g. :8080; empty: off")
+	str(&o.metricsAddress, "metrics-address", "GPUFABRIC_METRICS_ADDRESS", "", "address of the HTTPS port of /metrics and the health endpoints /livez, /readyz, /healthz, e.g. :8080; empty: off")
+	o.serving.bind(fs)
 	str(&o.bootIDPath, "boot-id-path", "GPUFABRIC_BOOT_ID_PATH", node.DefaultBootIDPath, "file holding the boot id (reboots re-prepare claims)")
 	str(&o.procRoot, "proc-root", "GPUFABRIC_PROC_ROOT", "/proc", "procfs root (nvml backend): IMEX channel major and count")
 	str(&o.imex.channels, "imex-channels", "GPUFABRIC_IMEX_CHANNELS", "managed", "managed: a multi-node NVLink channel gets its IMEX channel and waits for the IMEX daemon; off: IMEX is another component's (e.g. NVIDIA ComputeDomain)")
@@ -104,6 +106,9 @@ func (o *runOptions) flags(args []string) error {
 	}
 	o.imexCtl = strings.Fields(o.imex.ctl)
 	if err := o.health.parse(); err != nil {
+		return err
+	}
+	if err := o.serving.validate(o.metricsAddress); err != nil {
 		return err
 	}
 	return o.validate()

@@ -49,6 +49,15 @@ func TestDispatch(t *testing.T) {
 		"run with an xid both fatal and ignored": {
 			args: []string{"run", "--node", "n", "--ignored-xids", "13,79"}, wantCode: 2, wantErr: "xid 79 is both fatal and ignored",
 		},
+		"run with a certificate and no key": {
+			args: []string{"run", "--node", "n", "--tls-cert-file", "/tls/tls.crt"}, wantCode: 2, wantErr: "--tls-cert-file and --tls-private-key-file go together",
+		},
+		"run with profiling neither on nor off": {
+			args: []string{"run", "--node", "n", "--profiling", "maybe"}, wantCode: 2, wantErr: "--profiling must be true or false",
+		},
+		"run with profiling and no metrics port": {
+			args: []string{"run", "--node", "n", "--profiling", "true"}, wantCode: 2, wantErr: "--profiling needs --metrics-address",
+		},
 		"discover mock node": {
 			args:     []string{"discover", "--mock-fabric", fabric, "--node", "h100-n03"},
 			wantCode: 0,

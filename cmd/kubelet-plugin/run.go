@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -21,7 +18,6 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/claims"
 	"github.com/gpufabric/gpufabric/pkg/component/clientmetrics"
-	"github.com/gpufabric/gpufabric/pkg/component/healthz"
 	"github.com/gpufabric/gpufabric/pkg/component/version"
 	"github.com/gpufabric/gpufabric/pkg/devices"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -43,9 +39,13 @@ func runPlugin(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	client, err := newClient(o.kubeconfig)
+	restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
-		return err
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
 	}
 	if o.backend == "mock" {
 		defer os.RemoveAll(o.mockDir)
@@ -56,7 +56,9 @@ func runPlugin(ctx context.Context, args []string, _ io.Writer) error {
 		if err != nil {
 			return err
 		}
-		go serveHTTP(ctx, o.metricsAddress, registry, hh)
+		if _, err := serveHTTP(ctx, o.metricsAddress, &o.serving, restCfg, registry, hh); err != nil {
+			return err
+		}
 	}
 	p, err := newPlugin(ctx, &o, client, registry, func(err error) { cancel(err) }, kubeletplugin.GRPCInterceptor(pr.interceptor))
 	if err != nil {
@@ -73,18 +75,6 @@ func runPlugin(ctx context.Context, args []string, _ io.Writer) error {
 	return nil
 }
 
-func newClient(kubeconfig string) (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig: %w", err)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("create client: %w", err)
-	}
-	return client, nil
-}
-
 // helperOptions are the kubeletplugin options from the flags.
 func (o *runOptions) helperOptions(client kubernetes.Interface, extra ...kubeletplugin.Option) []kubeletplugin.Option {
 	opts := []kubeletplugin.Option{
@@ -99,23 +89,6 @@ func (o *runOptions) helperOptions(client kubernetes.Interface, extra ...kubelet
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.podUID)))
 	}
 	return append(opts, extra...)
-}
-
-// serveHTTP serves /metrics and the health endpoints (/livez, /readyz,
-// /healthz) on addr until ctx is done.
-func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, health *healthz.Handler) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	health.Install(mux)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	klog.FromContext(ctx).Info("Serving metrics and health", "address", addr)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		klog.FromContext(ctx).Error(err, "Metrics server stopped", "address", addr)
-	}
 }
 
 // newRegistry is the process's Prometheus registry: Go and process

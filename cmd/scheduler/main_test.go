@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpufabric/gpufabric/pkg/component/delegatedauth"
 )
 
 // TestEnvTwins: an environment twin fills a flag not given on the command
@@ -37,7 +45,14 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_PACK_ORDER":                  "fullest-nodes",
 		"GPUFABRIC_PROFILING":                   "true",
 		"GPUFABRIC_PER_DOMAIN_METRICS":          "true",
-		"GPUFABRIC_FREE_ROOM_INTERVAL":          "30s",
+
+		"GPUFABRIC_STARVATION_RESERVATIONS_PER_NAMESPACE": "2",
+
+		"GPUFABRIC_TLS_CERT_FILE":                    "/tls/tls.crt",
+		"GPUFABRIC_TLS_PRIVATE_KEY_FILE":             "/tls/tls.key",
+		"GPUFABRIC_AUTHORIZATION_ALWAYS_ALLOW_PATHS": "/livez, /metrics",
+
+		"GPUFABRIC_FREE_ROOM_INTERVAL": "30s",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
@@ -47,7 +62,8 @@ func TestEnvTwins(t *testing.T) {
 		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" || !o.profiling || !o.domainMetrics || o.freeRoom != 30*time.Second {
 		t.Errorf("options %+v", o)
 	}
-	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute}
+	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute,
+		reservationsPerNS: 2}
 	if diff := cmp.Diff(want, o.preemption, cmp.AllowUnexported(preemptionOptions{})); diff != "" {
 		t.Errorf("preemption options (-want +got):\n%s", diff)
 	}
@@ -57,6 +73,14 @@ func TestEnvTwins(t *testing.T) {
 	if diff := cmp.Diff([]string{"rack", "leaf", "spine"}, o.levels()); diff != "" {
 		t.Errorf("levels (-want +got):\n%s", diff)
 	}
+	if o.serving.certFile != "/tls/tls.crt" || o.serving.keyFile != "/tls/tls.key" || !cmp.Equal(o.serving.paths(), []string{"/livez", "/metrics"}) {
+		t.Errorf("serving options %+v", o.serving)
+	}
+	env["GPUFABRIC_REQUIRE_ADMIN_TOPOLOGY_LABELS"] = "true"
+	if !bindFlagsAndEnv(t, flag.NewFlagSet("test", flag.ContinueOnError), lookup).requireAdminLabels {
+		t.Error("GPUFABRIC_REQUIRE_ADMIN_TOPOLOGY_LABELS not applied")
+	}
+	delete(env, "GPUFABRIC_REQUIRE_ADMIN_TOPOLOGY_LABELS")
 	env["GPUFABRIC_LEADER_ELECT"] = "maybe"
 	fresh := flag.NewFlagSet("test", flag.ContinueOnError)
 	bindFlags(fresh)
@@ -84,10 +108,16 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--free-room-interval=-1s"}, wantErr: "--free-room-interval must be at least 0s"},
 		{args: []string{"--commits-in-flight=0"}, wantErr: "--commits-in-flight must be 1..256, got 0"},
 		{args: []string{"--commits-in-flight=1"}},
+		{args: []string{"--starvation-reservations-per-namespace=0"}, wantErr: "--starvation-reservations-per-namespace must be at least 1, got 0"},
+		{args: []string{"--starvation-reservations-per-namespace=3"}},
 		{args: []string{"--kube-api-content-type=application/json"}},
 		{args: []string{"--pack-order=fullest-nodes"}},
 		{args: []string{"--pack-order=least-spread"}},
 		{args: []string{"--pack-order=spread"}, wantErr: `--pack-order: pack order "spread" is not one of "least-spread", "fullest-nodes"`},
+		{args: []string{"--tls-cert-file=/tls/tls.crt"}, wantErr: "--tls-cert-file and --tls-private-key-file go together"},
+		{args: []string{"--tls-cert-file=/tls/tls.crt", "--tls-private-key-file=/tls/tls.key"}},
+		{args: []string{"--require-admin-topology-labels", "--topology-levels=topology.gpufabric.dev/rack"}, wantErr: `--require-admin-topology-labels: topology level "topology.gpufabric.dev/rack" is a label kubelets can set`},
+		{args: []string{"--require-admin-topology-labels", "--topology-levels=node-restriction.kubernetes.io/gpufabric.rack"}},
 		{args: []string{"--kube-api-content-type=yaml"}, wantErr: `--kube-api-content-type must be application/vnd.kubernetes.protobuf or application/json, got "yaml"`},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
@@ -105,9 +135,10 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestProfiling: with --profiling the metrics server also serves Go's
-// profiles under /debug/pprof/ (a CPU profile streams for its ?seconds=);
-// without it those paths are 404 and /metrics is served either way.
+// TestProfiling: with --profiling the metrics port also serves Go's
+// profiles under /debug/pprof/ (a CPU profile streams for its ?seconds=,
+// capped); without it those paths are 404 and /metrics is served either
+// way; every path but the health endpoints needs an authorized token.
 func TestProfiling(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		t.Run(fmt.Sprintf("profiling=%t", on), func(t *testing.T) {
@@ -119,30 +150,42 @@ func TestProfiling(t *testing.T) {
 			if err := o.validate(); err != nil {
 				t.Fatal(err)
 			}
-			addr, err := o.serveHTTP(t.Context(), prometheus.NewRegistry())
+			health := func(mux *http.ServeMux) {
+				mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+			}
+			addr, err := o.serve(t.Context(), prometheus.NewRegistry(), fakeAuth(t, o.serving.paths()), health)
 			if err != nil {
 				t.Fatal(err)
 			}
-			base := "http://" + addr.String()
+			base := "https://" + addr.String()
 			wantPprof := http.StatusNotFound
 			if on {
 				wantPprof = http.StatusOK
 			}
-			for path, want := range map[string]int{
-				"/metrics":                       http.StatusOK,
-				"/debug/pprof/":                  wantPprof,
-				"/debug/pprof/goroutine?debug=1": wantPprof,
-				"/debug/pprof/profile?seconds=1": wantPprof,
-				"/debug/pprof/cmdline":           wantPprof,
-				"/debug/pprof/trace?seconds=0.1": wantPprof,
-				"/debug/pprof/heap?gc=1":         wantPprof,
+			for _, tc := range []struct {
+				path, token string
+				want        int
+			}{
+				{"/livez", "", http.StatusOK},
+				{"/metrics", "", http.StatusUnauthorized},
+				{"/metrics", "reader", http.StatusOK},
+				{"/metrics", "nobody", http.StatusForbidden},
+				{"/debug/pprof/", "", http.StatusUnauthorized},
+				{"/debug/pprof/", "nobody", http.StatusForbidden},
+				{"/debug/pprof/", "reader", wantPprof},
+				{"/debug/pprof/goroutine?debug=1", "reader", wantPprof},
+				{"/debug/pprof/profile?seconds=1", "reader", wantPprof},
+				{"/debug/pprof/cmdline", "reader", wantPprof},
+				{"/debug/pprof/trace?seconds=0.1", "reader", wantPprof},
+				{"/debug/pprof/heap?gc=1", "reader", wantPprof},
+				{"/debug/pprof/profile?seconds=600", "reader", map[bool]int{false: 404, true: 400}[on]},
 			} {
-				code, body := httpGet(t, base+path)
-				if code != want {
-					t.Errorf("GET %s: %d, want %d", path, code, want)
+				code, body := httpGet(t, base+tc.path, tc.token)
+				if code != tc.want {
+					t.Errorf("GET %s (token %q): %d, want %d", tc.path, tc.token, code, tc.want)
 				}
-				if on && path == "/debug/pprof/profile?seconds=1" && (len(body) < 2 || body[0] != 0x1f || body[1] != 0x8b) {
-					t.Errorf("GET %s: not a gzipped profile (%d bytes)", path, len(body))
+				if on && tc.path == "/debug/pprof/profile?seconds=1" && (len(body) < 2 || body[0] != 0x1f || body[1] != 0x8b) {
+					t.Errorf("GET %s: not a gzipped profile (%d bytes)", tc.path, len(body))
 				}
 			}
 		})
@@ -157,13 +200,51 @@ func TestProfiling(t *testing.T) {
 	}
 }
 
-func httpGet(t *testing.T, url string) (int, []byte) {
+// fakeAuth is the metrics port's filter on a fake apiserver: token
+// "reader" may get /metrics and /debug/pprof/*, token "nobody" nothing.
+func fakeAuth(t *testing.T, paths []string) *delegatedauth.Auth {
+	t.Helper()
+	c := fake.NewClientset()
+	c.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+		tr.Status.Authenticated = tr.Spec.Token == "reader" || tr.Spec.Token == "nobody"
+		tr.Status.User.Username = tr.Spec.Token
+		return true, tr, nil
+	})
+	c.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+		p := sar.Spec.NonResourceAttributes.Path
+		sar.Status.Allowed = sar.Spec.User == "reader" && sar.Spec.NonResourceAttributes.Verb == "get" && (p == "/metrics" || strings.HasPrefix(p, "/debug/pprof/"))
+		return true, sar, nil
+	})
+	auth, err := delegatedauth.New(delegatedauth.Config{TokenReviews: c.AuthenticationV1().TokenReviews(), SubjectAccessReviews: c.AuthorizationV1().SubjectAccessReviews(), AlwaysAllowPaths: paths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return auth
+}
+
+// bindFlagsAndEnv binds the flags on fs and applies the environment.
+func bindFlagsAndEnv(t *testing.T, fs *flag.FlagSet, lookup func(string) (string, bool)) *options {
+	t.Helper()
+	o := bindFlags(fs)
+	if err := applyEnv(fs, lookup); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func httpGet(t *testing.T, url, token string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed port
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}

@@ -39,6 +39,9 @@ type options struct {
 	syncTimeout     time.Duration
 	freeRoom        time.Duration
 	preemption      preemptionOptions
+	serving         servingOptions
+	// requireAdminLabels: --require-admin-topology-labels.
+	requireAdminLabels bool
 }
 
 // preemptionOptions are the priority settings (docs/design/preemption.md).
@@ -48,6 +51,9 @@ type preemptionOptions struct {
 	budget            time.Duration
 	starvationBound   time.Duration
 	unschedulableWait time.Duration
+	// reservationsPerNS bounds the starvation reservations of one
+	// namespace.
+	reservationsPerNS int
 }
 
 // leaseDurations are the leader election timings.
@@ -84,6 +90,13 @@ var envTwins = map[string]string{
 	"free-room-interval":          "GPUFABRIC_FREE_ROOM_INTERVAL",
 	"v":                           "GPUFABRIC_V",
 	"logging-format":              "GPUFABRIC_LOGGING_FORMAT",
+
+	"starvation-reservations-per-namespace": "GPUFABRIC_STARVATION_RESERVATIONS_PER_NAMESPACE",
+
+	"tls-cert-file":                    "GPUFABRIC_TLS_CERT_FILE",
+	"tls-private-key-file":             "GPUFABRIC_TLS_PRIVATE_KEY_FILE",
+	"authorization-always-allow-paths": "GPUFABRIC_AUTHORIZATION_ALWAYS_ALLOW_PATHS",
+	"require-admin-topology-labels":    "GPUFABRIC_REQUIRE_ADMIN_TOPOLOGY_LABELS",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -101,7 +114,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace) and of the free-room view")
 	fs.DurationVar(&o.freeRoom, "free-room-interval", 10*time.Second, "the leader publishes the free GPUs per fabric domain for tenants (ConfigMap gpufabric-free-room in --commit-record-namespace; kubectl gpufabric status reads it when it may not list nodes), rewritten when they changed, at most once per this interval; 0 disables it")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of /metrics and of the health endpoints /livez, /readyz and /healthz; empty disables them")
-	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port, to users RBAC allows the non-resource URL /debug/pprof/*")
+	o.serving.bind(fs)
+	fs.BoolVar(&o.requireAdminLabels, "require-admin-topology-labels", false, "place gangs only on nodes whose multi-node NVLink domain an admin confirmed with the node label "+topology.LabelAdminNVLinkDomain+
+		", and only with --topology-levels under "+topology.AdminLabelPrefix+" (docs/topology-labels.md); a node whose slices contradict that label is refused either way")
 	fs.BoolVar(&o.domainMetrics, "per-domain-metrics", false, "also export gpufabric_scheduler_domain_free_gpus{domain}: one series per NVLink domain (one per node on HGX); off: only the per-level aggregates")
 	fs.IntVar(&o.commitWorkers, "commit-parallelism", scheduler.DefaultCommitParallelism, "writes of one commit phase (claim writes, bindings) in flight at once")
 	fs.IntVar(&o.commitsInFlight, "commits-in-flight", scheduler.DefaultCommitsInFlight, "gangs whose commits run at once while the next gangs are placed (1..256)")
@@ -116,6 +132,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
 	fs.DurationVar(&p.budget, "preemption-budget", 2*time.Second, "wall time one preemption evaluation may take")
 	fs.DurationVar(&p.starvationBound, "starvation-bound", defaultStarvationBound, "a gang waiting longer holds the domain closest to fitting it; 0 disables reservations")
+	fs.IntVar(&p.reservationsPerNS, "starvation-reservations-per-namespace", scheduler.DefaultStarvationReservationsPerNamespace,
+		"starving gangs of one namespace that may hold a domain at once (the others wait without one): one tenant's gangs cannot reserve every domain")
 	fs.DurationVar(&p.unschedulableWait, "max-unschedulable-wait", time.Minute, "how long an unschedulable gang waits for a cluster change before it is retried anyway")
 	return o
 }
@@ -143,6 +161,9 @@ func (o *options) validate() error {
 			return fmt.Errorf("--%s must be at least %s, got %s", d.name, d.min, d.v)
 		}
 	}
+	if p.reservationsPerNS < 1 {
+		return fmt.Errorf("--starvation-reservations-per-namespace must be at least 1, got %d", p.reservationsPerNS)
+	}
 	if p.starvationBound > 0 && p.starvationBound < time.Second {
 		return fmt.Errorf("--starvation-bound must be 0 (off) or at least 1s, got %s", p.starvationBound)
 	}
@@ -151,6 +172,14 @@ func (o *options) validate() error {
 	}
 	if o.apiContentType != runtime.ContentTypeProtobuf && o.apiContentType != runtime.ContentTypeJSON {
 		return fmt.Errorf("--kube-api-content-type must be %s or %s, got %q", runtime.ContentTypeProtobuf, runtime.ContentTypeJSON, o.apiContentType)
+	}
+	if err := o.serving.validate(); err != nil {
+		return err
+	}
+	if o.requireAdminLabels {
+		if err := topology.AdminOwnedLevels(o.levels()); err != nil {
+			return fmt.Errorf("--require-admin-topology-labels: %w", err)
+		}
 	}
 	if o.profiling && o.metricsAddress == "" {
 		return errors.New("--profiling needs --metrics-address: the profiles are served beside /metrics")

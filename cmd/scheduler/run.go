@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
@@ -103,7 +98,7 @@ func (o *options) schedulerConfig(client kubernetes.Interface, metrics *schedule
 	return scheduler.Config{
 		Client:            client,
 		RecordNamespace:   o.recordNS,
-		Tree:              topology.TreeConfig{LabelLevels: o.levels()},
+		Tree:              topology.TreeConfig{LabelLevels: o.levels(), RequireAdminLabels: o.requireAdminLabels},
 		DomainChannels:    o.domainChannels,
 		FreeRoomInterval:  o.freeRoom,
 		Metrics:           metrics,
@@ -116,6 +111,8 @@ func (o *options) schedulerConfig(client kubernetes.Interface, metrics *schedule
 		PreemptionBudget:     o.preemption.budget,
 		StarvationBound:      o.preemption.starvationBound,
 		MaxUnschedulableWait: o.preemption.unschedulableWait,
+
+		StarvationReservationsPerNamespace: o.preemption.reservationsPerNS,
 	}
 }
 
@@ -156,47 +153,4 @@ func (o *options) registry() (*prometheus.Registry, error) {
 		return nil, err
 	}
 	return reg, nil
-}
-
-// serveHTTP serves /metrics, whatever mounts add (the health endpoints),
-// and /debug/pprof/ when --profiling is on, on --metrics-address until ctx
-// is done. It returns the address it listens on (nil when
-// --metrics-address is empty).
-func (o *options) serveHTTP(ctx context.Context, reg *prometheus.Registry, mounts ...func(*http.ServeMux)) (net.Addr, error) {
-	if o.metricsAddress == "" {
-		return nil, nil
-	}
-	ln, err := net.Listen("tcp", o.metricsAddress)
-	if err != nil {
-		return nil, fmt.Errorf("listen for metrics: %w", err)
-	}
-	// No write timeout: a CPU profile or a trace streams for its
-	// ?seconds=.
-	srv := &http.Server{Handler: o.httpHandler(reg, mounts...), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Metrics server failed")
-		}
-	}()
-	context.AfterFunc(ctx, func() { _ = srv.Close() })
-	return ln.Addr(), nil
-}
-
-// httpHandler routes /metrics to reg, the mounts' paths to them and, only
-// with --profiling, the Go runtime's profiles under /debug/pprof/ (the
-// paths kube-scheduler serves); without it those paths are 404.
-func (o *options) httpHandler(reg *prometheus.Registry, mounts ...func(*http.ServeMux)) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	for _, m := range mounts {
-		m(mux)
-	}
-	if o.profiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return mux
 }

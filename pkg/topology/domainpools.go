@@ -35,11 +35,19 @@ type DomainPool struct {
 // node's kubernetes.io/hostname label (nil, or "" for a node: its name). The
 // result is sorted by pool name and deterministic. Pure.
 func FabricDomainPools(slices []*resourceapi.ResourceSlice, hostname func(node string) string, channels int) []DomainPool {
+	return TrustedFabricDomainPools(slices, hostname, channels, nil)
+}
+
+// TrustedFabricDomainPools is FabricDomainPools without the nodes refuse
+// refuses (CheckNodeDomain, given each node's labels): their GPUs count
+// in no pool and no pool selects them, so a node that claims another
+// domain never reaches its channels. A nil refuse refuses none.
+func TrustedFabricDomainPools(slices []*resourceapi.ResourceSlice, hostname func(node string) string, channels int, refuse func(node string, info NodeGPUInfo) bool) []DomainPool {
 	nodes := NodeGPUs(slices)
 	healthy := healthyGPUs(slices)
 	byDomain := map[string]*DomainPool{}
 	for node, info := range nodes {
-		if info.NVLinkDomain == "" {
+		if info.NVLinkDomain == "" || (refuse != nil && refuse(node, info)) {
 			continue
 		}
 		p := byDomain[info.NVLinkDomain]

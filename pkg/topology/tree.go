@@ -25,14 +25,20 @@ type TreeConfig struct {
 	// LabelLevels are node label keys, innermost first (e.g. rack, IB leaf,
 	// spine). They must be distinct and must not be one of the reserved keys.
 	LabelLevels []string
+	// RequireAdminLabels trusts a node's multi-node NVLink domain only when
+	// the admin label LabelAdminNVLinkDomain confirms it (CheckNodeDomain).
+	RequireAdminLabels bool
 }
 
 // Tree is a cluster's fabric tree. Level 0 groups nodes by the nvlinkDomain
 // of their GPUs, each configured label level groups nodes by that label's
 // value, and the last level is the whole cluster.
 //
-// Rules: a node is in exactly one level-0 domain and in the cluster domain;
-// a node without a label of a label level is in no domain of that level.
+// Rules: a node is in exactly one level-0 domain and in the cluster domain,
+// unless it is refused (CheckNodeDomain: what its slices declare contradicts
+// its admin label, or lacks one that is required): a refused node is in no
+// domain of any level, so nothing is placed on it; a node without a label
+// of a label level is in no domain of that level.
 // Every slice in Tree is sorted (levels innermost first, domains by id,
 // nodes by name), so iterating it is deterministic.
 type Tree struct {
@@ -40,7 +46,10 @@ type Tree struct {
 	// Warnings lists inconsistencies found while building (a node whose GPUs
 	// disagree on nvlinkDomain, a domain whose nodes disagree on a parent).
 	Warnings []string
+	// Refused are the nodes left out of every domain, by name.
+	Refused  []NodeRefusal
 	nodeGPUs map[string]int
+	refused  map[string]bool
 }
 
 // Level is one level of the tree.
@@ -85,12 +94,19 @@ func BuildTree(cfg TreeConfig, nodes []*v1.Node, resourceSlices []*resourceapi.R
 	sorted := slices.Clone(nodes)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 
-	t := &Tree{nodeGPUs: make(map[string]int, len(sorted))}
+	t := &Tree{nodeGPUs: make(map[string]int, len(sorted)), refused: map[string]bool{}}
 	gpus := NodeGPUs(resourceSlices)
 	level0 := make(map[string]string, len(sorted))
+	trusted := sorted[:0:0]
 	for _, node := range sorted {
 		info := gpus[node.Name]
 		t.nodeGPUs[node.Name] = len(info.Devices)
+		if r := CheckNodeDomain(node.Name, node.Labels, info, cfg.RequireAdminLabels); r != nil {
+			t.Refused = append(t.Refused, *r)
+			t.refused[node.Name] = true
+			continue
+		}
+		trusted = append(trusted, node)
 		domain := info.NVLinkDomain
 		if domain == "" {
 			domain = NodeDomainID(DomainKindNone, node.Name)
@@ -100,6 +116,7 @@ func BuildTree(cfg TreeConfig, nodes []*v1.Node, resourceSlices []*resourceapi.R
 		}
 		level0[node.Name] = domain
 	}
+	sorted = trusted
 	t.Levels = append(t.Levels, t.newLevel(0, TopologyKeyNVLinkDomain, sorted, func(n *v1.Node) (string, bool) { return level0[n.Name], true }))
 	for _, key := range cfg.LabelLevels {
 		t.Levels = append(t.Levels, t.newLevel(len(t.Levels), key, sorted, labelValue(key)))
@@ -134,9 +151,10 @@ func labelValue(key string) func(*v1.Node) (string, bool) {
 
 // NewLabelLevel groups nodes by a node label that is not a configured level
 // of the tree (for a topology key that names any node label). The level has
-// Index -1 and no parent links; nodes without the label are left out.
+// Index -1 and no parent links; nodes without the label, and refused
+// nodes, are left out.
 func (t *Tree) NewLabelLevel(key string, nodes []*v1.Node) *Level {
-	sorted := slices.Clone(nodes)
+	sorted := slices.DeleteFunc(slices.Clone(nodes), func(n *v1.Node) bool { return t.refused[n.Name] })
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	return t.newLevel(-1, key, sorted, labelValue(key))
 }
@@ -200,6 +218,9 @@ func (t *Tree) Level(key string) *Level {
 	}
 	return nil
 }
+
+// IsRefused reports whether the node is left out of every domain.
+func (t *Tree) IsRefused(node string) bool { return t.refused[node] }
 
 // NodeGPUCount returns the number of GPUs published for a node.
 func (t *Tree) NodeGPUCount(node string) int { return t.nodeGPUs[node] }

@@ -160,5 +160,16 @@ func dnsLabelPart(s string) string {
 // FabricDomainPoolName is the pool name of the cluster-level pool that holds
 // the channels of one NVLink domain.
 func FabricDomainPoolName(domainID string) string {
-	return "fabric-domain." + domainID
+	return fabricDomainPoolPrefix + domainID
 }
+
+const fabricDomainPoolPrefix = "fabric-domain."
+
+// IsFabricDomainPool reports whether a pool of driver DriverName is a
+// fabric-domain pool (FabricDomainPoolName), whose devices are channels.
+func IsFabricDomainPool(pool string) bool { return strings.HasPrefix(pool, fabricDomainPoolPrefix) }
+
+// IsGPUDeviceName reports whether a device of a node's pool of driver
+// DriverName is a GPU or one of its MIG partitions (GPUDeviceName,
+// MIGDeviceName).
+func IsGPUDeviceName(name string) bool { return strings.HasPrefix(name, "gpu-") }

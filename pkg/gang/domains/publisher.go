@@ -44,6 +44,9 @@ type Config struct {
 	Channels int
 	// OnChange, if set, is called with the desired pools after each change.
 	OnChange func([]topology.DomainPool)
+	// RequireAdminLabels is topology.TreeConfig's: with Nodes, a node the
+	// scheduler's tree refuses (topology.CheckNodeDomain) is in no pool.
+	RequireAdminLabels bool
 }
 
 // Publisher keeps the fabric-domain pools in sync. Safe for concurrent use.
@@ -105,7 +108,7 @@ func Start(ctx context.Context, cfg Config) (*Publisher, error) {
 		hostnameChanged := func(old, obj any) {
 			o, ok1 := old.(*v1.Node)
 			n, ok2 := obj.(*v1.Node)
-			if !ok1 || !ok2 || o.Labels[v1.LabelHostname] != n.Labels[v1.LabelHostname] {
+			if !ok1 || !ok2 || o.Labels[v1.LabelHostname] != n.Labels[v1.LabelHostname] || o.Labels[topology.LabelAdminNVLinkDomain] != n.Labels[topology.LabelAdminNVLinkDomain] {
 				p.queue.Add(syncKey)
 			}
 		}
@@ -160,7 +163,7 @@ func (p *Publisher) sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list resource slices: %w", err)
 	}
-	pools := topology.FabricDomainPools(slices, p.hostname, p.cfg.Channels)
+	pools := topology.TrustedFabricDomainPools(slices, p.hostname, p.cfg.Channels, p.refused)
 	p.mu.Lock()
 	changed := !equality.Semantic.DeepEqual(pools, p.current)
 	if changed {
@@ -195,6 +198,20 @@ func (p *Publisher) hostname(node string) string {
 		return ""
 	}
 	return n.Labels[v1.LabelHostname]
+}
+
+// refused reports whether the scheduler's tree leaves the node out
+// (topology.CheckNodeDomain on its labels; none without the Node
+// informer).
+func (p *Publisher) refused(node string, info topology.NodeGPUInfo) bool {
+	if p.nodes == nil {
+		return false
+	}
+	var labels map[string]string
+	if n, err := p.nodes.Get(node); err == nil {
+		labels = n.Labels
+	}
+	return topology.CheckNodeDomain(node, labels, info, p.cfg.RequireAdminLabels) != nil
 }
 
 // Pools returns the desired pools last published (a copy).

@@ -15,6 +15,7 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
+	"k8s.io/utils/clock"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
@@ -95,6 +96,12 @@ type Config struct {
 	NominationTimeout time.Duration
 	PreemptionBudget  time.Duration
 	StarvationBound   time.Duration
+	// StarvationReservationsPerNamespace bounds the reservations the
+	// starving gangs of one namespace hold at once (0: 1).
+	StarvationReservationsPerNamespace int
+	// Clock, when set, replaces the real clock of the restart backoff and
+	// the preemption budget (tests).
+	Clock clock.PassiveClock
 }
 
 // Attempt is the loop's scheduling attempt of a gang, as the evict room

@@ -46,7 +46,11 @@
 //     (MemberDisrupted; its lastTransitionTime is the boundary), evicts the
 //     members bound before the boundary, releases the shared claims once
 //     they are gone (ReplacingMembers), and ends (GangRestarted) once the
-//     recreated members run.
+//     recreated members run. A round of evictions a PodDisruptionBudget
+//     refuses backs the restart off (RestartRetry doubled per refused
+//     round, up to RestartBackoffCap): nothing is evicted again before, and
+//     the first refused round says so once (RestartBlocked, and the
+//     condition's message).
 //   - Every write passes the gate; an error that stops the scheduler
 //     (gate.Stops) is returned at once.
 package evict

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
@@ -41,6 +42,14 @@ type Evictor struct {
 	// starving: how long gangs wait, and the domains held for those past
 	// Config.StarvationBound.
 	starving *starvation
+}
+
+// clock is Config.Clock, or the real clock.
+func (e *Evictor) clock() clock.PassiveClock {
+	if e.cfg.Clock != nil {
+		return e.cfg.Clock
+	}
+	return clock.RealClock{}
 }
 
 // New returns the evict room for cfg.
@@ -82,15 +91,25 @@ func (e *Evictor) AfterRefusal(ctx context.Context, a *Attempt, g *placement.Gan
 
 // preempt evaluates a preemption for the gang and, when a plan exists,
 // records the nomination and evicts the victims.
+//
+// The scan of what may be evicted (pods, claims, budgets) and the
+// evaluation share one budget, Config.PreemptionBudget: a scan that uses
+// it up ends the preemption without a plan, and says so.
 func (e *Evictor) preempt(ctx context.Context, a *Attempt, g *placement.Gang, in index.SnapshotInput) (string, bool, error) {
 	start := time.Now()
-	vs, err := e.victims.gather(a.Priority)
+	b := &budget{clock: e.clock(), deadline: e.clock().Now().Add(e.cfg.PreemptionBudget)}
+	vs, err := e.victims.gather(a.Priority, b)
+	if errors.Is(err, errOutOfBudget) {
+		e.cfg.Metrics.preemption(preemptNoPlan, time.Since(start).Seconds())
+		klog.FromContext(ctx).V(2).Info("Preemption out of budget", "err", err, "budget", e.cfg.PreemptionBudget)
+		return fmt.Sprintf("preemption: its budget of %s ran out before the victims were chosen", e.cfg.PreemptionBudget), false, nil
+	}
 	if err != nil || len(vs.units) == 0 {
 		return "", false, err // nothing runs below it: nothing to say
 	}
 	plan, why, err := preemption.Evaluate(ctx, e.cfg.Placement, preemption.Request{
 		Gang: g, Priority: a.Priority, Input: in, Units: vs.units, Budgets: vs.budgets,
-		Now: time.Now(), Budget: e.cfg.PreemptionBudget,
+		Now: time.Now(), Budget: b.left(),
 	})
 	if err != nil {
 		return "", false, fmt.Errorf("evaluate preemption: %w", err)
@@ -240,6 +259,45 @@ func (e *Evictor) Held(a *Attempt) sets.Set[string] {
 	}
 	e.starving.reservedNodes(a, held)
 	return held
+}
+
+// HeldNote says, for attempt a's refusal, which nodes other gangs hold
+// against it (Held) and for what, naming neither those gangs nor, for
+// another namespace's, their namespace: "" when none is held.
+func (e *Evictor) HeldNote(a *Attempt) string {
+	_, ns, _ := vocab.SplitKey(a.Key)
+	whose := func(key string) string {
+		if _, other, _ := vocab.SplitKey(key); other == ns {
+			return "of this namespace"
+		}
+		return "of another namespace"
+	}
+	byWhy := map[string]sets.Set[string]{}
+	add := func(why string, nodes ...string) {
+		if byWhy[why] == nil {
+			byWhy[why] = sets.New[string]()
+		}
+		byWhy[why].Insert(nodes...)
+	}
+	for _, nm := range e.nominations.all() {
+		if nm.rec.Gang != a.Key && nm.rec.Priority >= a.Priority && !nm.done.Load() {
+			add("held for a preempting gang "+whose(nm.rec.Gang), nm.rec.Nodes...)
+		}
+	}
+	for _, r := range e.starving.against(a) {
+		add("reserved for a starving gang "+whose(r.key), r.nodes.UnsortedList()...)
+	}
+	if len(byWhy) == 0 {
+		return ""
+	}
+	all := sets.New[string]()
+	parts := make([]string, 0, len(byWhy))
+	for _, why := range sets.List(sets.KeySet(byWhy)) {
+		all = all.Union(byWhy[why])
+		parts = append(parts, fmt.Sprintf("%d %s", byWhy[why].Len(), why))
+	}
+	return fmt.Sprintf("%d nodes were not considered, other gangs hold them: %s (what follows counts only the other nodes)",
+		all.Len(), strings.Join(parts, ", "))
 }
 
 // GangDone ends what a gang held while it waited (it was placed, or is

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
@@ -111,20 +112,106 @@ func wholeDisruption(pg *schedulingv1beta1.PodGroup) bool {
 	return dm != nil && dm.All != nil
 }
 
+// RestartRetry is how soon the loop looks at a restarting gang again while
+// its old members go; RestartBackoffCap caps the backoff of a restart
+// whose evictions a PodDisruptionBudget refuses.
+const (
+	RestartRetry      = time.Second
+	RestartBackoffCap = 5 * time.Minute
+)
+
 // Restarter restarts PodGroups disrupted only whole (disruptionMode All)
 // when a taint manager deleted a member: the rules above. One per
 // leadership term; safe for concurrent use.
+//
+// A restart whose evictions are refused (a PodDisruptionBudget allows no
+// disruption) backs off per gang: no member is evicted again before
+// RestartRetry doubled per refused round (up to RestartBackoffCap); the
+// first refused round of a restart records an event and says so in the
+// DisruptionTarget condition, once.
 type Restarter struct {
-	cfg *Config
-	w   *writer
+	cfg   *Config
+	w     *writer
+	clock clock.PassiveClock
+
+	mu sync.Mutex
+	// blocked: restarts whose last eviction round was refused, by gang
+	// key.
+	blocked map[string]*restartBlock
+}
+
+// restartBlock is the backoff of one restart (its boundary) whose
+// evictions were refused.
+type restartBlock struct {
+	boundary time.Time
+	// rounds refused in a row; no eviction before next.
+	rounds int
+	next   time.Time
 }
 
 // NewRestarter returns the Restarter for cfg (its Disruptions are the ones
 // the loop's pod informer notes).
 func NewRestarter(cfg Config) *Restarter {
-	r := &Restarter{cfg: &cfg}
+	r := &Restarter{cfg: &cfg, clock: cfg.Clock, blocked: map[string]*restartBlock{}}
+	if r.clock == nil {
+		r.clock = clock.RealClock{}
+	}
 	r.w = &writer{cfg: r.cfg}
 	return r
+}
+
+// RetryIn is how soon the loop should look at a restarting gang again:
+// RestartRetry, or the rest of its backoff while a PodDisruptionBudget
+// blocks its evictions.
+func (r *Restarter) RetryIn(key string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b := r.blocked[key]; b != nil {
+		if d := b.next.Sub(r.clock.Now()); d > RestartRetry {
+			return d
+		}
+	}
+	return RestartRetry
+}
+
+// backingOff reports whether the restart at boundary waits out its
+// backoff.
+func (r *Restarter) backingOff(key string, boundary time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.blocked[key]
+	if b != nil && !b.boundary.Equal(boundary) {
+		delete(r.blocked, key) // an older restart's
+		return false
+	}
+	return b != nil && r.clock.Now().Before(b.next)
+}
+
+// refusedRound records an eviction round of the restart at boundary that
+// was refused and returns whether it is the restart's first.
+func (r *Restarter) refusedRound(key string, boundary time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.blocked[key]
+	first := b == nil || !b.boundary.Equal(boundary)
+	if first {
+		b = &restartBlock{boundary: boundary}
+		r.blocked[key] = b
+	}
+	b.rounds++
+	d := RestartRetry << min(b.rounds, 20)
+	if d <= 0 || d > RestartBackoffCap {
+		d = RestartBackoffCap
+	}
+	b.next = r.clock.Now().Add(d)
+	return first
+}
+
+// unblock ends a gang's restart backoff.
+func (r *Restarter) unblock(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.blocked, key)
 }
 
 // RestartGang runs the whole-gang restart of pg, whose members now are
@@ -135,8 +222,10 @@ func NewRestarter(cfg Config) *Restarter {
 // failed ones no longer make the new ones late members), so the new
 // members are placed as a gang; it ends the restart once that gang runs.
 func (r *Restarter) RestartGang(ctx context.Context, pg *schedulingv1beta1.PodGroup, pending, running int) (going, replaced bool, err error) {
-	cause := r.cfg.Disruptions.take(vocab.PodGroupKey(pg.Namespace, pg.Name))
+	key := vocab.PodGroupKey(pg.Namespace, pg.Name)
+	cause := r.cfg.Disruptions.take(key)
 	if !wholeDisruption(pg) {
+		r.unblock(key)
 		return false, false, nil
 	}
 	cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget)
@@ -151,14 +240,17 @@ func (r *Restarter) RestartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 			return true, false, err
 		}
 	case active && cond.Reason == vocab.ReasonReplacingMembers:
+		r.unblock(key)
 		return false, true, r.replaced(ctx, pg, pending, running)
 	default:
+		r.unblock(key)
 		return false, false, nil
 	}
 	old, err := r.evictOldMembers(ctx, pg, boundary)
 	if err != nil || old > 0 {
 		return true, false, err
 	}
+	r.unblock(key)
 	// Once: a released claim may be the new gang's on the next turn.
 	if err := r.releaseSharedClaims(ctx, pg); err != nil {
 		return true, false, err
@@ -208,45 +300,73 @@ func (r *Restarter) startRestart(ctx context.Context, pg *schedulingv1beta1.PodG
 
 // evictOldMembers evicts the members bound before boundary that still run
 // and returns how many old bound members are left (running or going).
+// While the restart backs off (its last round was refused) it evicts
+// nothing; a round with refusals starts or extends the backoff.
 func (r *Restarter) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.PodGroup, boundary time.Time) (int, error) {
 	pods, err := r.cfg.Gangs.GroupPods(pg.Namespace, pg.Name)
 	if err != nil {
 		return 0, fmt.Errorf("list members: %w", err)
 	}
-	left := 0
+	key := vocab.PodGroupKey(pg.Namespace, pg.Name)
+	wait := r.backingOff(key, boundary)
+	left, refused := 0, 0
 	for _, p := range pods {
 		if !podstate.Ours(p) || p.Spec.NodeName == "" || p.CreationTimestamp.After(boundary) || podstate.Terminated(p) {
 			continue
 		}
 		left++
-		if p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil || wait {
 			continue
 		}
-		if err := r.evictMember(ctx, p); err != nil {
+		ok, err := r.evictMember(ctx, p)
+		if err != nil {
 			return left, err
 		}
+		if !ok {
+			refused++
+		}
+	}
+	if refused > 0 {
+		r.blockedRound(ctx, pg, key, boundary, refused)
 	}
 	return left, nil
 }
 
+// blockedRound records an eviction round a PodDisruptionBudget refused:
+// the backoff, and on the restart's first such round an event and the
+// DisruptionTarget condition's message (same status: the boundary stays).
+func (r *Restarter) blockedRound(ctx context.Context, pg *schedulingv1beta1.PodGroup, key string, boundary time.Time, refused int) {
+	if !r.refusedRound(key, boundary) {
+		return
+	}
+	msg := fmt.Sprintf("%s: restarting the group whole is blocked: a PodDisruptionBudget refused the eviction of %d old members; retried with a backoff of up to %s",
+		schedulerName, refused, RestartBackoffCap)
+	r.cfg.Report.Event(pg, v1.EventTypeWarning, vocab.EventRestartBlocked, "Restarting", msg)
+	err := r.cfg.Conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
+		Reason: vocab.ReasonMemberDisrupted, Message: msg})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Saying a gang's restart is blocked", "podgroup", klog.KObj(pg))
+	}
+}
+
 // evictMember evicts one member of a gang being restarted through the
-// Eviction API (its PodDisruptionBudgets apply; a refusal is retried on the
-// gang's next turn).
-func (r *Restarter) evictMember(ctx context.Context, p *v1.Pod) error {
+// Eviction API (its PodDisruptionBudgets apply). It returns false when the
+// eviction was refused (429: retried after the restart's backoff).
+func (r *Restarter) evictMember(ctx context.Context, p *v1.Pod) (bool, error) {
 	err := r.w.evict(ctx, p)
 	switch {
 	case errors.Is(err, gate.ErrAborted) || errors.Is(err, gate.ErrFenced):
-		return err
+		return false, err
 	case err == nil:
 		r.cfg.Report.Event(p, v1.EventTypeWarning, vocab.EventGangRestart, "Evicting", fmt.Sprintf("%s: another member of PodGroup %s was lost; the group restarts whole", schedulerName, podGroupName(p)))
-		return nil
+		return true, nil
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		return nil
+		return true, nil
 	case apierrors.IsTooManyRequests(err):
-		klog.FromContext(ctx).Info("Eviction of a gang member refused; retrying", "pod", klog.KObj(p), "err", err.Error())
-		return nil
+		klog.FromContext(ctx).V(2).Info("Eviction of a gang member refused; backing off", "pod", klog.KObj(p), "err", err.Error())
+		return false, nil
 	}
-	return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
+	return false, fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 }
 
 // releaseSharedClaims releases the PodGroup's shared claims, so the new

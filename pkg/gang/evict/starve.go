@@ -24,10 +24,13 @@ import (
 // reservation is a starving gang's hold on a domain (in memory: a new
 // term reserves again on the gang's next refusal).
 type reservation struct {
-	key      string
-	priority int32
-	res      *preemption.Reservation
-	nodes    sets.Set[string]
+	key string
+	// namespace of the gang: a namespace holds at most
+	// Config.StarvationReservationsPerNamespace reservations.
+	namespace string
+	priority  int32
+	res       *preemption.Reservation
+	nodes     sets.Set[string]
 	// shadow: by when the domain is bound to have room (ok=false: never
 	// known); refreshed on the owner's attempts.
 	shadow   time.Time
@@ -66,12 +69,33 @@ func (st *starvation) get(key string) *reservation {
 	return st.holding[key]
 }
 
-func (st *starvation) put(r *reservation) int {
+// put records r unless its namespace already holds its limit of
+// reservations (other gangs'); it returns the reservations held and
+// whether r is one of them.
+func (st *starvation) put(r *reservation) (int, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.heldByLocked(r.namespace, r.key) >= st.limit() {
+		return len(st.holding), false
+	}
 	st.holding[r.key] = r
-	return len(st.holding)
+	return len(st.holding), true
 }
+
+// heldByLocked counts the reservations of namespace ns but key's. Called
+// with st.mu held.
+func (st *starvation) heldByLocked(ns, key string) int {
+	n := 0
+	for k, r := range st.holding {
+		if k != key && r.namespace == ns {
+			n++
+		}
+	}
+	return n
+}
+
+// limit is the reservations one namespace may hold.
+func (st *starvation) limit() int { return max(st.cfg.StarvationReservationsPerNamespace, 1) }
 
 // forget ends a gang's wait and reservation; it returns the reservations
 // left.
@@ -133,12 +157,21 @@ func (st *starvation) reserve(ctx context.Context, a *Attempt, g *placement.Gang
 	}
 	r := st.get(a.Key)
 	if r == nil || r.priority != a.Priority {
+		_, ns, _ := vocab.SplitKey(a.Key)
+		if st.full(ns, a.Key) {
+			return fmt.Sprintf("waited %s, over the starvation bound, but holds no domain: other gangs of namespace %s hold its limit of starvation reservations (%d)",
+				waited.Round(time.Second), ns, st.limit()), nil
+		}
 		res, err := preemption.ClosestDomain(ctx, st.cfg.Placement, in, g, 0)
 		if err != nil || res == nil {
 			return "", err
 		}
-		r = &reservation{key: a.Key, priority: a.Priority, res: res, nodes: sets.New(res.Nodes...)}
-		st.cfg.Metrics.setReservations(st.put(r))
+		r = &reservation{key: a.Key, namespace: ns, priority: a.Priority, res: res, nodes: sets.New(res.Nodes...)}
+		n, ok := st.put(r)
+		if !ok {
+			return "", nil // another gang of the namespace reserved meanwhile
+		}
+		st.cfg.Metrics.setReservations(n)
 		klog.FromContext(ctx).V(2).Info("Reserving a domain for a starving gang", "domain", res.Domain, "key", res.TopologyKey, "waited", waited)
 		st.cfg.Report.Event(a.about(), v1.EventTypeNormal, vocab.EventReserved, "Scheduling", fmt.Sprintf(
 			"waited %s, over the starvation bound of %s: holding %s (%d devices free, %d needed) against gangs of priority %d or lower that cannot finish before it has room",
@@ -151,6 +184,14 @@ func (st *starvation) reserve(ctx context.Context, a *Attempt, g *placement.Gang
 	}
 	return fmt.Sprintf("holding %s for this gang (waited %s); gangs that end by %s may backfill it",
 		commit.Where(r.res.TopologyKey, r.res.Domain), waited.Round(time.Second), r.shadow.UTC().Format(time.RFC3339)), nil
+}
+
+// full reports whether namespace ns holds its limit of reservations,
+// not counting key's.
+func (st *starvation) full(ns, key string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.heldByLocked(ns, key) >= st.limit()
 }
 
 // freeIn counts the free node-local devices of nodes in the input.
@@ -212,11 +253,20 @@ func runFor(pods []*v1.Pod) time.Duration {
 // of reservations of other gangs of a's priority or higher that a may not
 // backfill.
 func (st *starvation) reservedNodes(a *Attempt, held sets.Set[string]) {
+	for _, r := range st.against(a) {
+		held.Insert(r.nodes.UnsortedList()...)
+	}
+}
+
+// against lists the reservations held against attempt a (reservedNodes).
+func (st *starvation) against(a *Attempt) []*reservation {
 	now, d := time.Now(), runFor(a.Members)
+	var out []*reservation
 	for _, r := range st.all() {
 		if r.key == a.Key || r.priority < a.Priority || preemption.MayBackfill(now, d, r.shadow, r.shadowOK) {
 			continue
 		}
-		held.Insert(r.nodes.UnsortedList()...)
+		out = append(out, r)
 	}
+	return out
 }

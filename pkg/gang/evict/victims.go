@@ -1,6 +1,7 @@
 package evict
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
@@ -33,12 +35,46 @@ type victimSet struct {
 	budgets map[string]int
 }
 
+// errOutOfBudget: the preemption budget ran out while the victims were
+// gathered.
+var errOutOfBudget = errors.New("the preemption budget ran out")
+
+// budgetCheckEvery is how many objects the scan looks at between two
+// looks at the clock.
+const budgetCheckEvery = 256
+
+// budget is the deadline of one preemption's scan and evaluation.
+type budget struct {
+	clock    clock.PassiveClock
+	deadline time.Time
+	// looked counts the objects looked at since the last clock read.
+	looked int
+}
+
+// spent reports, every budgetCheckEvery calls, whether the deadline has
+// passed (and at the first call).
+func (b *budget) spent() bool {
+	b.looked++
+	if b.looked%budgetCheckEvery != 1 {
+		return false
+	}
+	return !b.clock.Now().Before(b.deadline)
+}
+
+// left is what remains of the budget, at least 1 ns (0 would mean none to
+// preemption.Evaluate).
+func (b *budget) left() time.Duration { return max(b.deadline.Sub(b.clock.Now()), time.Nanosecond) }
+
 // gather returns every running workload of priority below `below`:
 // bound, not terminating, not finished, not a mirror pod; a PodGroup with
 // disruptionMode All is one unit (all its running pods, any scheduler's),
 // any other pod is a unit of its own. Each unit gets the allocated claims
 // that only it holds, and the PodDisruptionBudgets that cover its pods.
-func (v *victims) gather(below int32) (*victimSet, error) {
+// The scan is part of the preemption's budget: it stops with
+// errOutOfBudget once the deadline passed (checked every
+// budgetCheckEvery objects), before the claims and budgets are read when
+// the pods used it up.
+func (v *victims) gather(below int32, b *budget) (*victimSet, error) {
 	pods, err := v.cfg.Pods.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
@@ -47,6 +83,9 @@ func (v *victims) gather(below int32) (*victimSet, error) {
 	unitOfPod := map[types.UID]string{}
 	groups := map[string]*schedulingv1beta1.PodGroup{}
 	for _, p := range pods {
+		if b.spent() {
+			return nil, fmt.Errorf("%w gathering victims (%d pods)", errOutOfBudget, len(pods))
+		}
 		if p.Spec.NodeName == "" || podstate.Terminated(p) || p.DeletionTimestamp != nil || p.Annotations[mirrorAnnotation] != "" {
 			continue
 		}
@@ -65,10 +104,13 @@ func (v *victims) gather(below int32) (*victimSet, error) {
 		}
 		unitOfPod[p.UID] = key
 	}
-	if err := v.assignClaims(byKey, unitOfPod); err != nil {
+	if len(byKey) == 0 {
+		return &victimSet{}, nil // nothing runs below it: no claim or budget to read
+	}
+	if err := v.assignClaims(byKey, unitOfPod, b); err != nil {
 		return nil, err
 	}
-	budgets, err := v.assignBudgets(byKey)
+	budgets, err := v.assignBudgets(byKey, b)
 	if err != nil {
 		return nil, err
 	}
@@ -113,12 +155,15 @@ func startOf(p *v1.Pod) time.Time {
 
 // assignClaims gives each unit the allocated claims all of whose
 // consumers are in it.
-func (v *victims) assignClaims(byKey map[string]*preemption.Unit, unitOfPod map[types.UID]string) error {
+func (v *victims) assignClaims(byKey map[string]*preemption.Unit, unitOfPod map[types.UID]string, b *budget) error {
 	claims, err := v.cfg.Claims.List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("list resource claims: %w", err)
 	}
 	for _, c := range claims {
+		if b.spent() {
+			return fmt.Errorf("%w reading the victims' claims (%d claims)", errOutOfBudget, len(claims))
+		}
 		if c.Status.Allocation == nil || len(c.Status.ReservedFor) == 0 {
 			continue
 		}
@@ -151,27 +196,43 @@ func consumerUnit(ns string, ref resourceapi.ResourceClaimConsumerReference, uni
 }
 
 // assignBudgets counts each unit's pods per PodDisruptionBudget that
-// selects them and returns the disruptions each budget allows.
-func (v *victims) assignBudgets(byKey map[string]*preemption.Unit) (map[string]int, error) {
-	pdbs, err := v.cfg.PDBs.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list pod disruption budgets: %w", err)
+// selects them and returns the disruptions each budget allows. A budget
+// is matched against the victims' pods of its own namespace only (it
+// selects no other), so one tenant's budgets cost nothing per other
+// tenants' pods.
+func (v *victims) assignBudgets(byKey map[string]*preemption.Unit, b *budget) (map[string]int, error) {
+	type member struct {
+		u *preemption.Unit
+		p *v1.Pod
+	}
+	byNamespace := map[string][]member{}
+	for _, u := range byKey {
+		for _, p := range u.Pods {
+			byNamespace[p.Namespace] = append(byNamespace[p.Namespace], member{u, p})
+		}
 	}
 	budgets := map[string]int{}
-	for _, pdb := range pdbs {
-		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-		if err != nil { // a nil selector selects nothing
-			continue
+	for ns, members := range byNamespace {
+		pdbs, err := v.cfg.PDBs.PodDisruptionBudgets(ns).List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("list pod disruption budgets: %w", err)
 		}
-		name := pdb.Namespace + "/" + pdb.Name
-		budgets[name] = int(pdb.Status.DisruptionsAllowed)
-		for _, u := range byKey {
-			for _, p := range u.Pods {
-				if p.Namespace == pdb.Namespace && sel.Matches(labels.Set(p.Labels)) {
-					if u.Budgets == nil {
-						u.Budgets = map[string]int{}
+		for _, pdb := range pdbs {
+			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+			if err != nil { // a nil selector selects nothing
+				continue
+			}
+			name := pdb.Namespace + "/" + pdb.Name
+			budgets[name] = int(pdb.Status.DisruptionsAllowed)
+			for _, m := range members {
+				if b.spent() {
+					return nil, fmt.Errorf("%w matching PodDisruptionBudgets", errOutOfBudget)
+				}
+				if sel.Matches(labels.Set(m.p.Labels)) {
+					if m.u.Budgets == nil {
+						m.u.Budgets = map[string]int{}
 					}
-					u.Budgets[name]++
+					m.u.Budgets[name]++
 				}
 			}
 		}

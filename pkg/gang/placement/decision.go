@@ -42,6 +42,10 @@ func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
 		}
 	}
 	for _, ns := range nodes {
+		if p.s.Tree().IsRefused(ns.Name()) {
+			counts[CheckNodeRefused]++
+			continue
+		}
 		if _, why, err := p.fit.fitOn(ctx, ns, 0, nil); err != nil {
 			return nil, err
 		} else if why != "" {

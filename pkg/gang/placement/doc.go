@@ -31,7 +31,8 @@
 // searchmemo.go (the member search), rails.go (rail-set search),
 // railfollow.go (NICs follow GPUs), railclaims.go (rail-limited claim
 // copies), railcount.go (free devices by rail), explain.go (explainer),
-// result.go (Decision, Unschedulable, Stats, refusals).
+// result.go (Decision, Unschedulable, Stats, refusals), channels.go
+// (fabric-domain channels only for gangs that use the domain's GPUs).
 //
 // Rules:
 //   - Domains are chosen from free-device counts, which are upper bounds;
@@ -43,6 +44,9 @@
 //     budgets are counts, not clocks (index.Config.AllocateTimeout aside).
 //   - Place reads the snapshot and fills its caches; only Assume changes
 //     what it holds. A Snapshot is not safe for concurrent use.
+//   - A fabric-domain channel goes only to a gang one of whose members
+//     uses a GPU of the channel's domain (channels.go): a decision that
+//     hands one to a GPU-less gang is refused.
 //   - The engine imports pkg/topology and its index, never what uses it
 //     (pkg/archtest); the index never imports the engine.
 //

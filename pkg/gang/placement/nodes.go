@@ -24,7 +24,10 @@ const (
 	CheckAllocator      = "device allocation refused"
 	CheckAllocatorTime  = "device allocation timed out"
 	CheckSharedSelector = "node outside the shared claims' node selector"
-	checkInsufficient   = "insufficient "
+	// CheckNodeRefused: the fabric tree left the node out
+	// (topology.CheckNodeDomain); the Node has the event that says why.
+	CheckNodeRefused  = "NVLink domain not trusted (see the Node's FabricDomainRefused event)"
+	checkInsufficient = "insufficient "
 )
 
 // fits answers one Place call's cheap per-node questions: how many members

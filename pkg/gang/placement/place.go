@@ -69,11 +69,22 @@ func Place(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*Decisi
 	return nil, u, err
 }
 
+// decisionOrErr turns a winning attempt into a Decision, unless it hands
+// a fabric-domain channel to a gang that uses no GPU of its domain
+// (channelsWithoutGPUs): then the gang fits nowhere, and is told why.
 func (p *placer) decisionOrErr(l *topology.Level, att *attempt, err error) (*Decision, *Unschedulable, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return p.decision(l, att), nil, nil
+	d := p.decision(l, att)
+	why, err := channelsWithoutGPUs(p.s, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	if why == "" {
+		return d, nil, nil
+	}
+	return nil, &Unschedulable{Gang: p.g.Key(), Pods: len(p.g.Members), MinCount: p.g.MinCount, Devices: p.need, DeviceClass: p.class, Stats: *p.stats, Message: why}, nil
 }
 
 // pinTo returns the first level (in the given order) where the gang's bound

@@ -79,8 +79,12 @@ func (fo *follower) follows(mi int) bool {
 	return slices.ContainsFunc(fo.per[mi].allClasses, func(c string) bool { return c != fo.class })
 }
 
-// leadSet returns the node's devices of the main class.
+// leadSet returns the node's devices of the main class; none for a gang
+// without node-local devices (its main class is "").
 func (fo *follower) leadSet(ctx context.Context, ns *index.NodeState) (sets.Set[structured.DeviceID], error) {
+	if fo.class == "" {
+		return nil, nil
+	}
 	if s, ok := fo.lead[ns.Index()]; ok {
 		return s, nil
 	}

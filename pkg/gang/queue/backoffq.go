@@ -78,3 +78,40 @@ func (q *Queue) backoffEnded(key string, seq uint64) {
 		q.active.Add(key)
 	}
 }
+
+// RetryConflict queues a gang whose commit lost a race (a conflict) after
+// its conflict backoff and returns it: ConflictBackoff, doubled with each
+// conflict since the gang was last forgotten, up to MaxBackoff, with
+// jitter. Like a gang that errored it waits its backoff out in the backoff
+// queue (an event about it does not end the wait early), and it wakes no
+// other gang: the devices its decision had assumed are probably its own
+// again at its retry. Only when that retry ends parked (it did not take
+// them back) are the other parked gangs woken, once (payWakeLocked).
+func (q *Queue) RetryConflict(key string) time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.conflicts[key]++
+	d := q.conflictBackoff << min(q.conflicts[key]-1, 20)
+	if d <= 0 || d > q.maxBackoff {
+		d = max(q.maxBackoff, q.conflictBackoff)
+	}
+	d = time.Duration(float64(d) * (0.8 + 0.4*q.rnd.Float64()))
+	until := q.clock.Now().Add(d)
+	q.backoff[key] = until
+	q.errored[key] = true // never handed out early
+	q.owesWake[key] = true
+	q.parked.remove(key)
+	delete(q.waiting, key)
+	q.toBackoffQ(key, until)
+	return d
+}
+
+// payWakeLocked wakes the other parked gangs once after a gang whose
+// commit conflicted was parked: the devices its decision had assumed, and
+// that may have refused them, are free. Called with q.mu held.
+func (q *Queue) payWakeLocked(key string) {
+	if q.owesWake[key] {
+		delete(q.owesWake, key)
+		q.flushParkedLocked(key)
+	}
+}

@@ -28,6 +28,10 @@
 //     which hands it out early when nothing else is ready (kube-scheduler's
 //     SchedulerPopFromBackoffQ); a gang that errored (ParkError) waits its
 //     backoff out.
+//   - A gang whose commit lost a race (RetryConflict) waits out a backoff
+//     of its own (ConflictBackoff, doubled per conflict since the gang was
+//     last forgotten, up to MaxBackoff) and wakes no other gang; only when
+//     its retry ends parked are the other parked gangs woken, once.
 //   - A gang that is not ready (too few members, a claim missing) waits for
 //     an event about itself (Add) or a claim in its namespace (WakeWaiting).
 //   - An attempt passes the Cycle it started at to Park* and Wait: when a

@@ -98,6 +98,7 @@ func (q *Queue) parkLocked(key string, cycle uint64, d time.Duration) time.Durat
 	delete(q.waiting, key)
 	if q.moves != cycle {
 		q.toBackoffQ(key, until)
+		q.payWakeLocked(key)
 		return d
 	}
 	q.parked.until[key] = until
@@ -110,6 +111,7 @@ func (q *Queue) parkLocked(key string, cycle uint64, d time.Duration) time.Durat
 		}
 		return ok && at.Equal(until)
 	})
+	q.payWakeLocked(key)
 	return d
 }
 
@@ -118,10 +120,18 @@ func (q *Queue) parkLocked(key string, cycle uint64, d time.Duration) time.Durat
 func (q *Queue) FlushParked() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.flushParkedLocked("")
+}
+
+// flushParkedLocked is FlushParked with q.mu held, sparing the gang
+// except ("" for none).
+func (q *Queue) flushParkedLocked(except string) {
 	q.moves++
 	for key := range q.parked.until {
-		q.parked.remove(key)
-		q.addLocked(key)
+		if key != except {
+			q.parked.remove(key)
+			q.addLocked(key)
+		}
 	}
 }
 

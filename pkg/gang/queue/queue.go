@@ -29,6 +29,7 @@ type Interface interface {
 	Wait(key, namespace string, cycle uint64)
 	Forget(key string)
 	RetryAfter(key string, d time.Duration)
+	RetryConflict(key string) time.Duration
 	RetryWhileWaiting(key string, d time.Duration)
 	// SetRank and Reorder set and re-read the active queue's order.
 	SetRank(f RankFunc)
@@ -49,6 +50,9 @@ type Events interface {
 
 var _ Interface = (*Queue)(nil)
 
+// DefaultConflictBackoff is Config.ConflictBackoff's default.
+const DefaultConflictBackoff = 100 * time.Millisecond
+
 // Config of a Queue. The backoffs are used as given (the scheduler's
 // Config sets their defaults).
 type Config struct {
@@ -58,6 +62,10 @@ type Config struct {
 	// MaxUnschedulableWait is how long a parked gang waits for a change
 	// that can help before it is retried anyway.
 	MaxUnschedulableWait time.Duration
+	// ConflictBackoff is the first backoff of a gang whose commit lost a
+	// race (RetryConflict); it doubles with each conflict, up to
+	// MaxBackoff. Default DefaultConflictBackoff.
+	ConflictBackoff time.Duration
 	// Clock, when set, replaces the real clock (tests). A fake clock
 	// (k8s.io/utils/clock/testing) runs the queue's timers inside Step.
 	Clock clock.WithTickerAndDelayedExecution
@@ -74,10 +82,19 @@ type Queue struct {
 	order               *prioQueue
 	initial, maxBackoff time.Duration
 	maxWait             time.Duration
+	conflictBackoff     time.Duration
 	clock               clock.WithTickerAndDelayedExecution
 
 	mu       sync.Mutex
 	attempts map[string]int
+	// conflicts counts each gang's commit conflicts since it was last
+	// forgotten (placed or gone): its conflict backoff (RetryConflict).
+	conflicts map[string]int
+	// owesWake: gangs whose commit conflicted since their last attempt
+	// ended otherwise; the devices their decision had assumed are free
+	// again, so when such a gang is parked (it did not take them back),
+	// the other parked gangs are woken once (backoffq.go).
+	owesWake map[string]bool
 	// parked: unschedulable gangs waiting for a change that can help.
 	parked parkedSet
 	// backoffQ: woken gangs waiting for their backoff's end.
@@ -105,6 +122,10 @@ func New(cfg Config) *Queue {
 		clk = clock.RealClock{}
 	}
 	order := newPrioQueue()
+	conflictBackoff := cfg.ConflictBackoff
+	if conflictBackoff <= 0 {
+		conflictBackoff = DefaultConflictBackoff
+	}
 	return &Queue{
 		active: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
 			Name:  "gangs",
@@ -117,12 +138,16 @@ func New(cfg Config) *Queue {
 		maxWait:    cfg.MaxUnschedulableWait,
 		clock:      clk,
 		attempts:   map[string]int{},
+		conflicts:  map[string]int{},
+		owesWake:   map[string]bool{},
 		parked:     newParkedSet(),
 		backoffQ:   newBackoffQueue(),
 		errored:    map[string]bool{},
 		backoff:    map[string]time.Time{},
 		waiting:    map[string]string{},
 		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+
+		conflictBackoff: conflictBackoff,
 	}
 }
 
@@ -147,7 +172,7 @@ func (q *Queue) addLocked(key string) {
 	q.active.Add(key)
 }
 
-// RetryAfter queues a gang after d without counting an attempt (conflicts).
+// RetryAfter queues a gang after d without counting an attempt.
 func (q *Queue) RetryAfter(key string, d time.Duration) { q.active.AddAfter(key, d) }
 
 // RetryWhileWaiting queues a not-ready gang after d if it is still waiting
@@ -197,6 +222,8 @@ func (q *Queue) Forget(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.attempts, key)
+	delete(q.conflicts, key)
+	delete(q.owesWake, key)
 	q.parked.remove(key)
 	delete(q.backoff, key)
 	delete(q.waiting, key)

@@ -19,6 +19,10 @@ const DefaultCommitParallelism = 16
 // DefaultCommitsInFlight is Config.CommitsInFlight's default.
 const DefaultCommitsInFlight = 8
 
+// DefaultStarvationReservationsPerNamespace is
+// Config.StarvationReservationsPerNamespace's default.
+const DefaultStarvationReservationsPerNamespace = 1
+
 // Config of a Scheduler. Client is required; the zero value of every other
 // field is usable.
 type Config struct {
@@ -79,6 +83,10 @@ type Config struct {
 	// StarvationBound: a gang that has waited longer than this holds the
 	// domain closest to fitting it (docs/design/preemption.md); 0 disables.
 	StarvationBound time.Duration
+	// StarvationReservationsPerNamespace bounds the starving gangs of one
+	// namespace that hold a domain at once; the others wait without one.
+	// Default DefaultStarvationReservationsPerNamespace.
+	StarvationReservationsPerNamespace int
 	// RebuildSnapshots makes every attempt build its snapshot from the
 	// listers, as before the snapshot cache (docs/design/snapshot-cache.md):
 	// the baseline of the benchmarks, and a way to rule the cache out when
@@ -143,6 +151,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StarvationBound < 0 {
 		return c, fmt.Errorf("config: starvation bound must be >= 0, got %s", c.StarvationBound)
+	}
+	if c.StarvationReservationsPerNamespace < 0 {
+		return c, fmt.Errorf("config: starvation reservations per namespace must be >= 0, got %d", c.StarvationReservationsPerNamespace)
+	}
+	if c.StarvationReservationsPerNamespace == 0 {
+		c.StarvationReservationsPerNamespace = DefaultStarvationReservationsPerNamespace
 	}
 	if c.MetricsInterval <= 0 {
 		c.MetricsInterval = 15 * time.Second

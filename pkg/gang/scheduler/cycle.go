@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
-	"math/rand/v2"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -135,7 +134,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	}
 	if err != nil || restarting {
 		if err == nil || !gate.Stops(err) {
-			s.queue.RetryAfter(key, time.Second)
+			s.queue.RetryAfter(key, s.restarts.RetryIn(key)) // backs off while a PDB blocks it
 		}
 		if gate.Stops(err) {
 			return err
@@ -206,6 +205,9 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 			a.short = devicesShort(g, u)
 		}
 		msg := u.Message
+		if note := s.evict.HeldNote(a.preemptor()); note != "" {
+			msg = note + "\n" + msg // not "no node carries this label" alone
+		}
 		if !s.cfg.DisablePreemption {
 			// Preemption plans on the listers, which do not show the
 			// commits in flight: let them land first.
@@ -254,7 +256,8 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	return nil
 }
 
-// afterCommit reports a commit's result: a lost race is retried soon, a
+// afterCommit reports a commit's result: a lost race is retried after its
+// conflict backoff, a
 // failure parks the gang, a success ends the gang's attempts (its decision
 // stays assumed until the informers show it). Safe to run beside the
 // worker (pipelined commits).
@@ -264,12 +267,14 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 	case gate.Stops(err):
 		return err // nothing may be undone; the entry goes with this term
 	case errors.Is(err, commit.ErrConflict):
+		// Retried with a backoff that grows with each conflict; the parked
+		// gangs are woken only if its retry does not take the devices it
+		// assumed back (queue.RetryConflict).
 		s.assumed.drop(a.key)
-		s.queue.FlushParked() // the devices it assumed are free again
 		a.result = resultConflict
-		logger.V(2).Info("Commit lost a race, retrying on a fresh snapshot", "err", err)
 		s.cfg.Metrics.gangRefused(ReasonConflict)
-		s.queue.RetryAfter(a.key, time.Duration(50+rand.IntN(100))*time.Millisecond)
+		backoff := s.queue.RetryConflict(a.key)
+		logger.V(2).Info("Commit lost a race, retrying on a fresh snapshot", "err", err, "backoff", backoff)
 		return nil
 	case err != nil:
 		s.assumed.drop(a.key)

@@ -106,8 +106,9 @@ type informerHandler struct {
 
 // watch connects the informers to the queue. Rules: an event about a gang's
 // own objects queues that gang; a change that can free capacity (node
-// added or changed, slice or class added or changed, claim deallocated or
-// deleted) flushes the parked gangs; a bound pod gone or finished frees
+// added or changed, slice or class added or changed) flushes the parked
+// gangs, and an allocated claim deallocated or deleted frees its devices
+// (queue.DevicesFreed; other claims' deletions wake no gang); a bound pod gone or finished frees
 // only node resources (its claims stay allocated until their own event),
 // so it wakes the parked gangs that were not short of free devices; a new
 // claim wakes the not-ready gangs of its namespace. Each handler of first
@@ -364,18 +365,28 @@ func claimChanged(q queue.Events, oldObj, obj any) {
 		return
 	}
 	if old.Status.Allocation != nil && c.Status.Allocation == nil {
-		q.DevicesFreed(len(old.Status.Allocation.Devices.Results))
+		devicesFreed(q, old.Status.Allocation)
 	}
 }
 
-// claimDeleted frees a deleted claim's devices for the parked gangs; any
-// other deletion wakes them all, as before devicesFreed.
+// claimDeleted frees a deleted claim's devices for the parked gangs. Only
+// an allocated claim holds devices: the deletion of any other claim (a
+// tenant may create and delete them at will) wakes no gang, since no
+// parked gang was refused for it (a gang whose own claim went learns it
+// from the claim's re-creation or its next attempt).
 func claimDeleted(q queue.Events, obj any) {
 	if c, ok := tombstone[*resourceapi.ResourceClaim](obj); ok && c.Status.Allocation != nil {
-		q.DevicesFreed(len(c.Status.Allocation.Devices.Results))
-		return
+		devicesFreed(q, c.Status.Allocation)
 	}
-	q.FlushParked()
+}
+
+// devicesFreed tells the queue about the devices an allocation gave up;
+// results with admin access hold no device, so an allocation of only
+// those wakes no gang.
+func devicesFreed(q queue.Events, a *resourceapi.AllocationResult) {
+	if n := len(appendHeld(nil, a.Devices.Results)); n > 0 {
+		q.DevicesFreed(n)
+	}
 }
 
 func nodeChanged(q queue.Events, oldObj, obj any) {

@@ -11,6 +11,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
+	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
@@ -71,9 +72,11 @@ func (s *Scheduler) wireRooms() {
 		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, PDBs: s.pdbs,
 		Placement: s.cfg.Placement, DisablePreemption: s.cfg.DisablePreemption,
 		NominationTimeout: s.cfg.NominationTimeout, PreemptionBudget: s.cfg.PreemptionBudget, StarvationBound: s.cfg.StarvationBound,
+		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
 	s.evict = evict.New(cfg)
 	s.restarts = evict.NewRestarter(cfg)
+	s.snaps.trust = nodetrust.New(s.report, s.nodes.Get, nil)
 }
 
 // newGuard builds the double-allocation guard of this term on the

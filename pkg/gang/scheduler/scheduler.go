@@ -185,7 +185,8 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 		return err
 	}
 	if s.cfg.DomainChannels > 0 {
-		if _, err := domains.Start(ctx, domains.Config{Client: s.cfg.Client, Slices: inf.slices, Nodes: inf.nodes, Channels: s.cfg.DomainChannels}); err != nil {
+		if _, err := domains.Start(ctx, domains.Config{Client: s.cfg.Client, Slices: inf.slices, Nodes: inf.nodes, Channels: s.cfg.DomainChannels,
+			RequireAdminLabels: s.cfg.Tree.RequireAdminLabels}); err != nil {
 			return fmt.Errorf("start fabric-domain publisher: %w", err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
+	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
@@ -134,6 +135,8 @@ type snapshots struct {
 	// snap is the snapshot it keeps up to date.
 	cache *index.Cache
 	snap  *index.Snapshot
+	// trust tells refused nodes (those the tree leaves out) once.
+	trust *nodetrust.Reporter
 }
 
 // visible reports whether the informers show all writes of a commit (see
@@ -254,6 +257,7 @@ func (sn *snapshots) assumePending(ctx context.Context, snap *index.Snapshot) er
 	for _, w := range snap.Warnings() {
 		klog.FromContext(ctx).V(4).Info("Snapshot warning", "warning", w)
 	}
+	sn.trust.Observe(ctx, snap.Tree())
 	pending := sn.assumed.pending(sn.visible)
 	sn.metrics.setAssumed(len(pending))
 	for _, e := range pending {

@@ -108,10 +108,17 @@ const (
 	// EventPreemptionBlocked: an eviction was refused (a
 	// PodDisruptionBudget); the preemption ends.
 	EventPreemptionBlocked = "PreemptionBlocked"
+	// EventRestartBlocked: a PodDisruptionBudget refused the evictions of
+	// a whole-gang restart; it is retried with backoff.
+	EventRestartBlocked = "RestartBlocked"
 	// EventReserved: a gang past the starvation bound holds a domain.
 	EventReserved = "Reserved"
 	// EventGangRestart is the PodGroup's event when its restart starts.
 	EventGangRestart = "GangRestart"
+	// EventNodeFabricRefused: on a Node whose slices declare an NVLink
+	// domain its admin label contradicts (or lacks, when required): nothing
+	// is placed on it (docs/topology-labels.md).
+	EventNodeFabricRefused = "FabricDomainRefused"
 )
 
 // The objects the scheduler keeps in its record namespace.

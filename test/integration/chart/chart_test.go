@@ -97,7 +97,7 @@ scheduler:
 			gpuNodeLabels: defaultGPUNodeLabels, lease: itest.ChartSchedulerName, freeRoomReaders: []string{"system:authenticated"},
 			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--leader-elect-identity=$(POD_NAME)",
 				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--commits-in-flight=8", "--pack-order=least-spread", "--metrics-address=:8080",
-				"--profiling=false", "--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m", "--free-room-interval=10s"},
+				"--profiling=false", "--require-admin-topology-labels=false", "--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m", "--free-room-interval=10s"},
 		},
 		{
 			name: "mock", values: []string{mockValuesFile}, sets: []string{"scheduler.profiling=true", "scheduler.freeRoom.readerGroups={team-a,team-b}", "scheduler.freeRoom.interval=1m"},
@@ -224,11 +224,12 @@ func checkPlugin(t *testing.T, r *itest.Rendered, root string, p chartProfile) {
 			t.Errorf("env %s: %+v, want fieldRef %s", name, e, path)
 		}
 	}
-	// Every variable is one the plugin reads (its flags' twins in flags.go).
-	flagsGo := readFile(t, filepath.Join(root, "cmd/kubelet-plugin/flags.go"))
+	// Every variable is one the plugin reads (its flags' twins in flags.go,
+	// and serving.go for the metrics port's).
+	flagsGo := readFile(t, filepath.Join(root, "cmd/kubelet-plugin/flags.go")) + readFile(t, filepath.Join(root, "cmd/kubelet-plugin/serving.go"))
 	for name := range env {
 		if name != "LD_LIBRARY_PATH" && !strings.Contains(flagsGo, `"`+name+`"`) {
-			t.Errorf("env %s is not read by cmd/kubelet-plugin/flags.go", name)
+			t.Errorf("env %s is not read by cmd/kubelet-plugin/flags.go or serving.go", name)
 		}
 	}
 	wantBackend := map[bool]string{true: "mock", false: "nvml"}[p.mock]
@@ -348,6 +349,16 @@ func checkClusterObjects(t *testing.T, r *itest.Rendered, p chartProfile) {
 		}
 	}
 	checkSchedulerPolicies(t, r, p)
+	// Prometheus's documented way in: a ClusterRole that may get /metrics.
+	if _, ok := r.Typed["ClusterRole/gpufabric-metrics-reader"]; ok != p.metrics {
+		t.Errorf("ClusterRole gpufabric-metrics-reader rendered %v, want %v", ok, p.metrics)
+	} else if ok {
+		reader := get[*rbacv1.ClusterRole](t, r, "ClusterRole", "gpufabric-metrics-reader")
+		want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+		if diff := cmp.Diff(want, reader.Rules); diff != "" {
+			t.Errorf("metrics-reader rules (-want +got):\n%s", diff)
+		}
+	}
 	for _, c := range []struct{ name, workload string }{{itest.ChartPluginName, "DaemonSet"}, {itest.ChartSchedulerName, "Deployment"}} {
 		key := "Service/" + c.name + "-metrics"
 		if _, ok := r.Typed[key]; ok != p.metrics {
@@ -427,6 +438,8 @@ func TestChartSchemaRejects(t *testing.T) {
 		{name: "no commits in flight", sets: []string{"scheduler.commitsInFlight=0"}, want: "/scheduler/commitsInFlight"},
 		{name: "unknown pack order", sets: []string{"scheduler.packOrder=spread"}, want: "/scheduler/packOrder"},
 		{name: "profiling without metrics", sets: []string{"scheduler.profiling=true", "scheduler.metrics.enabled=false"}, want: "/scheduler/metrics/enabled"},
+		{name: "plugin profiling without metrics", sets: []string{"kubeletPlugin.profiling=true", "kubeletPlugin.metrics.enabled=false"}, want: "/kubeletPlugin/metrics/enabled"},
+		{name: "TLS secret not a name", sets: []string{"scheduler.metrics.tlsSecret=Not_A_Name"}, want: "/scheduler/metrics/tlsSecret"},
 		{name: "profiling not a switch", sets: []string{"scheduler.profiling=yes"}, want: "/scheduler/profiling"},
 		{name: "preemption not a switch", sets: []string{"scheduler.preemption.enabled=sometimes"}, want: "/scheduler/preemption/enabled"},
 		{name: "bad resource quantity", sets: []string{"scheduler.resources.limits.memory=lots"}, want: "/scheduler/resources/limits/memory"},

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,6 +35,7 @@ func TestDashboardMetrics(t *testing.T) {
 	itest.Must(t, "repo root", err)
 
 	schedAddr, pluginAddr := freeAddr(t), freeAddr(t)
+	token := itest.EndpointToken(t, cp.AdminClient(t), "dashboard-prometheus", "/metrics")
 	const user = "dashboard-scheduler"
 	itest.Must(t, "grant scheduler rules", framework.GrantSchedulerRules(t.Context(), cp.AdminClient(t), user, itest.RecordNamespace))
 	kc, err := cp.WriteUserKubeconfig(user)
@@ -51,7 +53,7 @@ func TestDashboardMetrics(t *testing.T) {
 	itest.Poll(t, "every metric of the dashboard exposed", 60*time.Second, func(ctx context.Context) error {
 		exposed := map[string]bool{}
 		for _, addr := range []string{schedAddr, pluginAddr} {
-			if err := scrape(ctx, addr, exposed); err != nil {
+			if err := scrape(ctx, addr, token, exposed); err != nil {
 				return err
 			}
 		}
@@ -78,19 +80,17 @@ func TestDashboardMetrics(t *testing.T) {
 }
 
 // scrape adds the metric families an endpoint exposes (histograms under
-// their _bucket, _sum and _count names too).
-func scrape(ctx context.Context, addr string, into map[string]bool) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+// their _bucket, _sum and _count names too), scraped with token.
+func scrape(ctx context.Context, addr, token string, into map[string]bool) error {
+	code, body, err := itest.EndpointGet(ctx, addr, "/metrics", token)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
+	if code != http.StatusOK {
+		return fmt.Errorf("scrape %s: %d %s", addr, code, body)
 	}
-	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("parse metrics of %s: %w", addr, err)
 	}

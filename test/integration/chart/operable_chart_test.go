@@ -168,8 +168,8 @@ func checkProbes(t *testing.T, name string, c corev1.Container) {
 		probe *corev1.Probe
 		path  string
 	}{{"liveness", c.LivenessProbe, "/livez"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
-		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "metrics" {
-			t.Errorf("%s %s probe %+v, want GET %s on port metrics", name, p.what, p.probe, p.path)
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "metrics" || p.probe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("%s %s probe %+v, want GET %s over HTTPS on port metrics", name, p.what, p.probe, p.path)
 		}
 	}
 	if name == itest.ChartPluginName && (c.StartupProbe == nil || c.StartupProbe.HTTPGet == nil || c.StartupProbe.HTTPGet.Path != "/livez" || c.StartupProbe.FailureThreshold*c.StartupProbe.PeriodSeconds < 120) {
@@ -210,6 +210,11 @@ func checkMonitoring(t *testing.T, r *itest.Rendered, crds []*unstructured.Unstr
 		eps, _, _ := unstructured.NestedSlice(m.Object, "spec", "endpoints")
 		if len(eps) != 1 || eps[0].(map[string]any)["port"] != "metrics" || eps[0].(map[string]any)["interval"] != "15s" {
 			t.Errorf("ServiceMonitor %s endpoints %v", name, eps)
+			continue
+		}
+		// The port is HTTPS and /metrics needs Prometheus's token.
+		if ep := eps[0].(map[string]any); ep["scheme"] != "https" || ep["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" || ep["tlsConfig"] == nil {
+			t.Errorf("ServiceMonitor %s endpoint %v: want scheme https, Prometheus's token and a tlsConfig", name, ep)
 		}
 	}
 	if rule == nil {

@@ -2,10 +2,10 @@ package chart
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,24 +28,16 @@ import (
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
 
-// checkHealth GETs path on addr and wants the status code and, when want
-// is set, a body containing it.
+// checkHealth GETs path on addr (HTTPS, no token: the health endpoints
+// answer anyone) and wants the status code and, when want is set, a body
+// containing it.
 func checkHealth(ctx context.Context, addr, path string, code int, want string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	got, body, err := itest.EndpointGet(ctx, addr, path, "")
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != code || !strings.Contains(string(body), want) {
-		return fmt.Errorf("GET %s: %d %q, want %d with %q", path, resp.StatusCode, body, code, want)
+	if got != code || !strings.Contains(string(body), want) {
+		return fmt.Errorf("GET %s: %d %q, want %d with %q", path, got, body, code, want)
 	}
 	return nil
 }
@@ -116,6 +108,7 @@ func TestComponentsOperable(t *testing.T) {
 	cp, _, pluginKubeconfig := itest.PluginEnv(t, nodeName)
 	ctx := t.Context()
 	schedAddr, pluginAddr := freeAddr(t), freeAddr(t)
+	token := itest.EndpointToken(t, cp.AdminClient(t), "operable-prometheus", "/metrics")
 	const user = "operable-scheduler"
 	itest.Must(t, "grant scheduler rules", framework.GrantSchedulerRules(ctx, cp.AdminClient(t), user, itest.RecordNamespace))
 	kc, err := cp.WriteUserKubeconfig(user)
@@ -153,7 +146,7 @@ func TestComponentsOperable(t *testing.T) {
 		if first["msg"] != c.firstMsg || first["version"] == nil || first["commit"] != commit {
 			t.Errorf("%s first log line %v, want %q with version and commit %s", c.name, first, c.firstMsg, commit)
 		}
-		families := scrapeFamilies(t, c.addr)
+		families := scrapeFamilies(t, c.addr, token)
 		info := families[c.metric]
 		if info == nil || len(info.GetMetric()) != 1 || labelValue(info.GetMetric()[0].GetLabel(), "commit") != commit ||
 			!strings.HasPrefix(labelValue(info.GetMetric()[0].GetLabel(), "go_version"), "go") {
@@ -163,7 +156,7 @@ func TestComponentsOperable(t *testing.T) {
 			t.Errorf("%s exposes no REST client metrics", c.name)
 		}
 	}
-	sched := scrapeFamilies(t, schedAddr)
+	sched := scrapeFamilies(t, schedAddr, token)
 	for _, q := range []string{"gangs", "double_allocations", "fabric_domain_pools"} {
 		if !hasSeries(sched["workqueue_depth"], "name", q) || !hasSeries(sched["workqueue_adds_total"], "name", q) {
 			t.Errorf("scheduler exposes no workqueue metrics of queue %s", q)
@@ -172,7 +165,7 @@ func TestComponentsOperable(t *testing.T) {
 	if le := sched["leader_election_master_status"]; !hasSeries(le, "name", "gpufabric-scheduler") || le.GetMetric()[0].GetGauge().GetValue() != 1 {
 		t.Errorf("leader_election_master_status %v, want 1 for gpufabric-scheduler", le)
 	}
-	pluginFams := scrapeFamilies(t, pluginAddr)
+	pluginFams := scrapeFamilies(t, pluginAddr, token)
 	for name, fams := range map[string]map[string]*dto.MetricFamily{"scheduler": sched, "plugin": pluginFams} {
 		if bad := metricstyle.Check(metricstyle.Families(fams), metricstyle.Exempt); len(bad) > 0 {
 			t.Errorf("%s: label values not snake_case: %v", name, bad)
@@ -232,16 +225,16 @@ func firstLogLine(t *testing.T, path string) map[string]any {
 	return m
 }
 
-// scrapeFamilies reads an endpoint's metric families.
-func scrapeFamilies(t *testing.T, addr string) map[string]*dto.MetricFamily {
+// scrapeFamilies reads an endpoint's metric families with token.
+func scrapeFamilies(t *testing.T, addr, token string) map[string]*dto.MetricFamily {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/metrics", nil)
-	itest.Must(t, "request", err)
-	resp, err := http.DefaultClient.Do(req)
+	code, body, err := itest.EndpointGet(t.Context(), addr, "/metrics", token)
 	itest.Must(t, "scrape "+addr, err)
-	defer resp.Body.Close()
+	if code != http.StatusOK {
+		t.Fatalf("scrape %s: %d %s", addr, code, body)
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	itest.Must(t, "parse metrics", err)
 	return families
 }

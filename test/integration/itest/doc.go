@@ -6,8 +6,9 @@
 // cluster.go (fabric clusters of nodes and GPU slices, on kwok or not),
 // gang.go (claim templates, gangs made from them, a namespace's gang read
 // back and checked), chart.go (helm, the chart rendered and applied, its
-// service accounts' tokens), plugin.go (the mock fabrics and the kubelet
-// plugin's identity), testing.go (Must, Poll).
+// service accounts' tokens), endpoints.go (tokens for the components'
+// metrics ports, and requests to them), plugin.go (the mock fabrics and the
+// kubelet plugin's identity), testing.go (Must, Poll).
 //
 // Rules: test code only; no production binary links it (pkg/archtest).
 // Helpers that set something up fail the test; reads and requests that

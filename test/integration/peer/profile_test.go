@@ -3,7 +3,6 @@ package peer
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -27,8 +26,9 @@ import (
 // between the last create and all bound. Off, BenchmarkPeer runs the
 // scheduler as before (no metrics port, -v=0).
 type peerProfiler struct {
-	dir    string
-	client *http.Client
+	dir string
+	// token may get /debug/pprof/* on the scheduler's metrics port.
+	token string
 	// addrs and logs: each gpufabric scheduler process's metrics address
 	// and log file (copied into dir at the end); procs: the processes
 	// whose CPU a run reports.
@@ -45,7 +45,7 @@ func newPeerProfiler(b *testing.B, cp *framework.ControlPlane) *peerProfiler {
 	abs, err := filepath.Abs(dir)
 	itest.Must(b, "profile dir", err)
 	itest.Must(b, "create profile dir", os.MkdirAll(abs, 0o755))
-	p := &peerProfiler{dir: abs, client: &http.Client{}, addrs: map[string]string{}, logs: map[string]string{},
+	p := &peerProfiler{dir: abs, token: itest.EndpointToken(b, cp.AdminClient(b), "peer-profiler", "/debug/pprof/*"), addrs: map[string]string{}, logs: map[string]string{},
 		procs: []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler"}}
 	b.Cleanup(func() {
 		for process, log := range p.logs {
@@ -74,7 +74,7 @@ func (p *peerProfiler) schedulerArgs(b *testing.B, cp *framework.ControlPlane, p
 	itest.Must(b, "free port", l.Close())
 	p.addrs[process], p.logs[process] = addr, cp.ProcessLog(process)
 	p.procs = append(p.procs, process)
-	b.Logf("%s: pprof on http://%s/debug/pprof/", process, addr)
+	b.Logf("%s: pprof on https://%s/debug/pprof/", process, addr)
 	return []string{"--metrics-address=" + addr, "--profiling", "-v=3"}
 }
 
@@ -139,18 +139,9 @@ func (c *peerCPU) finish(b *testing.B, base string) {
 }
 
 func (p *peerProfiler) get(ctx context.Context, addr, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		return nil, fmt.Errorf("build request: %w", err)
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("status %d: %s", resp.StatusCode, data)
+	code, data, err := itest.EndpointGet(ctx, addr, path, p.token)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("status %d: %s", code, data)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", path, err)

@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -61,14 +60,11 @@ func TestPluginRollingUpdate(t *testing.T) {
 	waitSlices(t, admin, nodeName, func(s []resourceapi.ResourceSlice) bool { return len(devicesOf(s)) == 8 })
 
 	var body []byte
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports))
-		if err != nil {
-			return false, nil
-		}
-		defer resp.Body.Close()
-		body, err = io.ReadAll(resp.Body)
-		return err == nil, nil
+	token := itest.EndpointToken(t, admin, "rolling-prometheus", "/metrics")
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		var code int
+		code, body, err = itest.EndpointGet(ctx, fmt.Sprintf("127.0.0.1:%d", ports), "/metrics", token)
+		return err == nil && code == http.StatusOK, nil
 	})
 	itest.Must(t, "get metrics", err)
 	for _, want := range []string{"gpufabric_kubelet_plugin_prepare", "gpufabric_kubelet_plugin_unprepare", "gpufabric_kubelet_plugin_prepared_devices"} {

@@ -7,15 +7,12 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -73,6 +70,10 @@ func TestChaosSoak(t *testing.T) {
 		itest.GangNamespace(t, admin, fmt.Sprintf("soak-%d", g), int64(g))
 	}
 	s = &soak{t: t, cp: cp, admin: admin, rng: rand.New(rand.NewPCG(uint64(seed), 7)), seen: map[string]time.Time{}}
+	var adv *adversary
+	if os.Getenv(soakAdversaryEnv) != "0" {
+		adv = newAdversary(s, envInt(t, soakAdversaryGangsEnv, 20))
+	}
 	s.startProxy()
 	s.restart()
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
@@ -81,6 +82,18 @@ func TestChaosSoak(t *testing.T) {
 	wg.Go(func() { s.generate(ctx) })
 	wg.Go(func() { s.chaos(ctx) })
 	wg.Go(func() { s.watch(ctx) })
+	if adv != nil {
+		// The first half is the clean run the second is compared with.
+		wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(duration / 2):
+			}
+			s.adversaryOn.Store(true)
+			adv.run(ctx)
+		})
+	}
 	wg.Wait()
 
 	// Calm: no more faults or kills; every gang ends placed or refused.
@@ -91,6 +104,7 @@ func TestChaosSoak(t *testing.T) {
 		// exits later; its Deployment would start it again.
 		s.restartIfDead()
 		s.check(ctx)
+		s.cycle(ctx, false) // note the gangs placed in the calm
 		err := s.settled(ctx)
 		// Keep the last real answer over the deadline's: in the last
 		// seconds the client's rate limiter refuses to wait and the check
@@ -100,7 +114,7 @@ func TestChaosSoak(t *testing.T) {
 		}
 		return err
 	})
-	s.report()
+	s.report(adv)
 	if v := s.violations.Load(); v > 0 {
 		t.Errorf("%d invariant violations (see above)", v)
 	}
@@ -127,14 +141,17 @@ type soak struct {
 	deleted atomic.Int64
 	kills   atomic.Int64
 
-	violations atomic.Int64
-	lastSettle atomic.Value // string: the last answer of settled
+	violations  atomic.Int64
+	lastSettle  atomic.Value // string: the last answer of settled
+	adversaryOn atomic.Bool  // the adversarial tenant is sending
 }
 
 type soakGang struct {
 	ns, name   string
 	pods       int
 	impossible bool
+	created    time.Time     // its PodGroup was created
+	adversary  bool          // created while the adversarial tenant was sending
 	done       time.Time     // placed (or, if impossible, first seen refused)
 	lifetime   time.Duration // how long it runs once placed
 	deleted    bool
@@ -240,7 +257,7 @@ func (s *soak) chaos(ctx context.Context) {
 func (s *soak) generate(ctx context.Context) {
 	for i := 0; ctx.Err() == nil; i++ {
 		s.restartIfDead()
-		if s.cycle(ctx) < soakLiveGangs && ctx.Err() == nil {
+		if s.cycle(ctx, true) < soakLiveGangs && ctx.Err() == nil {
 			s.createGang(i)
 		}
 		select {
@@ -265,6 +282,7 @@ func (s *soak) createGang(i int) {
 		s.t.Errorf("create podgroup %s/%s: %v", g.ns, g.name, err)
 		return
 	}
+	g.created, g.adversary = time.Now(), s.adversaryOn.Load()
 	s.mu.Lock()
 	s.gangs = append(s.gangs, g)
 	s.mu.Unlock()
@@ -278,8 +296,9 @@ func (s *soak) createGang(i int) {
 }
 
 // cycle notes the gangs that got placed (or, impossible ones, refused),
-// deletes those whose time is up, and returns how many are left.
-func (s *soak) cycle(ctx context.Context) int {
+// deletes those whose time is up when expire is set, and returns how many
+// are left.
+func (s *soak) cycle(ctx context.Context, expire bool) int {
 	bound := map[string]int{}
 	for _, gpus := range []int{2, 4, 8} {
 		pods, err := s.admin.CoreV1().Pods(fmt.Sprintf("soak-%d", gpus)).List(ctx, metav1.ListOptions{})
@@ -306,7 +325,7 @@ func (s *soak) cycle(ctx context.Context) int {
 				s.placed.Add(1)
 			}
 		}
-		if !g.done.IsZero() && time.Since(g.done) > g.lifetime {
+		if expire && !g.done.IsZero() && time.Since(g.done) > g.lifetime {
 			s.deleteGang(ctx, g)
 			continue
 		}
@@ -322,143 +341,6 @@ func (s *soak) deleteGang(ctx context.Context, g *soakGang) {
 	_ = s.admin.SchedulingV1beta1().PodGroups(g.ns).Delete(ctx, g.name, metav1.DeleteOptions{})
 	g.deleted = true
 	s.deleted.Add(1)
-}
-
-// watch checks the invariants every second.
-func (s *soak) watch(ctx context.Context) {
-	for ctx.Err() == nil {
-		s.check(ctx)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// check reads every soak namespace and reports violations: a device
-// allocated twice at once; a gang partly bound, or with allocated claims
-// and no pod bound, for longer than soakSettle.
-func (s *soak) check(ctx context.Context) {
-	if dup, err := itest.DevicesAllocatedTwice(ctx, s.admin); err == nil && len(dup) > 0 {
-		s.violation("devices allocated twice: %v", dup)
-	}
-	now := time.Now()
-	current := map[string]bool{}
-	for _, g := range []int{2, 4, 8} {
-		ns := fmt.Sprintf("soak-%d", g)
-		st, err := itest.ReadGang(ctx, s.admin, ns)
-		if err != nil {
-			return
-		}
-		for _, bad := range transientStates(st) {
-			key := ns + "/" + bad
-			current[key] = true
-			s.mu.Lock()
-			first, ok := s.seen[key]
-			if !ok {
-				s.seen[key] = now
-			}
-			s.mu.Unlock()
-			if ok && now.Sub(first) > soakSettle {
-				s.violation("%s for %s", key, now.Sub(first).Round(time.Second))
-				s.mu.Lock()
-				s.seen[key] = now // report again only after another settle time
-				s.mu.Unlock()
-			}
-		}
-	}
-	s.mu.Lock()
-	for key := range s.seen {
-		if !current[key] {
-			delete(s.seen, key)
-		}
-	}
-	s.mu.Unlock()
-}
-
-// transientStates names the gangs of a namespace that are partly bound, or
-// hold allocated claims with no member bound.
-func transientStates(st *itest.GangState) []string {
-	type count struct{ pods, bound int }
-	groups := map[string]*count{}
-	for _, p := range st.Pods {
-		if p.DeletionTimestamp != nil || p.Spec.SchedulingGroup == nil {
-			continue
-		}
-		g := ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "")
-		if groups[g] == nil {
-			groups[g] = &count{}
-		}
-		groups[g].pods++
-		if p.Spec.NodeName != "" {
-			groups[g].bound++
-		}
-	}
-	var out []string
-	for g, c := range groups {
-		if c.bound > 0 && c.bound < c.pods {
-			out = append(out, fmt.Sprintf("%s partly bound (%d of %d)", g, c.bound, c.pods))
-		}
-	}
-	for _, cl := range st.Claims {
-		if cl.Status.Allocation == nil || cl.DeletionTimestamp != nil {
-			continue
-		}
-		for _, r := range cl.Status.ReservedFor {
-			g := r.Name
-			if r.Resource == "pods" {
-				g, _, _ = strings.Cut(r.Name, "-")
-			}
-			if c := groups[g]; c != nil && c.bound == 0 {
-				out = append(out, fmt.Sprintf("%s holds claim %s with no pod bound", g, cl.Name))
-			}
-		}
-	}
-	return out
-}
-
-// settled: every gang still there is fully bound (its commit record gone),
-// or refused with the Unschedulable condition and a message.
-func (s *soak) settled(ctx context.Context) error {
-	for _, g := range []int{2, 4, 8} {
-		ns := fmt.Sprintf("soak-%d", g)
-		st, err := itest.ReadGang(ctx, s.admin, ns)
-		if err != nil {
-			return err
-		}
-		if len(st.Records) > 0 {
-			return fmt.Errorf("%s: commit records left %v", ns, st.Records)
-		}
-		for _, pg := range st.Groups {
-			if pg.DeletionTimestamp != nil {
-				continue
-			}
-			if err := placedOrRefused(st, &pg); err != nil {
-				return fmt.Errorf("%s/%s: %w", ns, pg.Name, err)
-			}
-		}
-	}
-	return nil
-}
-
-func placedOrRefused(st *itest.GangState, pg *schedulingv1beta1.PodGroup) error {
-	pods, bound := 0, 0
-	for _, p := range st.Pods {
-		if p.Spec.SchedulingGroup != nil && ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "") == pg.Name {
-			pods++
-			if p.Spec.NodeName != "" {
-				bound++
-			}
-		}
-	}
-	c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
-	switch {
-	case pods > 0 && bound == pods:
-		return nil
-	case bound == 0 && c != nil && c.Status == metav1.ConditionFalse && c.Reason == schedulingv1beta1.PodGroupReasonUnschedulable && c.Message != "":
-		return nil
-	}
-	return fmt.Errorf("%d of %d bound, condition %+v", bound, pods, c)
 }
 
 func (s *soak) violation(format string, args ...any) {
@@ -478,21 +360,6 @@ func (s *soak) processState() string {
 	defer s.procMu.Unlock()
 	exited, err := s.cp.Exited(s.procName())
 	return fmt.Sprintf("%s exited=%v (%v)", s.procName(), exited, err)
-}
-
-// report prints the run's numbers in one line (docs/benchmarks.md).
-func (s *soak) report() {
-	s.mu.Lock()
-	faults := fmt.Sprint(s.faults)
-	total := 0
-	for _, n := range s.faults {
-		total += n
-	}
-	s.mu.Unlock()
-	line := fmt.Sprintf("soak: gangs created=%d placed=%d deleted=%d kills=%d processes=%d faults=%d %s violations=%d",
-		s.created.Load(), s.placed.Load(), s.deleted.Load(), s.kills.Load(), s.gen, total, faults, s.violations.Load())
-	s.t.Log(line)
-	fmt.Fprintln(os.Stderr, line)
 }
 
 func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
