@@ -15,7 +15,8 @@ import (
 // TestDemo runs `make demo`'s program end to end on the embedded control
 // plane and checks the report says what the demo promises: the training
 // gang whole in one NVLink domain, its shared claim reserved for the
-// PodGroup, the impossible gang refused with numbers, and the CDI devices a
+// PodGroup, the segmented gang over two NVLink domains with its segments
+// named, the impossible gang refused with numbers, and the CDI devices a
 // kubelet gets for a bound pod.
 func TestDemo(t *testing.T) {
 	root, err := framework.RepoRoot()
@@ -37,6 +38,8 @@ func TestDemo(t *testing.T) {
 		"job llm-train: 16/16 pods bound, in 1 NVLink domain(s)",
 		"→ PodGroup llm-train-",
 		"too-big: 0/20 pods bound",
+		"train-seg: 20/20 pods bound, in 2 NVLink domain(s)",
+		"; segments in gpufabric.dev/nvlinkDomain: ",
 		"too-big: PodGroupInitiallyScheduled=False (Unschedulable)",
 		"needs 20 pods with 80 gpu.gpufabric.dev devices in one gpufabric.dev/nvlinkDomain: largest free 72 devices",
 		"env GPUFABRIC_GPU_UUIDS=GPU-",

@@ -3,6 +3,7 @@ package inspect
 import (
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 	"slices"
 	"sort"
 	"strings"
@@ -51,6 +52,7 @@ func BuildExplain(c *Cluster, opts Options, namespace, name string, maxEvents in
 	if sc := pg.Spec.SchedulingConstraints; sc != nil && len(sc.Topology) > 0 {
 		rep.TopologyKey = sc.Topology[0].Key
 	}
+	rep.Segments = segments(pg)
 	for _, cond := range pg.Status.Conditions {
 		rep.Conditions = append(rep.Conditions, Condition{Type: cond.Type, Status: string(cond.Status), Reason: cond.Reason, Message: cond.Message})
 	}
@@ -60,6 +62,18 @@ func BuildExplain(c *Cluster, opts Options, namespace, name string, maxEvents in
 	}
 	rep.Summary = memberSummary(rep.Members, rep.MinCount)
 	return rep, nil
+}
+
+// segments describes the PodGroup's segment annotations, "" without.
+func segments(pg *schedulingv1beta1.PodGroup) string {
+	size, key, err := topology.ParseSegments(pg.Annotations)
+	switch {
+	case err != nil:
+		return "invalid: " + err.Error()
+	case size == 0:
+		return ""
+	}
+	return fmt.Sprintf("%d members each in one %s", size, key)
 }
 
 func findGroup(groups []schedulingv1beta1.PodGroup, ns, name string) *schedulingv1beta1.PodGroup {

@@ -87,6 +87,28 @@ func TestBuildExplainStates(t *testing.T) {
 			}
 		},
 	}, {
+		name: "segments", ns: "team-a", group: "train",
+		change: func(b *builder) {
+			b.c.PodGroups[0].Annotations = map[string]string{topology.AnnotationSegmentSize: "16", topology.AnnotationSegmentTopologyKey: topology.TopologyKeyNVLinkDomain}
+		},
+		state: StatePlaced, summary: "2 of 2 members bound (minCount 2) in NVLink domain dom-a",
+		check: func(t *testing.T, r *ExplainReport) {
+			if want := "16 members each in one gpufabric.dev/nvlinkDomain"; r.Segments != want {
+				t.Errorf("segments %q, want %q", r.Segments, want)
+			}
+		},
+	}, {
+		name: "invalid segments", ns: "team-a", group: "train",
+		change: func(b *builder) {
+			b.c.PodGroups[0].Annotations = map[string]string{topology.AnnotationSegmentSize: "16"}
+		},
+		state: StatePlaced, summary: "2 of 2 members bound (minCount 2) in NVLink domain dom-a",
+		check: func(t *testing.T, r *ExplainReport) {
+			if !strings.HasPrefix(r.Segments, "invalid: annotation gpufabric.dev/segment-size is set without") {
+				t.Errorf("segments %q, want why they are invalid", r.Segments)
+			}
+		},
+	}, {
 		name: "being deleted", ns: "team-b", group: "big",
 		change: func(b *builder) { b.c.PodGroups[1].DeletionTimestamp = ptr.To(metav1.Now()) },
 		state:  StateDeleting, summary: "0 of 4 members bound (minCount 3); 3 pending; 1 gated",

@@ -157,7 +157,12 @@ type ExplainReport struct {
 	Summary     string `json:"summary"`
 	MinCount    int32  `json:"minCount,omitempty"`
 	TopologyKey string `json:"topologyKey,omitempty"`
-	Job         string `json:"job,omitempty"`
+	// Segments are the PodGroup's hard segments ("16 members each in one
+	// gpufabric.dev/nvlinkDomain"), or why its segment annotations are
+	// invalid; where the segments went is in the InitiallyScheduled
+	// condition's message.
+	Segments string `json:"segments,omitempty"`
+	Job      string `json:"job,omitempty"`
 	// Workload is the reference the PodGroup was found through
 	// ("job/llm-train"); "" when it was named directly.
 	Workload string `json:"workload,omitempty"`

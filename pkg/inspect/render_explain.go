@@ -27,6 +27,9 @@ func RenderExplain(w io.Writer, r *ExplainReport, st Style) error {
 	if r.State != StateNotFound {
 		t.row("Topology:", orNone(r.TopologyKey))
 	}
+	if r.Segments != "" {
+		t.row("Segments:", r.Segments)
+	}
 	if err := t.flush(); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -30,7 +31,34 @@ const (
 
 	TopologySpreadPacked   = "packed"
 	TopologySpreadBalanced = "balanced"
+
+	// AnnotationSegmentSize asks for hard segments: every N consecutive
+	// members in rank order (a decimal N, 1 to MaxSegmentSize) must share
+	// one domain of the level AnnotationSegmentTopologyKey names, all inside
+	// the gang's own domain. The two annotations go together.
+	AnnotationSegmentSize = DriverName + "/segment-size"
+	// AnnotationSegmentTopologyKey names the segments' level: a topology
+	// key as for schedulingConstraints (a level of the fabric tree such as
+	// TopologyKeyNVLinkDomain, or a node label key). It must be strictly
+	// below the gang's own topology key when the PodGroup has one.
+	AnnotationSegmentTopologyKey = DriverName + "/segment-topology-key"
+
+	// MaxSegmentSize bounds AnnotationSegmentSize: more members than the
+	// largest NVLink domain (576 GPUs) has GPUs.
+	MaxSegmentSize = 1024
 )
+
+// maxQuoted bounds how much of a tenant's value an error repeats.
+const maxQuoted = 64
+
+// quoteBounded quotes at most maxQuoted bytes of v, saying how long it was
+// when it is cut.
+func quoteBounded(v string) string {
+	if len(v) <= maxQuoted {
+		return strconv.Quote(v)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(v[:maxQuoted]), len(v))
+}
 
 // ParseTopologySpread validates the value of AnnotationTopologySpread (call
 // it only when the annotation is set). The match is exact and
@@ -79,4 +107,49 @@ func ParsePreferredTopologyKey(v string) (string, error) {
 			AnnotationPreferredTopologyKey, v, strings.Join(msgs, "; "))
 	}
 	return v, nil
+}
+
+// ParseSegments reads the segment annotations of a PodGroup: the segment
+// size and level, or 0 and "" when neither is set. One without the other,
+// a size that is not a decimal number from 1 to MaxSegmentSize (no sign,
+// no spaces, no leading zeros), or a level that is not a qualified name
+// (as ParsePreferredTopologyKey) is an error that names the annotation
+// and quotes at most 64 bytes of the value.
+func ParseSegments(annotations map[string]string) (size int, key string, err error) {
+	sv, hasSize := annotations[AnnotationSegmentSize]
+	kv, hasKey := annotations[AnnotationSegmentTopologyKey]
+	switch {
+	case !hasSize && !hasKey:
+		return 0, "", nil
+	case !hasKey:
+		return 0, "", fmt.Errorf("annotation %s is set without %s: segments need a level", AnnotationSegmentSize, AnnotationSegmentTopologyKey)
+	case !hasSize:
+		return 0, "", fmt.Errorf("annotation %s is set without %s: segments need a size", AnnotationSegmentTopologyKey, AnnotationSegmentSize)
+	}
+	if size, err = ParseSegmentSize(sv); err != nil {
+		return 0, "", err
+	}
+	if msgs := validation.IsQualifiedName(kv); len(msgs) > 0 {
+		return 0, "", fmt.Errorf("annotation %s: value %s is not a label key or attribute name: %s",
+			AnnotationSegmentTopologyKey, quoteBounded(kv), strings.Join(msgs, "; "))
+	}
+	return size, kv, nil
+}
+
+// ParseSegmentSize validates the value of AnnotationSegmentSize: a decimal
+// number from 1 to MaxSegmentSize, digits only, without leading zeros.
+func ParseSegmentSize(v string) (int, error) {
+	ok := v != "" && len(v) <= 4 && v[0] != '0'
+	for i := 0; ok && i < len(v); i++ {
+		ok = v[i] >= '0' && v[i] <= '9'
+	}
+	n := 0
+	if ok {
+		n, _ = strconv.Atoi(v) // at most 4 digits
+	}
+	if !ok || n < 1 || n > MaxSegmentSize {
+		return 0, fmt.Errorf("annotation %s: value %s is not a whole number of members from 1 to %d",
+			AnnotationSegmentSize, quoteBounded(v), MaxSegmentSize)
+	}
+	return n, nil
 }

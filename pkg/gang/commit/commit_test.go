@@ -155,3 +155,18 @@ func commitPhase(step gate.Step, object string) int {
 		return 6
 	}
 }
+
+// TestPlacedMessageSegments: a segmented gang's message says where its
+// segments went; a plain gang's says nothing of segments.
+func TestPlacedMessageSegments(t *testing.T) {
+	g := &placement.Gang{Members: make([]placement.Member, 4)}
+	d := &placement.Decision{TopologyKey: "rack", Domain: "r1", Pods: make([]placement.PodPlacement, 4)}
+	if got, want := PlacedMessage(g, d), "placed 4 pods in rack r1"; got != want {
+		t.Errorf("plain: %q, want %q", got, want)
+	}
+	d.SegmentTopologyKey = "gpufabric.dev/nvlinkDomain"
+	d.Segments = []placement.SegmentPlacement{{Index: 0, Domain: "a", Pods: 2}, {Index: 1, Domain: "b", Pods: 2}}
+	if got, want := PlacedMessage(g, d), "placed 4 pods in rack r1; segments in gpufabric.dev/nvlinkDomain: 0 in a, 1 in b"; got != want {
+		t.Errorf("segmented: %q, want %q", got, want)
+	}
+}

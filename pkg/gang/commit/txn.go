@@ -253,11 +253,15 @@ func Where(key, domain string) string {
 // <domain>" (with the split over lower levels when it spans several
 // domains there: "…, over 2 gpufabric.dev/nvlinkDomain domains (a: 5
 // pods, b: 3)"), or with minCount below the gang's size "placed 6 of 8 pods
-// (minCount 5) in …; the others join when there is room".
+// (minCount 5) in …; the others join when there is room"; a segmented
+// gang's segments follow ("…; segments in <key>: 0-3 in a, 4-7 in b").
 func PlacedMessage(g *placement.Gang, d *placement.Decision) string {
 	at := Where(d.TopologyKey, d.Domain)
 	if s := d.SpreadSummary(); s != "" {
 		at += ", " + s
+	}
+	if s := d.SegmentSummary(); s != "" {
+		at += "; " + s
 	}
 	if len(d.Pods) == len(g.Members) {
 		return fmt.Sprintf("placed %d pods in %s", len(d.Pods), at)

@@ -15,6 +15,9 @@ import (
 // decision turns a winning attempt into a Decision.
 func (p *placer) decision(l *topology.Level, att *attempt) *Decision {
 	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Spread: spreadOf(p.s.Tree(), att), Score: att.score, Stats: *p.stats, Warnings: p.warnings}
+	if sg := p.fill.seg; sg != nil {
+		d.SegmentTopologyKey, d.Segments = sg.level.Key, sg.placements(att)
+	}
 	for i, c := range p.shared.claims {
 		d.Claims = append(d.Claims, ClaimAllocation{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Shared: true, Allocation: att.shared[i]})
 	}
@@ -32,7 +35,8 @@ func (p *placer) decision(l *topology.Level, att *attempt) *Decision {
 // counts for the first member's shape over all nodes (the pinned domain's,
 // when pinned) plus the refusals seen while verifying.
 func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
-	u := &Unschedulable{Gang: p.g.Key(), Pods: len(p.g.Members), MinCount: p.g.MinCount, Devices: p.need, DeviceClass: p.class, Levels: p.reports, Stats: *p.stats}
+	u := &Unschedulable{Gang: p.g.Key(), Pods: len(p.g.Members), MinCount: p.g.MinCount, Devices: p.need, DeviceClass: p.class, Levels: p.reports, Stats: *p.stats,
+		SegmentSize: p.g.SegmentSize, SegmentTopologyKey: p.g.SegmentTopologyKey}
 	counts := map[string]int{}
 	nodes := p.s.Nodes()
 	if p.pin != nil {
@@ -56,7 +60,7 @@ func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
 		counts[check] += len(nodes)
 	}
 	u.NodeChecks = sortedChecks(counts)
-	ex := &explainer{members: p.members, s: p.s, g: p.g, fit: p.fit, refused: p.refused, shared: p.shared.claims, pin: p.pin, railWhy: p.fill.align.why}
+	ex := &explainer{members: p.members, s: p.s, g: p.g, fit: p.fit, refused: p.refused, shared: p.shared.claims, pin: p.pin, railWhy: p.fill.align.why, seg: p.fill.seg}
 	if err := ex.explain(ctx, u); err != nil {
 		return nil, err
 	}

@@ -18,7 +18,11 @@
 //   - aligner searches rail sets, follower puts NICs on their GPUs' rails,
 //     railCopies limits claims to rail sets (rails.go, railfollow.go,
 //     railclaims.go, railcount.go);
-//   - explainer says why the closest domains refused (explain.go).
+//   - explainer says why the closest domains refused (explain.go);
+//   - segmenter places a segmented gang's segments in the domains of
+//     their level, one filler per domain, planned by the leaf package
+//     pkg/gang/placement/segment (segments.go, segverify.go,
+//     segexplain.go).
 //
 // Files: config.go (Config), gang.go (Gang and its builders), rank.go
 // (member order), shape.go (members and their shapes), podaffinity.go
@@ -32,7 +36,10 @@
 // railfollow.go (NICs follow GPUs), railclaims.go (rail-limited claim
 // copies), railcount.go (free devices by rail), explain.go (explainer),
 // result.go (Decision, Unschedulable, Stats, refusals), channels.go
-// (fabric-domain channels only for gangs that use the domain's GPUs).
+// (fabric-domain channels only for gangs that use the domain's GPUs),
+// segments.go (hard segments: rules, layout, segmenter), segverify.go
+// (verifying a plan's picks), segexplain.go (SegmentPlacement, refusals of
+// segments).
 //
 // Rules:
 //   - Domains are chosen from free-device counts, which are upper bounds;
@@ -47,8 +54,9 @@
 //   - A fabric-domain channel goes only to a gang one of whose members
 //     uses a GPU of the channel's domain (channels.go): a decision that
 //     hands one to a GPU-less gang is refused.
-//   - The engine imports pkg/topology and its index, never what uses it
-//     (pkg/archtest); the index never imports the engine.
+//   - The engine imports pkg/topology and its leaves (index, segment),
+//     never what uses it (pkg/archtest); the leaves never import the
+//     engine.
 //
 // See docs/design/placement.md.
 package placement

@@ -41,6 +41,8 @@ type explainer struct {
 	shared  []*resourceapi.ResourceClaim
 	pin     *topology.Domain
 	railWhy map[string]string
+	// seg is a segmented gang's segmenter (segexplain.go), else nil.
+	seg *segmenter
 }
 
 // maxExplained bounds Unschedulable.Domains.
@@ -54,6 +56,9 @@ func (x *explainer) explain(ctx context.Context, u *Unschedulable) error {
 		return nil
 	}
 	l := levels[0]
+	if x.seg != nil {
+		l = x.seg.explainLevel(levels)
+	}
 	if x.pin != nil {
 		l = x.s.Level(x.pin.Key)
 	}
@@ -100,7 +105,7 @@ func (x *explainer) refusal(ctx context.Context, l *topology.Level, e *index.Dom
 	}
 	r := DomainRefusal{TopologyKey: l.Key, Domain: e.Domain().ID, FreeDevices: e.Free(), PodsFit: fit}
 	steps := []func(context.Context, *topology.Level, *index.DomainEntry, *DomainRefusal) (bool, error){
-		x.whySharedPin, x.whyChannels, x.whyTaintedDevices, x.whyFewDevices, x.whyNodes, x.whyVerify,
+		x.whySharedPin, x.whyChannels, x.whySegments, x.whyTaintedDevices, x.whyFewDevices, x.whyNodes, x.whyVerify,
 	}
 	for _, step := range steps {
 		done, err := step(ctx, l, e, &r)
@@ -228,6 +233,9 @@ func (x *explainer) whyFewDevices(ctx context.Context, l *topology.Level, e *ind
 // hints: a lower minCount, or a wider topology key, that would fit.
 func (x *explainer) hints(ctx context.Context, l *topology.Level, fit int) ([]string, error) {
 	var out []string
+	if x.seg != nil {
+		fit -= fit % x.seg.size // whole segments
+	}
 	if fit > 0 && fit < x.needPods() {
 		out = append(out, fmt.Sprintf("lower minCount to %d", fit))
 	}

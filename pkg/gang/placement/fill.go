@@ -36,6 +36,9 @@ type filler struct {
 	// quota is set while a fill keeps to a balanced gang's quotas
 	// (fillSpread).
 	quota *spreadQuota
+	// seg places a segmented gang in the domain instead of fillSpread
+	// (segments.go); nil for other gangs.
+	seg *segmenter
 }
 
 // sharedClaims are a gang's shared claims to allocate and their classes.
@@ -78,7 +81,7 @@ func (f *filler) verify(ctx context.Context, d *topology.Domain, need int) (*att
 		if err != nil {
 			return nil, err
 		}
-		return f.fillSpread(ctx, d, nodes, nil, need, balance)
+		return f.fillDomain(ctx, d, nodes, nil, need, balance)
 	}
 	var failed [][]*nodeaffinity.NodeSelector
 	refusedViews := map[string]bool{}
@@ -113,7 +116,7 @@ func (f *filler) verify(ctx context.Context, d *topology.Domain, need int) (*att
 				sub = append(sub, n)
 			}
 		}
-		att, err := f.fillSpread(ctx, d, sub, res, need, balance)
+		att, err := f.fillDomain(ctx, d, sub, res, need, balance)
 		if att != nil || err != nil {
 			return att, err
 		}
@@ -167,6 +170,15 @@ func matchesAny(sets [][]*nodeaffinity.NodeSelector, ns *index.NodeState) bool {
 		}
 	}
 	return false
+}
+
+// fillDomain places the members on the domain's nodes: a segmented gang's
+// segments (segmenter), the others' members (fillSpread).
+func (f *filler) fillDomain(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, shared []resourceapi.AllocationResult, need int, balance *spreadQuota) (*attempt, error) {
+	if f.seg != nil {
+		return f.seg.place(ctx, d, nodes, shared, need)
+	}
+	return f.fillSpread(ctx, d, nodes, shared, need, balance)
 }
 
 // fillSpread fills the members (fillAligned): for a balanced gang first

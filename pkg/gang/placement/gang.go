@@ -84,6 +84,17 @@ type Gang struct {
 	BoundNodes []string
 	// SharedClaims are the PodGroup's claims, used by every member.
 	SharedClaims []*resourceapi.ResourceClaim
+	// SegmentSize and SegmentTopologyKey ask for hard segments
+	// (annotations gpufabric.dev/segment-size and
+	// gpufabric.dev/segment-topology-key; segments.go): every SegmentSize
+	// consecutive members in rank order lie in one domain of the level
+	// SegmentTopologyKey names. 0: no segments.
+	SegmentSize        int
+	SegmentTopologyKey string
+	// Running are the gang's members that already run (Spec.NodeName set),
+	// read only for a segmented gang: they fix the ranks, and the segment
+	// domains, of late members.
+	Running []*v1.Pod
 }
 
 // Member is one pod of a gang with its own claims (not the shared ones).
@@ -134,6 +145,11 @@ func NewGang(pg *schedulingv1beta1.PodGroup, pods []*v1.Pod, getClaim ClaimGette
 		}
 		g.Balanced = balanced
 	}
+	size, key, err := segmentsOf(pg, g.TopologyKey)
+	if err != nil {
+		return nil, err
+	}
+	g.SegmentSize, g.SegmentTopologyKey = size, key
 	if len(pods) < g.MinCount {
 		return nil, fmt.Errorf("%w: %d of minCount %d members exist", ErrNotReady, len(pods), g.MinCount)
 	}

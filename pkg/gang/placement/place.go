@@ -39,6 +39,10 @@ func Place(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*Decisi
 	if err != nil {
 		return nil, nil, err
 	}
+	if sg := p.fill.seg; sg != nil && sg.invalid != "" {
+		return nil, &Unschedulable{Gang: g.Key(), Pods: len(g.Members), MinCount: g.MinCount, Devices: p.need, DeviceClass: p.class,
+			SegmentSize: g.SegmentSize, SegmentTopologyKey: g.SegmentTopologyKey, Message: sg.invalid}, nil
+	}
 	levels := s.LevelsFor(g.TopologyKey, g.PreferredTopologyKey)
 	if len(g.BoundNodes) > 0 {
 		l, why := p.pinTo(levels)
@@ -145,10 +149,21 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 	if err != nil {
 		return nil, err
 	}
-	logger := klog.FromContext(ctx)
 	stats, refused := &Stats{}, refusals{}
-	alloc := allocator{s: s, stats: stats}
 	fit := newFits(ctx, m, s, pins)
+	fill := newFiller(ctx, cfg, s, g, fit, allocator{s: s, stats: stats}, refused, shared)
+	p := &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused}
+	if g.SegmentSize > 0 {
+		fill.seg, err = newSegmenter(ctx, cfg, s, g, fill)
+	}
+	return p, err
+}
+
+// newFiller makes the filler and its pieces for the members fit checks,
+// with the gang's settings and the Place call's allocator; the segmenter
+// makes one per segment bin.
+func newFiller(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang, fit *fits, alloc allocator, refused refusals, shared sharedClaims) *filler {
+	m, logger, stats := fit.members, klog.FromContext(ctx), alloc.stats
 	copies := &railCopies{class: m.class}
 	follow := &follower{members: m, s: s, copies: copies, alloc: alloc, stats: stats, required: g.RailAlignmentRequired, off: cfg.oldRails}
 	search := &searcher{members: m, s: s, fit: fit, follow: follow, copies: copies, alloc: alloc, stats: stats, refused: refused, logger: logger,
@@ -156,9 +171,8 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 	align := &aligner{members: m, fit: fit, follow: follow, copies: copies, stats: stats, refused: refused, logger: logger,
 		required: g.RailAlignmentRequired, old: cfg.oldRails}
 	pack := &packer{members: m, s: s, fit: fit, order: cfg.PackOrder, balanced: g.Balanced}
-	fill := &filler{members: m, s: s, fit: fit, pack: pack, follow: follow, align: align, search: search, alloc: alloc,
+	return &filler{members: m, s: s, fit: fit, pack: pack, follow: follow, align: align, search: search, alloc: alloc,
 		refused: refused, shared: shared, anchors: cfg.MaxSharedAnchors, old: cfg.oldRails}
-	return &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused}, nil
 }
 
 // entries returns the level's domains to try in best-fit order: those with

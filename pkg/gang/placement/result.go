@@ -30,6 +30,10 @@ type Decision struct {
 	// Warnings about the gang's spec that did not stop the placement (a
 	// preferred topology key no node carries).
 	Warnings []string
+	// Segments of a segmented gang (Gang.SegmentSize), in rank order: the
+	// domain of SegmentTopologyKey each placed segment is in.
+	SegmentTopologyKey string
+	Segments           []SegmentPlacement
 }
 
 // PodPlacement binds one member to a node.
@@ -84,6 +88,10 @@ type Stats struct {
 	RailFollowCalls int
 	RailRefills     int
 	RailCutoffs     int
+	// SegmentPlaces counts the segment bins verified (segments.go);
+	// SegmentCutoffs the domains whose segment plan ran out of its budget.
+	SegmentPlaces  int
+	SegmentCutoffs int
 }
 
 func (st *Stats) record(d time.Duration) {
@@ -132,7 +140,11 @@ type Unschedulable struct {
 	MinCount    int
 	Devices     int
 	DeviceClass string
-	Levels      []LevelReport
+	// SegmentSize members in a row must share a domain of
+	// SegmentTopologyKey (0: no segments).
+	SegmentSize        int
+	SegmentTopologyKey string
+	Levels             []LevelReport
 	// NodeChecks counts nodes rejected per check for the first member
 	// (static and load checks over all nodes; allocator and shared-claim
 	// refusals as seen while verifying domains). Sorted by Check.
@@ -193,9 +205,12 @@ func (u *Unschedulable) message() string {
 	if u.DeviceClass != "" {
 		fmt.Fprintf(&b, " with %d %s devices", u.Devices, u.DeviceClass)
 	}
+	if u.SegmentSize > 0 {
+		fmt.Fprintf(&b, " in segments of %d (each in one %s)", u.SegmentSize, u.SegmentTopologyKey)
+	}
 	for i, l := range u.Levels {
 		sep := " in one "
-		if i > 0 {
+		if i > 0 || u.SegmentSize > 0 {
 			sep = "; in one "
 		}
 		fmt.Fprintf(&b, "%s%s: ", sep, l.TopologyKey)

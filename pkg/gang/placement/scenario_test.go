@@ -28,6 +28,7 @@ type outcome struct {
 	Leftover      *int     `json:"leftoverDevices,omitempty"`
 	RailSets      *int     `json:"railSets,omitempty"`
 	Spread        []string `json:"spread,omitempty"`
+	Segments      string   `json:"segments,omitempty"`
 	Pods          []string `json:"pods,omitempty"`
 	Shared        []string `json:"shared,omitempty"`
 	Unschedulable string   `json:"unschedulable,omitempty"`
@@ -37,7 +38,7 @@ func render(d *placement.Decision, u *placement.Unschedulable, gang string) outc
 	if u != nil {
 		return outcome{Gang: gang, Unschedulable: u.Message}
 	}
-	o := outcome{Gang: gang, TopologyKey: d.TopologyKey, Domain: d.Domain, Leftover: &d.Score.LeftoverDevices, RailSets: &d.Score.RailSets}
+	o := outcome{Gang: gang, TopologyKey: d.TopologyKey, Domain: d.Domain, Leftover: &d.Score.LeftoverDevices, RailSets: &d.Score.RailSets, Segments: d.SegmentSummary()}
 	for _, ls := range d.Spread {
 		if len(ls.Domains) < 2 {
 			continue // only the levels the gang spans

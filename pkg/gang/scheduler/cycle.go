@@ -157,6 +157,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	g, err := placement.NewGang(group, ms.pending, s.getClaim)
 	if err == nil {
 		g.BoundNodes = ms.boundNodes
+		g.Running = ms.running // a segmented gang's late members join their segments
 		err = s.volumes.pinVolumes(g)
 	} else if errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0 {
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))

@@ -29,11 +29,14 @@ const dryRunAllocateTimeout = 10 * time.Second
 
 // fitRequest is the gang `fit` tries: Pods members of GPUsPerPod GPUs of
 // class gpu.gpufabric.dev each, all required (minCount = Pods), in one
-// domain of TopologyKey when set.
+// domain of TopologyKey when set, in segments of SegmentSize members each
+// in one domain of SegmentTopologyKey when set (the PodGroup annotations).
 type fitRequest struct {
-	Pods        int
-	GPUsPerPod  int
-	TopologyKey string
+	Pods               int
+	GPUsPerPod         int
+	TopologyKey        string
+	SegmentSize        int
+	SegmentTopologyKey string
 }
 
 // fitReport is what `fit` prints (-o json|yaml: these fields).
@@ -43,10 +46,12 @@ type fitReport struct {
 	TopologyKey string `json:"topologyKey,omitempty"`
 	Fits        bool   `json:"fits"`
 	// Level and Domain: where the engine would place it.
-	Level  string    `json:"level,omitempty"`
-	Domain string    `json:"domain,omitempty"`
-	Spread string    `json:"spread,omitempty"`
-	Nodes  []fitNode `json:"nodes,omitempty"`
+	Level  string `json:"level,omitempty"`
+	Domain string `json:"domain,omitempty"`
+	Spread string `json:"spread,omitempty"`
+	// Segments: where a segmented gang's segments would go.
+	Segments string    `json:"segments,omitempty"`
+	Nodes    []fitNode `json:"nodes,omitempty"`
 	// Message: why it does not fit, as gpufabric-scheduler would say.
 	Message string `json:"message,omitempty"`
 }
@@ -60,18 +65,20 @@ type fitNode struct {
 func newFitCommand(o *options) *cobra.Command {
 	req := fitRequest{}
 	cmd := &cobra.Command{
-		Use:   "fit --pods N --gpus-per-pod G [--topology-key KEY]",
+		Use:   "fit --pods N --gpus-per-pod G [--topology-key KEY] [--segment-size S --segment-topology-key KEY]",
 		Short: "Dry run: would a gang fit now, and where (the scheduler's placement engine)",
 		Long: `Runs gpufabric-scheduler's placement engine (pkg/gang/placement) on a
 snapshot of the cluster as it is now — Nodes, ResourceSlices, DeviceClasses,
 bound pods, allocated claims — for a gang of --pods members with
 --gpus-per-pod GPUs (gpu.gpufabric.dev) each, all required, and, with
---topology-key, in one domain of that level. Prints the domain and nodes it
+--topology-key, in one domain of that level; with --segment-size and
+--segment-topology-key, in hard segments. Prints the domain and nodes it
 would take, or the engine's reason. Nothing is created; the scheduler may
 decide otherwise if the cluster changes, or if the gang has other claims,
 tolerations or affinities.`,
 		Example: `  kubectl gpufabric fit --pods 16 --gpus-per-pod 4
-  kubectl gpufabric fit --pods 16 --gpus-per-pod 4 --topology-key gpufabric.dev/nvlinkDomain -o json`,
+  kubectl gpufabric fit --pods 16 --gpus-per-pod 4 --topology-key gpufabric.dev/nvlinkDomain -o json
+  kubectl gpufabric fit --pods 32 --gpus-per-pod 4 --segment-size 16 --segment-topology-key gpufabric.dev/nvlinkDomain`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
@@ -102,6 +109,8 @@ tolerations or affinities.`,
 	cmd.Flags().IntVar(&req.Pods, "pods", 0, "members of the gang (all required)")
 	cmd.Flags().IntVar(&req.GPUsPerPod, "gpus-per-pod", 0, "GPUs (gpu.gpufabric.dev) per member")
 	cmd.Flags().StringVar(&req.TopologyKey, "topology-key", "", "required level: gpufabric.dev/nvlinkDomain or a --topology-levels key (default: none, the smallest level that fits)")
+	cmd.Flags().IntVar(&req.SegmentSize, "segment-size", 0, "hard segments: every N consecutive members in one domain of --segment-topology-key (annotation "+topology.AnnotationSegmentSize+")")
+	cmd.Flags().StringVar(&req.SegmentTopologyKey, "segment-topology-key", "", "the segments' level, below --topology-key (annotation "+topology.AnnotationSegmentTopologyKey+")")
 	return cmd
 }
 
@@ -132,7 +141,7 @@ func dryRun(ctx context.Context, cl *inspect.Cluster, classes []resourceapi.Devi
 	rep := &fitReport{Pods: req.Pods, GPUsPerPod: req.GPUsPerPod, TopologyKey: req.TopologyKey}
 	switch {
 	case d != nil:
-		rep.Fits, rep.Level, rep.Domain, rep.Spread = true, d.TopologyKey, d.Domain, d.SpreadSummary()
+		rep.Fits, rep.Level, rep.Domain, rep.Spread, rep.Segments = true, d.TopologyKey, d.Domain, d.SpreadSummary(), d.SegmentSummary()
 		rep.Nodes = podsPerNode(d.Pods)
 	case u != nil:
 		rep.Message = u.Message
@@ -156,6 +165,9 @@ func dryRunGang(req fitRequest) (*placement.Gang, error) {
 		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
 			Topology: []schedulingv1beta1.TopologyConstraint{{Key: req.TopologyKey}},
 		}
+	}
+	if req.SegmentSize != 0 || req.SegmentTopologyKey != "" {
+		pg.Annotations = map[string]string{topology.AnnotationSegmentSize: strconv.Itoa(req.SegmentSize), topology.AnnotationSegmentTopologyKey: req.SegmentTopologyKey}
 	}
 	claims := map[string]*resourceapi.ResourceClaim{}
 	pods := make([]*corev1.Pod, req.Pods)
@@ -227,6 +239,9 @@ func renderFit(w io.Writer, r *fitReport) error {
 	fmt.Fprintf(w, "Fits: yes: %s, in %s %s\n", gang, r.Level, r.Domain)
 	if r.Spread != "" {
 		fmt.Fprintf(w, "Spread: %s\n", r.Spread)
+	}
+	if r.Segments != "" {
+		fmt.Fprintf(w, "Segments: %s\n", r.Segments)
 	}
 	t := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(t, "NODE\tPODS")

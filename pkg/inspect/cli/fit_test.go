@@ -45,6 +45,14 @@ func TestDryRun(t *testing.T) {
 		{name: "small pods pack into the free GPUs of a-0 first",
 			req:  fitRequest{Pods: 1, GPUsPerPod: 1, TopologyKey: topology.TopologyKeyNVLinkDomain},
 			want: "yes gpufabric.dev/nvlinkDomain dom-a [{a-0 1}]"},
+		{name: "segments of one full node: dom-b holds both, the segments are named",
+			req:  fitRequest{Pods: 2, GPUsPerPod: 4, SegmentSize: 1, SegmentTopologyKey: topology.TopologyKeyNVLinkDomain},
+			want: "yes gpufabric.dev/nvlinkDomain dom-b [{b-0 1} {b-1 1}]"},
+		{name: "segments of 2 full nodes: only dom-b holds one",
+			req:  fitRequest{Pods: 4, GPUsPerPod: 4, SegmentSize: 2, SegmentTopologyKey: topology.TopologyKeyNVLinkDomain},
+			want: "no: needs 4 pods with 16 gpu.gpufabric.dev devices in segments of 2 (each in one gpufabric.dev/nvlinkDomain)"},
+		{name: "segment size without its level", req: fitRequest{Pods: 2, GPUsPerPod: 1, SegmentSize: 2},
+			wantErr: "annotation gpufabric.dev/segment-topology-key: value \"\" is not a label key"},
 		{name: "no GPU class", req: fitRequest{Pods: 1, GPUsPerPod: 1}, classes: []resourceapi.DeviceClass{},
 			wantErr: "DeviceClass gpu.gpufabric.dev does not exist"},
 	}
@@ -70,6 +78,9 @@ func TestDryRun(t *testing.T) {
 			}
 			if !strings.HasPrefix(got, tc.want) {
 				t.Errorf("fit %+v:\n got %s\nwant %s…", tc.req, got, tc.want)
+			}
+			if tc.req.SegmentSize > 0 && rep.Fits && rep.Segments != "segments in gpufabric.dev/nvlinkDomain: 0-1 in dom-b" {
+				t.Errorf("segments %q, want both in dom-b", rep.Segments)
 			}
 			var b bytes.Buffer
 			if err := renderFit(&b, rep); err != nil || !strings.HasPrefix(b.String(), map[bool]string{true: "Fits: yes", false: "Fits: no"}[rep.Fits]) {

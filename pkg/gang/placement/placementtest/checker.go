@@ -127,7 +127,7 @@ func (c *Checker) Check(g *placement.Gang, d *placement.Decision) error {
 	for _, ca := range d.Claims {
 		errs = append(errs, c.checkClaim(g, d, ca, podNode))
 	}
-	errs = append(errs, c.checkRails(g, d))
+	errs = append(errs, c.checkRails(g, d), c.checkSegments(g, d))
 	return errors.Join(errs...)
 }
 

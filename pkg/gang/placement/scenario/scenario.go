@@ -115,6 +115,15 @@ type GangSpec struct {
 	// constraint or there is none), a claim of its own (<pod>-nic).
 	NICsPerPod       int64 `json:"nicsPerPod,omitempty"`
 	SeparateNICClaim bool  `json:"separateNICClaim,omitempty"`
+	// SegmentSize and SegmentTopologyKey are the annotations
+	// gpufabric.dev/segment-size (when not 0) and
+	// gpufabric.dev/segment-topology-key (when not "").
+	SegmentSize        int    `json:"segmentSize,omitempty"`
+	SegmentTopologyKey string `json:"segmentTopologyKey,omitempty"`
+	// Running are members that already run, by node: their pods are named
+	// after the pending ones (<name>-NN from Pods on), and the pods here
+	// are late members. For segmented gangs; BoundNodes is set to them.
+	Running []string `json:"running,omitempty"`
 }
 
 // PodGPUSpec is one pod's GPU claim in a heterogeneous gang.
@@ -328,6 +337,12 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 	if gs.TopologySpread != "" {
 		pg.Annotations[topology.AnnotationTopologySpread] = gs.TopologySpread
 	}
+	if gs.SegmentSize != 0 {
+		pg.Annotations[topology.AnnotationSegmentSize] = fmt.Sprint(gs.SegmentSize)
+	}
+	if gs.SegmentTopologyKey != "" {
+		pg.Annotations[topology.AnnotationSegmentTopologyKey] = gs.SegmentTopologyKey
+	}
 	var shared []string
 	if gs.FabricClaim {
 		name := gs.Name + "-fabric"
@@ -355,6 +370,14 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 		return nil, err
 	}
 	g.BoundNodes = gs.BoundNodes
+	for i, node := range gs.Running {
+		p := gs.pod(fmt.Sprintf("%s-%02d", gs.Name, gs.podCount()+i), nil)
+		p.Spec.NodeName = node
+		g.Running = append(g.Running, p)
+		if !slices.Contains(g.BoundNodes, node) {
+			g.BoundNodes = append(g.BoundNodes, node)
+		}
+	}
 	if len(gs.VolumeNodes) > 0 {
 		pin := &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
 			{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: gs.VolumeNodes},

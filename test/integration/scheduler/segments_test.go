@@ -1,0 +1,97 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+	"github.com/gpufabric/gpufabric/test/integration/itest"
+)
+
+// TestSchedulerSegments: an 8-pod gang of 4 GPUs per pod with
+// gpufabric.dev/segment-size 4 in gpufabric.dev/nvlinkDomain, on NVLink
+// domains of 5, 3, 4 and 3 one-pod nodes. Without segments the fewest
+// domains that hold it are dom-b (3) and dom-a (5), which would split
+// ranks 0-3 over two domains; with segments each 4 consecutive ranks land
+// in one domain: ranks 0-3 in dom-a, 4-7 in dom-c. The PodGroup's
+// condition and the Scheduled event say where the segments went.
+func TestSchedulerSegments(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{ControllerManager: true})
+	admin := cp.AdminClient(t)
+	itest.FabricCluster(t, admin, nil, 0, 4) // the device classes
+	ctx := t.Context()
+	for d, n := range map[string]int{"a": 5, "b": 3, "c": 4, "d": 3} {
+		for i := range n {
+			name := fmt.Sprintf("%s-%d", d, i)
+			_, err := admin.CoreV1().Nodes().Create(ctx, itest.Node(name, map[string]string{corev1.LabelHostname: name}), metav1.CreateOptions{})
+			itest.Must(t, "create node", err)
+			_, err = admin.ResourceV1().ResourceSlices().Create(ctx, itest.GPUSlice(name, "dom-"+d, 4), metav1.CreateOptions{})
+			itest.Must(t, "create slice", err)
+		}
+	}
+	const ns, group = "segments", "train"
+	itest.GangNamespace(t, admin, ns, 4)
+	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{DomainChannels: 0})
+
+	pg := &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: group, Annotations: map[string]string{
+			topology.AnnotationSegmentSize: "4", topology.AnnotationSegmentTopologyKey: topology.TopologyKeyNVLinkDomain,
+		}},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 8}}},
+	}
+	_, err := admin.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
+	itest.Must(t, "create podgroup", err)
+	for i := range 8 {
+		p := itest.TemplatePod(ns, fmt.Sprintf("%s-%d", group, i), group)
+		p.Spec.ResourceClaims = p.Spec.ResourceClaims[1:] // the GPU claim only
+		p.Spec.Containers[0].Resources.Claims = p.Spec.Containers[0].Resources.Claims[1:]
+		_, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		itest.Must(t, "create pod", err)
+	}
+	var st *itest.GangState
+	itest.Poll(t, "all 8 pods bound", 90*time.Second, func(ctx context.Context) error {
+		var err error
+		if st, err = itest.ReadGang(ctx, admin, ns); err != nil {
+			return err
+		}
+		if b := st.Bound(); b != 8 {
+			return fmt.Errorf("%d of 8 bound", b)
+		}
+		return nil
+	})
+	byRank := map[string]string{}
+	for _, p := range st.Pods {
+		byRank[p.Name] = itest.DomainOf(p.Spec.NodeName)
+	}
+	want := map[string]string{}
+	for i := range 8 {
+		want[fmt.Sprintf("%s-%d", group, i)] = map[bool]string{true: "dom-a", false: "dom-c"}[i < 4]
+	}
+	if fmt.Sprint(byRank) != fmt.Sprint(want) {
+		t.Errorf("members by rank in domains %v, want %v", byRank, want)
+	}
+	note := "segments in gpufabric.dev/nvlinkDomain: 0 in dom-a, 1 in dom-c"
+	itest.Poll(t, "condition and event naming the segments", 20*time.Second, func(ctx context.Context) error {
+		pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(ctx, group, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
+		if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, note) {
+			return fmt.Errorf("condition: %+v", c)
+		}
+		return schedFindEvent(ctx, admin, ns, group, vocab.EventScheduled, note)
+	})
+}
