@@ -80,13 +80,19 @@ test: lint build unit fuzz-short integration
 
 # soak runs the chaos soak (scheduler SIGKILLed, a fault proxy in front of
 # it, concurrent gangs) for $(SOAK_DURATION); `make test` runs 40 s of it.
+# Then the large-gang test with $(SOAK_LARGE_GANG_PODS) pods (`make test`
+# runs 1,000).
 SOAK_DURATION ?= 10m
 SOAK_SEED ?= 1
+SOAK_LARGE_GANG_PODS ?= 2000
 soak: control-plane
 	@hack/install-tools.sh helm >/dev/null
 	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) \
 	GPUFABRIC_SOAK_DURATION=$(SOAK_DURATION) GPUFABRIC_SOAK_SEED=$(SOAK_SEED) \
 		$(GO) test -timeout 60m -count 1 -run '^TestChaosSoak$$' -v ./test/integration/soak/ 2>&1 | grep -E '^(soak:|--- |ok|FAIL|PASS)|VIOLATION'
+	GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) \
+	GPUFABRIC_LARGE_GANG_PODS=$(SOAK_LARGE_GANG_PODS) \
+		$(GO) test -timeout 30m -count 1 -run '^TestSchedulerLargeGang$$' -v ./test/integration/scheduler/ 2>&1 | grep -E '^(--- |ok|FAIL|PASS)|largegang_test'
 
 
 # demo runs the main job on an embedded control plane (see README).

@@ -88,13 +88,24 @@ func (c *Committer) Begin(pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *
 	return &Txn{c: c, pg: pg, gang: g, d: d, writes: planWrites(pg, g, d), written: map[types.UID]string{}}
 }
 
-// createRecord writes the commit record of a PodGroup commit.
+// createRecord writes the commit record of a PodGroup commit, in parts
+// when it is larger than one object. A record that does not validate is
+// never written (recovery would reject it, and the scheduler's own record
+// must always be one it acts on): the commit fails before its first write.
 func (c *Committer) createRecord(ctx context.Context, rec *commitRecord) (*v1.ConfigMap, error) {
-	cm, err := recordObject(c.cfg.RecordNamespace, rec)
+	object := rec.PodGroup.Namespace + "/" + rec.PodGroup.Name
+	if err := rec.validate(); err != nil {
+		return nil, fmt.Errorf("commit record of podgroup %s does not validate; nothing was written: %w", object, err)
+	}
+	raw, err := encodeRecord(rec)
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.store.Create(ctx, CommitRecords, rec.PodGroup.Namespace+"/"+rec.PodGroup.Name, cm)
+	head, parts, err := CommitRecords.Objects(c.cfg.RecordNamespace, vocab.RecordName(rec.PodGroup.UID), raw)
+	if err != nil {
+		return nil, fmt.Errorf("commit record of %d pods and %d claims: %w", len(rec.Pods), len(rec.Claims), err)
+	}
+	out, err := c.store.CreateRecord(ctx, CommitRecords, object, head, parts)
 	if err != nil {
 		return nil, err
 	}
@@ -102,10 +113,11 @@ func (c *Committer) createRecord(ctx context.Context, rec *commitRecord) (*v1.Co
 	return out, nil
 }
 
-// deleteRecord removes a commit record (the commit is complete or undone).
-// The delete carries the record's UID; a record already gone is fine.
+// deleteRecord removes a commit record and its parts (the commit is
+// complete or undone). The delete carries the record's UID; a record
+// already gone is fine.
 func (c *Committer) deleteRecord(ctx context.Context, cm *v1.ConfigMap, object string) error {
-	if err := c.store.Delete(ctx, CommitRecords, object, cm); err != nil {
+	if err := c.store.DeleteRecord(ctx, CommitRecords, object, cm); err != nil {
 		return err
 	}
 	c.records.remove(cm)
@@ -126,7 +138,7 @@ func (c *Committer) adoptRecord(ctx context.Context, uid types.UID) {
 // writeClaim adds the deallocation finalizer when the claim gets an
 // allocation (kube-controller-manager clears the allocation of a claim that
 // carries it once the last consumer is gone), then writes allocation and
-// reservation in one status update. Both writes carry the resourceVersion
+// reservations in one status update. Both writes carry the resourceVersion
 // the decision saw. It returns the claim as written.
 func (c *Committer) writeClaim(ctx context.Context, w claimWrite) (*resourceapi.ResourceClaim, error) {
 	rc := w.claim
@@ -154,7 +166,7 @@ func (c *Committer) writeClaim(ctx context.Context, w claimWrite) (*resourceapi.
 		now := metav1.Now()
 		rc.Status.Allocation.AllocationTimestamp = &now
 	}
-	rc.Status.ReservedFor = append(rc.Status.ReservedFor, w.consumer)
+	rc.Status.ReservedFor = append(rc.Status.ReservedFor, w.consumers...)
 	out, err := claims.UpdateStatus(ctx, rc, metav1.UpdateOptions{FieldManager: schedulerName})
 	if err != nil {
 		return nil, fmt.Errorf("allocate claim %s: %w", name, err)

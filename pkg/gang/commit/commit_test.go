@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -40,33 +42,43 @@ func (c gatedConditions) SetInitiallyScheduled(ctx context.Context, pg *scheduli
 	return err
 }
 
-// TestPlanWrites: shared claims first (reserved for the PodGroup), then each
-// placed member's; allocated claims only get a missing reservation; members
-// the decision left out get nothing.
+// TestPlanWrites: shared claims first (reserved for the PodGroup, or for
+// every placed member when the members name it themselves), then each
+// placed member's; allocated claims only get a missing reservation; a
+// claim several members use gets one write reserving it for all of them;
+// members the decision left out get nothing.
 func TestPlanWrites(t *testing.T) {
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg", UID: "uid-pg"}}
+	both := objtest.Claim("both", true) // allocated, named by p0 and p1
 	g := &placement.Gang{
-		SharedClaims: []*resourceapi.ResourceClaim{objtest.Claim("fabric", false), objtest.Claim("done", true, "uid-pg")},
+		SharedClaims: []*resourceapi.ResourceClaim{objtest.Claim("fabric", false), objtest.Claim("done", true, "uid-pg"), objtest.Claim("named", false)},
+		MemberShared: map[types.UID]bool{"uid-named": true},
 		Members: []placement.Member{
-			{Pod: objtest.Pod("p0"), Claims: []*resourceapi.ResourceClaim{objtest.Claim("p0-gpus", false), objtest.Claim("user", true, "uid-other")}},
-			{Pod: objtest.Pod("p1"), Claims: []*resourceapi.ResourceClaim{objtest.Claim("p1-gpus", false)}},
+			{Pod: objtest.Pod("p0"), Claims: []*resourceapi.ResourceClaim{objtest.Claim("p0-gpus", false), objtest.Claim("user", true, "uid-other"), both}},
+			{Pod: objtest.Pod("p1"), Claims: []*resourceapi.ResourceClaim{objtest.Claim("p1-gpus", false), both}},
 			// Left out by a partial placement (minCount): nothing for it.
-			{Pod: objtest.Pod("p2"), Claims: []*resourceapi.ResourceClaim{objtest.Claim("p2-gpus", false), objtest.Claim("user2", true, "uid-other")}},
+			{Pod: objtest.Pod("p2"), Claims: []*resourceapi.ResourceClaim{objtest.Claim("p2-gpus", false), objtest.Claim("user2", true, "uid-other"), both}},
 		},
 	}
 	d := &placement.Decision{
 		Pods:   []placement.PodPlacement{{Name: "p0", UID: "uid-p0"}, {Name: "p1", UID: "uid-p1"}},
-		Claims: []placement.ClaimAllocation{{Name: "fabric", Shared: true}, {Name: "p0-gpus"}, {Name: "p1-gpus"}},
+		Claims: []placement.ClaimAllocation{{Name: "fabric", Shared: true}, {Name: "named", Shared: true}, {Name: "p0-gpus"}, {Name: "p1-gpus"}},
 	}
 	var got []string
 	for _, w := range planWrites(pg, g, d) {
-		got = append(got, fmt.Sprintf("%s alloc=%v for=%s/%s", w.claim.Name, w.alloc != nil, w.consumer.Resource, w.consumer.Name))
+		var to []string
+		for _, c := range w.consumers {
+			to = append(to, c.Resource+"/"+c.Name)
+		}
+		got = append(got, fmt.Sprintf("%s alloc=%v shared=%v for=%s", w.claim.Name, w.alloc != nil, w.shared, strings.Join(to, ",")))
 	}
 	want := []string{
-		"fabric alloc=true for=podgroups/pg",
-		"p0-gpus alloc=true for=pods/p0",
-		"user alloc=false for=pods/p0",
-		"p1-gpus alloc=true for=pods/p1",
+		"fabric alloc=true shared=true for=podgroups/pg",
+		"named alloc=true shared=true for=pods/p0,pods/p1",
+		"p0-gpus alloc=true shared=false for=pods/p0",
+		"user alloc=false shared=false for=pods/p0",
+		"both alloc=false shared=false for=pods/p0,pods/p1",
+		"p1-gpus alloc=true shared=false for=pods/p1",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)

@@ -9,10 +9,13 @@
 //
 // Files: commit.go (Committer, Config, Begin, the record, claim and binding
 // writes), txn.go (Txn: the write protocol and its phases, Run and Undo;
-// messages), record.go (the commit record: its JSON, validation, the
-// records this term knows), store.go (Store: create, delete, list and
-// reject records; strict decoding and validation helpers shared with
-// nominations), recover.go (recovery: roll back, release claims),
+// messages), record.go (the commit record: what it holds, validation, the
+// records this term knows), recordwire.go (its JSON, compact since
+// version 2, and RecordFits: the largest gang a record holds), chunks.go
+// (records in parts: written, read and deleted as one), store.go (Store:
+// create, delete, list and reject records; strict decoding and validation
+// helpers shared with nominations), recover.go (recovery: roll back,
+// release claims),
 // finish.go (roll forward), pipeline.go (commits beside the worker),
 // parallel.go (the writers of one phase), metrics.go (commit and recovery
 // metrics).
@@ -36,7 +39,16 @@
 //     identity may write. A record is decoded strictly (no unknown fields,
 //     no trailing data, bounded) and validated before it is acted on; one
 //     that fails is reported (CommitRecordRejected) and deleted, never
-//     acted on.
+//     acted on. A record larger than one object is split into parts
+//     written before its head and read back whole (SHA-256 checked): a
+//     partial set is invalid as a whole. A record is validated before it
+//     is written, and an undo acts on the record its commit wrote, so the
+//     scheduler never rejects its own record.
+//   - A gang whose record could not be written (more than MaxRecordPods
+//     members, MaxRecordClaims claims, or MaxRecordTotalBytes of JSON) is
+//     refused before it is placed (RecordFits).
+//   - A claim has at most one write per commit, reserving it for every
+//     consumer the commit adds (the PodGroup, or the members sharing it).
 //   - Recovery runs before the first attempt of every leadership term
 //     (RecoverAll), and for one gang whenever its attempt finds its record
 //     (RecoverRecord). It decides from live reads: a PodGroup commit is

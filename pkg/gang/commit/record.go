@@ -3,7 +3,6 @@ package commit
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -20,23 +19,24 @@ import (
 )
 
 // A commit record says what a PodGroup commit is about to write. It lives
-// in the record Store, named vocab.RecordName(<PodGroup UID>). It is
-// created before the first claim write and deleted after the last write;
-// its presence means "a commit of this gang may be half done". Recovery
-// still validates it against live objects before it acts (recover.go).
-const recordVersion = 1
+// in the record Store, named vocab.RecordName(<PodGroup UID>), split over
+// further parts when it is larger than one object holds (chunks.go). It
+// is created before the first claim write and deleted after the last
+// write; its presence means "a commit of this gang may be half done".
+// Recovery still validates it against live objects before it acts
+// (recover.go). The JSON is recordwire.go's.
 
-// commitRecord is the JSON of a commit record.
+// commitRecord is a commit record, decoded.
 type commitRecord struct {
-	Version  int         `json:"v"`
-	PodGroup recordGroup `json:"podGroup"`
+	Version  int
+	PodGroup recordGroup
 	// Domain and TopologyKey where the gang goes, for events and humans.
-	Domain      string `json:"domain"`
-	TopologyKey string `json:"key,omitempty"`
+	Domain      string
+	TopologyKey string
 	// Pods: every member being bound, with its node.
-	Pods []recordPod `json:"pods"`
-	// Claims the commit writes.
-	Claims []recordClaim `json:"claims"`
+	Pods []recordPod
+	// Claims the commit writes, each once.
+	Claims []recordClaim
 }
 
 type recordGroup struct {
@@ -46,20 +46,22 @@ type recordGroup struct {
 }
 
 type recordPod struct {
-	Name string    `json:"n"`
-	UID  types.UID `json:"u"`
-	Node string    `json:"node"`
+	Name string
+	UID  types.UID
+	Node string
 }
 
 type recordClaim struct {
-	Name string    `json:"n"`
-	UID  types.UID `json:"u"`
-	// Pod is the member the claim is reserved for; "" for a shared claim
-	// (reserved for the PodGroup).
-	Pod string `json:"pod,omitempty"`
+	Name string
+	UID  types.UID
+	// Pods are the members the claim is reserved for, each a pod of the
+	// record: one for a member's own claim, several for a claim the
+	// members share by name; none for a PodGroup claim (reserved for the
+	// PodGroup).
+	Pods []string
 	// Allocation is the fingerprint of the allocation the commit writes;
-	// "" when the commit only adds a reservation to an allocated claim.
-	Allocation string `json:"alloc,omitempty"`
+	// "" when the commit only adds reservations to an allocated claim.
+	Allocation string
 }
 
 // newRecord describes a commit of decision d for pg with the given claim
@@ -78,8 +80,10 @@ func newRecord(pg *schedulingv1beta1.PodGroup, d *placement.Decision, writes []c
 	}
 	for _, w := range writes {
 		rc := recordClaim{Name: w.claim.Name, UID: w.claim.UID}
-		if w.consumer.Resource == "pods" {
-			rc.Pod = w.consumer.Name
+		for _, c := range w.consumers {
+			if c.Resource == "pods" {
+				rc.Pods = append(rc.Pods, c.Name)
+			}
 		}
 		if w.alloc != nil {
 			rc.Allocation = AllocationFingerprint(w.alloc)
@@ -100,40 +104,11 @@ func AllocationFingerprint(a *resourceapi.AllocationResult) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// recordObject is the ConfigMap that stores rec.
-func recordObject(namespace string, rec *commitRecord) (*v1.ConfigMap, error) {
-	raw, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("encode commit record: %w", err)
-	}
-	if len(raw) > MaxRecordBytes {
-		return nil, fmt.Errorf("commit record of %d pods and %d claims is %d bytes, over the limit of %d", len(rec.Pods), len(rec.Claims), len(raw), MaxRecordBytes)
-	}
-	return CommitRecords.Object(namespace, vocab.RecordName(rec.PodGroup.UID), raw), nil
-}
-
-// decodeRecord reads and validates the record in a ConfigMap. Rules: the
-// JSON is strict (no unknown fields) and bounded, every name is a valid
-// Kubernetes name, and the ConfigMap's name matches the PodGroup's UID.
-func decodeRecord(cm *v1.ConfigMap) (*commitRecord, error) {
-	var rec commitRecord
-	if err := Decode(cm, "record", &rec); err != nil {
-		return nil, err
-	}
-	if err := rec.validate(); err != nil {
-		return nil, err
-	}
-	if want := vocab.RecordName(rec.PodGroup.UID); cm.Name != want {
-		return nil, fmt.Errorf("record %s names podgroup UID %q (expected object name %s)", cm.Name, rec.PodGroup.UID, want)
-	}
-	return &rec, nil
-}
-
 // validate checks a decoded record's shape.
 func (r *commitRecord) validate() error {
 	var p Problems
-	if r.Version != recordVersion {
-		p.Addf("version %d, want %d", r.Version, recordVersion)
+	if r.Version != recordVersion1 && r.Version != recordVersion {
+		p.Addf("version %d, want %d or %d", r.Version, recordVersion1, recordVersion)
 	}
 	if msgs := validation.IsDNS1123Label(r.PodGroup.Namespace); len(msgs) > 0 {
 		p.Addf("podGroup.namespace %q: %s", r.PodGroup.Namespace, strings.Join(msgs, "; "))
@@ -148,9 +123,9 @@ func (r *commitRecord) validate() error {
 	}
 	pods := map[string]bool{}
 	for i, rp := range r.Pods {
-		p.Name(fmt.Sprintf("pods[%d].n", i), rp.Name)
-		p.UID(fmt.Sprintf("pods[%d].u", i), rp.UID)
-		p.Name(fmt.Sprintf("pods[%d].node", i), rp.Node)
+		p.nameAt("pods", i, "n", rp.Name)
+		p.uidAt("pods", i, "u", rp.UID)
+		p.nameAt("pods", i, "node", rp.Node)
 		if pods[rp.Name] {
 			p.Addf("pods[%d]: pod %q listed twice", i, rp.Name)
 		}
@@ -161,10 +136,17 @@ func (r *commitRecord) validate() error {
 	}
 	claims := map[string]bool{}
 	for i, c := range r.Claims {
-		p.Name(fmt.Sprintf("claims[%d].n", i), c.Name)
-		p.UID(fmt.Sprintf("claims[%d].u", i), c.UID)
-		if c.Pod != "" && !pods[c.Pod] {
-			p.Addf("claims[%d]: pod %q is not in the record", i, c.Pod)
+		p.nameAt("claims", i, "n", c.Name)
+		p.uidAt("claims", i, "u", c.UID)
+		users := make(map[string]bool, len(c.Pods))
+		for _, pod := range c.Pods {
+			switch {
+			case !pods[pod]:
+				p.Addf("claims[%d]: pod %q is not in the record", i, Shorten(pod, 64))
+			case users[pod]:
+				p.Addf("claims[%d]: pod %q listed twice", i, pod)
+			}
+			users[pod] = true
 		}
 		if c.Allocation != "" && !isFingerprint(c.Allocation) {
 			p.Addf("claims[%d].alloc %q is not a fingerprint", i, Shorten(c.Allocation, 40))
@@ -175,6 +157,21 @@ func (r *commitRecord) validate() error {
 		claims[c.Name] = true
 	}
 	return p.Err()
+}
+
+// nameAt is Name for field f of entry i of a list; the field's name is
+// only formatted for a problem (a record lists up to 10,000 pods).
+func (p *Problems) nameAt(list string, i int, f, name string) {
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		p.Name(fmt.Sprintf("%s[%d].%s", list, i, f), name)
+	}
+}
+
+// uidAt is UID for field f of entry i of a list.
+func (p *Problems) uidAt(list string, i int, f string, uid types.UID) {
+	if !isUID(uid) {
+		p.UID(fmt.Sprintf("%s[%d].%s", list, i, f), uid)
+	}
 }
 
 func isFingerprint(s string) bool {
@@ -225,6 +222,17 @@ func (r *recordSet) remove(cm *v1.ConfigMap) {
 	if cur := r.byUID[recordUID(cm)]; cur != nil && cur.UID == cm.UID {
 		delete(r.byUID, recordUID(cm))
 	}
+}
+
+// all returns every record of the set.
+func (r *recordSet) all() []*v1.ConfigMap {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*v1.ConfigMap, 0, len(r.byUID))
+	for _, cm := range r.byUID {
+		out = append(out, cm)
+	}
+	return out
 }
 
 // get returns the record of the PodGroup with uid, nil if none.

@@ -2,6 +2,7 @@ package commit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -46,6 +47,7 @@ func (c *Committer) RecoverAll(ctx context.Context) error {
 			logger.Error(err, "Recovering a half-done commit failed; the gang's next attempt retries", "record", klog.KObj(cm))
 		}
 	}
+	c.store.SweepParts(ctx, CommitRecords, c.records.all())
 	return c.releaseUnboundPods(ctx)
 }
 
@@ -78,15 +80,39 @@ func (l *liveCommit) anyBound() bool {
 }
 
 // RecoverRecord finishes or rolls back the commit a record describes, then
-// deletes the record. It returns an error only when the API failed (the
-// record stays and is retried).
+// deletes the record. A record that does not read whole (a part missing
+// or changed), decode or validate is rejected (reported, deleted, never
+// acted on). It returns an error only when the API failed (the record
+// stays and is retried).
 func (c *Committer) RecoverRecord(ctx context.Context, cm *v1.ConfigMap) error {
-	object := cm.Namespace + "/" + cm.Name
-	rec, err := decodeRecord(cm)
-	if err != nil {
+	rec, err := c.readRecord(ctx, cm)
+	if errors.Is(err, errBadRecord) {
 		c.store.Reject(ctx, CommitRecords, cm, recordUID(cm), err)
-		return c.deleteRecord(ctx, cm, object)
+		return c.deleteRecord(ctx, cm, cm.Namespace+"/"+cm.Name)
 	}
+	if err != nil {
+		return err
+	}
+	return c.recoverRecorded(ctx, cm, rec)
+}
+
+// readRecord reads a commit record whole (its parts live) and decodes it;
+// an error wrapping errBadRecord says it is invalid.
+func (c *Committer) readRecord(ctx context.Context, cm *v1.ConfigMap) (*commitRecord, error) {
+	raw, err := c.store.ReadRecord(ctx, cm)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := decodeRecord(cm.Name, raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadRecord, err)
+	}
+	return rec, nil
+}
+
+// recoverRecorded finishes or rolls back the commit rec describes (stored
+// as cm), then deletes cm.
+func (c *Committer) recoverRecorded(ctx context.Context, cm *v1.ConfigMap, rec *commitRecord) error {
 	live, err := c.readCommit(ctx, rec)
 	if err != nil {
 		return err

@@ -1,9 +1,7 @@
 package commit
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,12 +23,14 @@ import (
 // ConfigMaps of its own namespace (Config.RecordNamespace) that only its
 // identity may write (RBAC, and the chart's admission policy refuses
 // everyone else), so no tenant can steer what it does with them. Each holds
-// one JSON document under RecordKey; the bounds below keep every record
-// under the apiserver's 1 MiB per object.
+// one JSON document under RecordKey; the bounds below keep every object
+// under the apiserver's 1 MiB. A commit record larger than one object is
+// stored in parts (chunks.go).
 const (
 	// RecordKey is the ConfigMap data key holding a record's JSON.
 	RecordKey = "record"
-	// MaxRecordBytes bounds a record's JSON.
+	// MaxRecordBytes bounds the JSON one object holds: a record, or one
+	// part of a commit record (MaxRecordChunks parts at most).
 	MaxRecordBytes = 900 << 10
 	// MaxRecordPods bounds the pods a record names.
 	MaxRecordPods = 10000
@@ -47,6 +47,9 @@ type Kind struct {
 	What   string
 	Label  string
 	Prefix string
+	// PartLabel marks the further parts of a record too large for one
+	// object (chunks.go); "": the kind's records are one object each.
+	PartLabel string
 	// CreateStep and DeleteStep are checked at the gate before the writes.
 	CreateStep, DeleteStep gate.Step
 	// Replace: a create that finds a record of the same name (one an
@@ -57,7 +60,7 @@ type Kind struct {
 
 // CommitRecords is the kind of the commit records (record.go).
 var CommitRecords = Kind{
-	What: "commit record", Label: vocab.LabelCommitRecord, Prefix: vocab.RecordPrefix,
+	What: "commit record", Label: vocab.LabelCommitRecord, Prefix: vocab.RecordPrefix, PartLabel: vocab.LabelCommitRecordPart,
 	CreateStep: gate.StepRecord, DeleteStep: gate.StepClearRecord,
 }
 
@@ -176,15 +179,7 @@ func Decode(cm *v1.ConfigMap, what string, v any) error {
 	if len(raw) > MaxRecordBytes {
 		return fmt.Errorf("record is %d bytes, over the limit of %d", len(raw), MaxRecordBytes)
 	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("parse %s: %w", what, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("parse %s: trailing data", what)
-	}
-	return nil
+	return decodeStrict([]byte(raw), what, v)
 }
 
 // Problems collects what is wrong with a decoded record while it is
@@ -204,9 +199,13 @@ func (p *Problems) Name(field, name string) {
 
 // UID adds a problem unless uid looks like a UID.
 func (p *Problems) UID(field string, uid types.UID) {
-	if uid == "" || len(uid) > 128 || strings.ContainsAny(string(uid), "/\x00") {
+	if !isUID(uid) {
 		p.Addf("%s %q is not a UID", field, Shorten(string(uid), 64))
 	}
+}
+
+func isUID(uid types.UID) bool {
+	return uid != "" && len(uid) <= 128 && !strings.ContainsAny(string(uid), "/\x00")
 }
 
 // Err joins the problems (the first eight, and how many more), nil for

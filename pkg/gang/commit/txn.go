@@ -26,50 +26,90 @@ import (
 // the decision was made on. The gang is retried on a fresh snapshot.
 var ErrConflict = errors.New("conflict")
 
-// claimWrite is one claim write of a commit: an allocation plus a
-// reservation, or (alloc nil) a reservation on an already allocated claim.
+// claimWrite is one claim write of a commit: an allocation plus
+// reservations, or (alloc nil) reservations added to an already allocated
+// claim. A claim has at most one write per commit, with every consumer
+// the commit reserves it for.
 type claimWrite struct {
-	claim    *resourceapi.ResourceClaim // as the decision saw it
-	alloc    *resourceapi.AllocationResult
-	consumer resourceapi.ResourceClaimConsumerReference
+	claim     *resourceapi.ResourceClaim // as the decision saw it
+	alloc     *resourceapi.AllocationResult
+	consumers []resourceapi.ResourceClaimConsumerReference
+	// shared: one of the gang's SharedClaims, written in the shared_claims
+	// phase.
+	shared bool
 }
 
 // planWrites lists a commit's claim writes in protocol order: the shared
-// claims (reserved for the PodGroup), then each placed member's claims
-// (reserved for the member), skipping reservations that exist.
+// claims (reserved for the PodGroup, or for every placed member when the
+// members name the claim themselves: Gang.MemberShared), then each placed
+// member's claims (reserved for the member), skipping reservations that
+// exist. A claim several members use gets one write that reserves it for
+// all of them, as kube-scheduler reserves a claim for each pod sharing it.
 func planWrites(pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.Decision) []claimWrite {
 	allocs := map[string]*resourceapi.AllocationResult{}
 	for i := range d.Claims {
 		allocs[d.Claims[i].Name] = &d.Claims[i].Allocation
 	}
 	var out []claimWrite
-	add := func(c *resourceapi.ResourceClaim, consumer resourceapi.ResourceClaimConsumerReference) {
+	at := map[types.UID]int{} // claim UID → its write in out
+	add := func(c *resourceapi.ResourceClaim, consumer resourceapi.ResourceClaimConsumerReference, shared bool) {
 		a := allocs[c.Name]
 		if a == nil && (c.Status.Allocation == nil || ReservedFor(c, consumer.UID)) {
 			return // the engine left it out, or nothing to add
 		}
-		out = append(out, claimWrite{claim: c, alloc: a, consumer: consumer})
-	}
-	if pg != nil {
-		ref := resourceapi.ResourceClaimConsumerReference{APIGroup: schedulingv1beta1.GroupName, Resource: "podgroups", Name: pg.Name, UID: pg.UID}
-		for _, c := range g.SharedClaims {
-			add(c, ref)
+		if i, ok := at[c.UID]; ok {
+			if !slices.ContainsFunc(out[i].consumers, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == consumer.UID }) {
+				out[i].consumers = append(out[i].consumers, consumer)
+			}
+			return
 		}
+		at[c.UID] = len(out)
+		out = append(out, claimWrite{claim: c, alloc: a, consumers: []resourceapi.ResourceClaimConsumerReference{consumer}, shared: shared})
 	}
 	placed := map[types.UID]bool{}
 	for _, pp := range d.Pods {
 		placed[pp.UID] = true
 	}
+	var members []placement.Member // placed, in gang order
 	for _, m := range g.Members {
-		if !placed[m.Pod.UID] {
-			continue // left for later (minCount below the gang's size)
+		if placed[m.Pod.UID] {
+			members = append(members, m) // the others are left for later (minCount below the gang's size)
 		}
-		ref := resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: m.Pod.Name, UID: m.Pod.UID}
+	}
+	podRef := func(p *v1.Pod) resourceapi.ResourceClaimConsumerReference {
+		return resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p.Name, UID: p.UID}
+	}
+	if pg != nil {
+		ref := resourceapi.ResourceClaimConsumerReference{APIGroup: schedulingv1beta1.GroupName, Resource: "podgroups", Name: pg.Name, UID: pg.UID}
+		for _, c := range g.SharedClaims {
+			if !g.MemberShared[c.UID] {
+				add(c, ref, true)
+				continue
+			}
+			for _, m := range members {
+				add(c, podRef(m.Pod), true)
+			}
+		}
+	}
+	for _, m := range members {
 		for _, c := range m.Claims {
-			add(c, ref)
+			add(c, podRef(m.Pod), false)
 		}
 	}
 	return out
+}
+
+// doubleAllocated names a claim the decision allocates twice, "" when
+// none is: such a decision is refused before anything is written.
+func doubleAllocated(d *placement.Decision) string {
+	seen := make(map[string]bool, len(d.Claims))
+	for _, c := range d.Claims {
+		if seen[c.Name] {
+			return c.Namespace + "/" + c.Name
+		}
+		seen[c.Name] = true
+	}
+	return ""
 }
 
 // ReservedFor reports whether a claim is reserved for the consumer with
@@ -87,6 +127,11 @@ type Txn struct {
 	gang   *placement.Gang
 	d      *placement.Decision
 	writes []claimWrite
+	// rec and record: the commit record as planned and as created (nil
+	// before the record phase). Undo acts on rec for its own record: it
+	// validated before it was written.
+	rec    *commitRecord
+	record *v1.ConfigMap
 
 	mu sync.Mutex
 	// written: the resourceVersion of each claim after the commit's write,
@@ -141,10 +186,14 @@ func (t *Txn) Undo(ctx context.Context) error {
 	if t.pg == nil {
 		return t.c.releasePodClaims(ctx, t.gang.Members[0].Pod, t.writes)
 	}
-	if cm := t.c.records.get(t.pg.UID); cm != nil {
-		return t.c.RecoverRecord(ctx, cm)
+	cm := t.c.records.get(t.pg.UID)
+	switch {
+	case cm == nil:
+		return nil
+	case t.record != nil && cm.UID == t.record.UID:
+		return t.c.recoverRecorded(ctx, cm, t.rec)
 	}
-	return nil
+	return t.c.RecoverRecord(ctx, cm) // one an earlier term left (adoptRecord)
 }
 
 // writeAll writes a decision phase by phase: record, shared claims, per-pod
@@ -154,7 +203,9 @@ func (t *Txn) Undo(ctx context.Context) error {
 // claim write is done".
 func (t *Txn) writeAll(ctx context.Context) error {
 	c := t.c
-	var record *v1.ConfigMap
+	if name := doubleAllocated(t.d); name != "" {
+		return fmt.Errorf("the decision allocates claim %s twice; nothing was written", name)
+	}
 	shared, perPod := splitShared(t.writes)
 	phases := []struct {
 		name string
@@ -162,8 +213,9 @@ func (t *Txn) writeAll(ctx context.Context) error {
 		run  func(ctx context.Context) error
 	}{
 		{phaseRecord, t.pg == nil, func(ctx context.Context) error {
+			t.rec = newRecord(t.pg, t.d, t.writes)
 			var err error
-			record, err = c.createRecord(ctx, newRecord(t.pg, t.d, t.writes))
+			t.record, err = c.createRecord(ctx, t.rec)
 			if apierrors.IsAlreadyExists(err) {
 				c.adoptRecord(ctx, t.pg.UID) // a record this term did not know of: recover it first
 			}
@@ -181,7 +233,7 @@ func (t *Txn) writeAll(ctx context.Context) error {
 			return c.cfg.Conditions.SetInitiallyScheduled(ctx, t.pg, metav1.ConditionTrue, vocab.ReasonScheduled, PlacedMessage(t.gang, t.d))
 		}},
 		{phaseClearRecord, t.pg == nil, func(ctx context.Context) error {
-			return c.deleteRecord(ctx, record, t.pg.Namespace+"/"+t.pg.Name)
+			return c.deleteRecord(ctx, t.record, t.pg.Namespace+"/"+t.pg.Name)
 		}},
 	}
 	var took phaseTimes
@@ -213,9 +265,9 @@ func (t *Txn) writeClaims(ctx context.Context, writes []claimWrite) error {
 }
 
 // splitShared splits planWrites' output into the shared claims' writes
-// (reserved for the PodGroup, listed first) and the members' claims' writes.
+// (listed first) and the members' claims' writes.
 func splitShared(writes []claimWrite) (shared, perPod []claimWrite) {
-	i := slices.IndexFunc(writes, func(w claimWrite) bool { return w.consumer.Resource != "podgroups" })
+	i := slices.IndexFunc(writes, func(w claimWrite) bool { return !w.shared })
 	if i < 0 {
 		i = len(writes)
 	}

@@ -82,7 +82,9 @@ type Gang struct {
 	// members join them): Place keeps the gang in the one domain that holds
 	// all of them.
 	BoundNodes []string
-	// SharedClaims are the PodGroup's claims, used by every member.
+	// SharedClaims are the claims every member uses, allocated once for
+	// the gang: the PodGroup's claims, and the unallocated claims that
+	// every member names itself (MemberShared).
 	SharedClaims []*resourceapi.ResourceClaim
 	// SegmentSize and SegmentTopologyKey ask for hard segments
 	// (annotations gpufabric.dev/segment-size and
@@ -95,6 +97,11 @@ type Gang struct {
 	// read only for a segmented gang: they fix the ranks, and the segment
 	// domains, of late members.
 	Running []*v1.Pod
+	// MemberShared holds the UIDs of the SharedClaims that the members
+	// name themselves (pod claims with one resourceClaimName), not the
+	// PodGroup: they are reserved for each placed member, as kube-scheduler
+	// reserves a claim for every pod that shares it, not for the PodGroup.
+	MemberShared map[types.UID]bool
 }
 
 // Member is one pod of a gang with its own claims (not the shared ones).
@@ -175,6 +182,9 @@ func NewGang(pg *schedulingv1beta1.PodGroup, pods []*v1.Pod, getClaim ClaimGette
 		}
 		g.Members = append(g.Members, m)
 	}
+	if err := g.shareMemberClaims(); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -217,6 +227,9 @@ func newMember(p *v1.Pod, pg *schedulingv1beta1.PodGroup, shared map[string]bool
 		if err != nil {
 			return Member{}, &MissingClaim{Owner: "pod " + p.Namespace + "/" + p.Name, Claim: name, Err: err}
 		}
+		if slices.ContainsFunc(m.Claims, func(o *resourceapi.ResourceClaim) bool { return o.UID == c.UID }) {
+			continue // named twice by the pod: one claim, allocated once
+		}
 		m.Claims = append(m.Claims, c)
 	}
 	return m, nil
@@ -257,4 +270,82 @@ func podClaimStatus(p *v1.Pod, name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// shareMemberClaims handles the claims that several members name (pod
+// claims with the same resourceClaimName), following kube-scheduler 1.37,
+// which allocates such a claim once for a PodGroup's pods (the first pod's
+// allocation is shared with the others, which then only go to nodes where
+// it is usable) and reserves it for every pod:
+//   - an allocated claim stays each member's own claim: its node selector
+//     pins every member that names it, and the commit adds all their
+//     reservations in one write;
+//   - an unallocated claim that every member names moves to SharedClaims
+//     (MemberShared): the engine allocates it once, on an anchor node, and
+//     places every member where it is usable (one node for node-local
+//     devices);
+//   - an unallocated claim that only some members name is refused
+//     (ErrUnsupported): the engine pins a shared claim's members and the
+//     others alike, so placing them would hold the others to its node;
+//   - a claim that would be reserved for more consumers than the API
+//     allows (resourceapi.ResourceClaimReservedForMaxSize) is refused.
+func (g *Gang) shareMemberClaims() error {
+	users := map[types.UID][]int{} // claim UID → the members naming it
+	var order []*resourceapi.ResourceClaim
+	for mi, m := range g.Members {
+		for _, c := range m.Claims {
+			if users[c.UID] == nil {
+				order = append(order, c)
+			}
+			users[c.UID] = append(users[c.UID], mi)
+		}
+	}
+	for _, c := range order {
+		by := users[c.UID]
+		if len(by) < 2 {
+			continue
+		}
+		n := len(c.Status.ReservedFor)
+		for _, mi := range by {
+			if !slices.ContainsFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == g.Members[mi].Pod.UID }) {
+				n++
+			}
+		}
+		if n > resourceapi.ResourceClaimReservedForMaxSize {
+			return fmt.Errorf("claim %s/%s is named by %d members (%s) and would be reserved for %d consumers, more than the %d a ResourceClaim allows; make it a PodGroup claim (spec.resourceClaims), reserved once for the group: %w",
+				c.Namespace, c.Name, len(by), g.memberNames(by), n, resourceapi.ResourceClaimReservedForMaxSize, ErrUnsupported)
+		}
+		if c.Status.Allocation != nil {
+			continue
+		}
+		if len(by) < len(g.Members) {
+			return fmt.Errorf("claim %s/%s is named by %d of the gang's %d members (%s); gpufabric-scheduler allocates a claim that members share once and places every member where it is usable, so every member must name it, or none: %w",
+				c.Namespace, c.Name, len(by), len(g.Members), g.memberNames(by), ErrUnsupported)
+		}
+		if g.MemberShared == nil {
+			g.MemberShared = map[types.UID]bool{}
+		}
+		g.MemberShared[c.UID] = true
+		g.SharedClaims = append(g.SharedClaims, c)
+	}
+	if len(g.MemberShared) > 0 {
+		for i := range g.Members {
+			g.Members[i].Claims = slices.DeleteFunc(g.Members[i].Claims, func(c *resourceapi.ResourceClaim) bool { return g.MemberShared[c.UID] })
+		}
+	}
+	return nil
+}
+
+// memberNames names the first three of the given members and counts the
+// rest: "p-0, p-1, p-2 and 5 more".
+func (g *Gang) memberNames(idx []int) string {
+	var names []string
+	for _, mi := range idx[:min(3, len(idx))] {
+		names = append(names, g.Members[mi].Pod.Name)
+	}
+	s := strings.Join(names, ", ")
+	if len(idx) > 3 {
+		s += fmt.Sprintf(" and %d more", len(idx)-3)
+	}
+	return s
 }

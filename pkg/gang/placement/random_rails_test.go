@@ -191,6 +191,9 @@ func TestRandomRailsVsBruteForce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, old := range []bool{false, true} {
+			// Compared with brute force: a loaded machine must not turn a slow
+			// Allocate call into a refusal (the timeout guards production).
+			b.Config.Index.AllocateTimeout = time.Minute
 			snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 			if err != nil {
 				t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -150,6 +151,9 @@ func TestRandomSegmentsVsBruteForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Compared with brute force: a loaded machine must not turn a slow
+		// Allocate call into a refusal (the timeout guards production).
+		b.Config.Index.AllocateTimeout = time.Minute
 		snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 		if err != nil {
 			t.Fatal(err)

@@ -185,6 +185,9 @@ func testRandom(t *testing.T, seed uint64, maxNodes int, alternatives bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Compared with brute force: a loaded machine must not turn a slow
+		// Allocate call into a refusal (the timeout guards production).
+		b.Config.Index.AllocateTimeout = time.Minute
 		snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 		if err != nil {
 			t.Fatal(err)

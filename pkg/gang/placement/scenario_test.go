@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
@@ -76,6 +77,9 @@ func runScenario(t *testing.T, sc scenario.Scenario) []outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Compared with brute force: a loaded machine must not turn a slow
+	// Allocate call into a refusal (the timeout guards production).
+	b.Config.Index.AllocateTimeout = time.Minute
 	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
 	if err != nil {
 		t.Fatal(err)

@@ -155,11 +155,16 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		group.Spec.SchedulingPolicy.Gang = nil
 	}
 	g, err := placement.NewGang(group, ms.pending, s.getClaim)
-	if err == nil {
+	switch {
+	case err == nil:
 		g.BoundNodes = ms.boundNodes
 		g.Running = ms.running // a segmented gang's late members join their segments
-		err = s.volumes.pinVolumes(g)
-	} else if errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0 {
+		if err = s.volumes.pinVolumes(g); err == nil {
+			// A gang no commit record can hold is refused before it is
+			// placed, not at every commit.
+			err = commit.RecordFits(g)
+		}
+	case errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0:
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
 	}
 	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, priority: preemption.PodGroupPriority(pg, ms.pending), members: ms.pending}

@@ -15,6 +15,7 @@
 package vocab
 
 import (
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -127,6 +128,10 @@ const (
 	RecordPrefix = "gpufabric-commit-"
 	// LabelCommitRecord marks commit records ("true").
 	LabelCommitRecord = topology.DriverName + "/commit-record"
+	// LabelCommitRecordPart marks the further parts of a commit record too
+	// large for one object (RecordPartName); its value is the record's
+	// generation.
+	LabelCommitRecordPart = topology.DriverName + "/commit-record-part"
 	// NominationPrefix starts the name of every nomination record (a
 	// ConfigMap).
 	NominationPrefix = "gpufabric-nomination-"
@@ -144,6 +149,13 @@ const (
 // RecordName is the name of the commit record of the PodGroup (or pod)
 // with uid.
 func RecordName(uid types.UID) string { return RecordPrefix + string(uid) }
+
+// RecordPartName is the name of part i (1, 2, …) of generation gen of the
+// commit record named record: "<record>.<gen>.<i>". The parts of one
+// record share its prefix, so the chart's admission policy covers them.
+func RecordPartName(record, gen string, i int) string {
+	return record + "." + gen + "." + strconv.Itoa(i)
+}
 
 // NominationName is the name of the nomination record of the gang with
 // uid.

@@ -33,6 +33,8 @@ func TestNames(t *testing.T) {
 		{NominationName(uid), "gpufabric-nomination-0b8f"},
 		{ConditionMembersLost, "gpufabric.dev/MembersLost"},
 		{LabelCommitRecord, "gpufabric.dev/commit-record"},
+		{LabelCommitRecordPart, "gpufabric.dev/commit-record-part"},
+		{RecordPartName(RecordName(uid), "9a", 2), "gpufabric-commit-0b8f.9a.2"},
 		{HoldLabel, "gpufabric.dev/device-hold"},
 		{PodGroupKey("team-a", "train"), "pg:team-a/train"},
 		{PodKey("team-a", "p-0"), "pod:team-a/p-0"},
