@@ -40,6 +40,11 @@ type Config struct {
 	// > 0 the scheduler runs the fabric-domain publisher (pkg/gang/domains)
 	// while it leads.
 	DomainChannels int
+	// FreeRoomInterval, when > 0, makes the leader publish the free-room
+	// view (pkg/gang/freeroom: free GPUs per fabric domain for tenants) in
+	// RecordNamespace, rewritten when it changed, at most once per
+	// interval.
+	FreeRoomInterval time.Duration
 	// Metrics, when set, receives the scheduler's metrics.
 	Metrics *Metrics
 	// InitialBackoff and MaxBackoff bound the exponential backoff (with

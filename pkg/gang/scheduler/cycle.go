@@ -21,6 +21,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/ungate"
 )
 
 // attempt is one scheduling attempt of a gang.
@@ -302,8 +303,9 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 	}
 	s.forget(a.key)
 	s.cfg.Metrics.gangPlaced()
+	ungated := s.inf.ungated.Take(a.key) // the members bound now are no longer gated
 	if since, ok := gangWaitSince(a); ok {
-		s.cfg.Metrics.observeGangWait(resultPlaced, time.Since(since).Seconds())
+		s.cfg.Metrics.observeGangWait(resultPlaced, time.Since(ungate.Later(since, ungated)).Seconds())
 	}
 	s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", commit.PlacedMessage(g, d))
 	for _, w := range d.Warnings {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
@@ -144,6 +145,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.cfg.Metrics.attach(func() (map[string]int, map[string]int) { return s.queue.Counts(), s.pending.counts() })
 	go s.metricsLoop(ctx)
+	if s.cfg.FreeRoomInterval > 0 {
+		go freeroom.Run(ctx, freeRoomConfig(s))
+	}
 	go s.guard.Run(ctx)
 	go s.evict.Run(ctx)
 	go func() {
