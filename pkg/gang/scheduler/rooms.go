@@ -13,6 +13,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
 )
 
 var (
@@ -59,6 +60,7 @@ func (s *Scheduler) wireRooms() {
 		metrics: s.cfg.Metrics, parallelism: s.cfg.CommitParallelism,
 		templates: s.snaps.templates, gangs: s.gangs, queue: s.queue, pending: &s.pending,
 		toMembers: &memberEvents{report: s.report},
+		writes:    report.Throttle{Interval: notReadyWriteInterval, Settle: notReadySettle},
 	}
 	s.commits = commit.New(commit.Config{
 		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Parallelism: s.cfg.CommitParallelism,

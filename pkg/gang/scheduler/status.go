@@ -125,7 +125,7 @@ type gangStatus struct {
 	pending *pendingSet
 	peaks   peaks
 	// writes throttles the status writes of gangs not ready yet.
-	writes writeTimes
+	writes report.Throttle
 	// toMembers tells waiting members why their gang waits (events).
 	toMembers *memberEvents
 }
