@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,11 @@ func newPluginMetrics(reg prometheus.Registerer) (*pluginMetrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
 	}
+	for _, k := range []devices.EventKind{devices.EventXID, devices.EventDoubleBitECC, devices.EventSingleBitECC, devices.EventGPULost} {
+		for _, tainted := range []string{"true", "false"} {
+			m.gpuEvents.WithLabelValues(kindLabel(k), tainted) // every series from the start, at zero
+		}
+	}
 	for _, c := range []prometheus.Collector{m.gpuEvents, m.eventToPublish} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -60,6 +66,11 @@ func (p *plugin) watchEvents(ctx context.Context, backend devices.Backend, out c
 	}
 }
 
+// kindLabel is an event kind as the kind label of gpu_events_total spells
+// it: snake_case, as every label value of the metrics ("ecc-double-bit" →
+// "ecc_double_bit").
+func kindLabel(k devices.EventKind) string { return strings.ReplaceAll(string(k), "-", "_") }
+
 // onEvent records a GPU event's taint and, when it changed something,
 // publishes at once and tells the operator with a Node event.
 func (p *plugin) onEvent(ctx context.Context, ev devices.Event) {
@@ -69,7 +80,7 @@ func (p *plugin) onEvent(ctx context.Context, ev devices.Event) {
 		uuids = append(uuids, g.UUID)
 	}
 	changed, err := p.events.Record(ev, uuids)
-	p.metrics.gpuEvents.WithLabelValues(string(ev.Kind), fmt.Sprint(changed)).Inc()
+	p.metrics.gpuEvents.WithLabelValues(kindLabel(ev.Kind), fmt.Sprint(changed)).Inc()
 	if err != nil {
 		logger.Error(err, "Recording a GPU event failed")
 		return

@@ -21,6 +21,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/claims"
 	"github.com/gpufabric/gpufabric/pkg/claims/node"
 	"github.com/gpufabric/gpufabric/pkg/devices"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
 )
 
 // plugin is one running kubelet plugin: the claim driver behind the
@@ -255,7 +256,8 @@ func taintedCount(inv *devices.Inventory) int {
 }
 
 // recordEvent turns a driver event into a Kubernetes Event on the Node, so
-// an operator sees it with kubectl describe node.
+// an operator sees it with kubectl describe node. The message (it may
+// quote a claim's content) is cut to report.MaxNote.
 func (p *plugin) recordEvent(ctx context.Context, ev node.Event) {
 	logger := klog.FromContext(ctx)
 	logger.Info("Driver event", "type", ev.Type, "reason", ev.Reason, "message", ev.Message)
@@ -263,7 +265,7 @@ func (p *plugin) recordEvent(ctx context.Context, ev node.Event) {
 	e := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: p.opts.node + ".", Namespace: metav1.NamespaceDefault},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: p.opts.node, UID: "", APIVersion: "v1"},
-		Type:           ev.Type, Reason: ev.Reason, Message: ev.Message,
+		Type:           ev.Type, Reason: ev.Reason, Message: report.Truncate(ev.Message, report.MaxNote),
 		Source:         corev1.EventSource{Component: "gpufabric-kubelet-plugin", Host: p.opts.node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}

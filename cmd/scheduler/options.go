@@ -39,6 +39,7 @@ type options struct {
 	packOrder       string
 	syncTimeout     time.Duration
 	budget          placementBudget
+	freeRoom        time.Duration
 	preemption      preemptionOptions
 	serving         servingOptions
 	// requireAdminLabels: --require-admin-topology-labels.
@@ -96,6 +97,7 @@ var envTwins = map[string]string{
 	"informer-sync-timeout":       "GPUFABRIC_INFORMER_SYNC_TIMEOUT",
 	"placement-allocate-calls":    "GPUFABRIC_PLACEMENT_ALLOCATE_CALLS",
 	"placement-time-budget":       "GPUFABRIC_PLACEMENT_TIME_BUDGET",
+	"free-room-interval":          "GPUFABRIC_FREE_ROOM_INTERVAL",
 	"v":                           "GPUFABRIC_V",
 	"logging-format":              "GPUFABRIC_LOGGING_FORMAT",
 
@@ -119,7 +121,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.leDurations.lease, "leader-elect-lease-duration", 15*time.Second, "how long other replicas wait after the last renewal before they take the Lease")
 	fs.DurationVar(&o.leDurations.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps writing after its last renewal; must be less than the lease duration")
 	fs.DurationVar(&o.leDurations.retry, "leader-elect-retry-period", 2*time.Second, "how often replicas try to acquire or renew the Lease")
-	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace)")
+	fs.StringVar(&o.recordNS, "commit-record-namespace", "kube-system", "namespace of the commit records (ConfigMaps only the scheduler may write; the chart uses its release namespace) and of the free-room view")
+	fs.DurationVar(&o.freeRoom, "free-room-interval", 10*time.Second, "the leader publishes the free GPUs per fabric domain for tenants (ConfigMap gpufabric-free-room in --commit-record-namespace; kubectl gpufabric status reads it when it may not list nodes), rewritten when they changed, at most once per this interval; 0 disables it")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address of /metrics and of the health endpoints /livez, /readyz and /healthz; empty disables them")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (CPU, heap, goroutines, execution trace) under /debug/pprof/ on --metrics-address, as kube-scheduler's --profiling does on its port, to users RBAC allows the non-resource URL /debug/pprof/*")
 	o.serving.bind(fs)
@@ -165,6 +168,7 @@ func (o *options) validate() error {
 		{"max-unschedulable-wait", p.unschedulableWait, time.Second},
 		{"informer-sync-timeout", o.syncTimeout, time.Second},
 		{"placement-time-budget", o.budget.time, 10 * time.Millisecond},
+		{"free-room-interval", o.freeRoom, 0},
 	} {
 		if d.v < d.min {
 			return fmt.Errorf("--%s must be at least %s, got %s", d.name, d.min, d.v)
@@ -175,6 +179,9 @@ func (o *options) validate() error {
 	}
 	if p.starvationBound > 0 && p.starvationBound < time.Second {
 		return fmt.Errorf("--starvation-bound must be 0 (off) or at least 1s, got %s", p.starvationBound)
+	}
+	if o.freeRoom > 0 && o.freeRoom < time.Second {
+		return fmt.Errorf("--free-room-interval must be 0 (off) or at least 1s, got %s", o.freeRoom)
 	}
 	if o.apiContentType != runtime.ContentTypeProtobuf && o.apiContentType != runtime.ContentTypeJSON {
 		return fmt.Errorf("--kube-api-content-type must be %s or %s, got %q", runtime.ContentTypeProtobuf, runtime.ContentTypeJSON, o.apiContentType)

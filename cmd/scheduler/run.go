@@ -101,6 +101,7 @@ func (o *options) schedulerConfig(client kubernetes.Interface, metrics *schedule
 		RecordNamespace:   o.recordNS,
 		Tree:              topology.TreeConfig{LabelLevels: o.levels(), RequireAdminLabels: o.requireAdminLabels},
 		DomainChannels:    o.domainChannels,
+		FreeRoomInterval:  o.freeRoom,
 		Metrics:           metrics,
 		CommitParallelism: o.commitWorkers,
 		CommitsInFlight:   o.commitsInFlight,

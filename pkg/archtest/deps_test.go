@@ -37,10 +37,12 @@ var rules = []struct {
 	// The segment planner is a leaf too: plain numbers in, picks out.
 	{"pkg/gang/placement/segment", nil},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
+	{"pkg/gang/freeroom", []string{"pkg/topology"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
 	{"pkg/gang/gate", nil},
 	{"pkg/gang/report", nil},
 	{"pkg/gang/podstate", []string{"pkg/topology"}},
+	{"pkg/gang/ungate", []string{"pkg/gang/podstate"}},
 	// The scheduler's rooms never import the loop (pkg/gang/scheduler).
 	{"pkg/gang/queue", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
 	{"pkg/gang/guard", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
@@ -50,19 +52,20 @@ var rules = []struct {
 	{"pkg/gang/evict", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate",
 		"pkg/gang/preemption", "pkg/gang/commit"}},
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
-		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust"}},
+		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
-	// inspect reads priorities as the scheduler does (pure helpers).
-	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption"}},
+	// inspect reads priorities as the scheduler does (pure helpers), and
+	// the free-room view in the format the scheduler writes.
+	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/freeroom"}},
 	// The plugin's commands may also use the simulator's file format and
 	// the placement engine (dry runs); pkg/inspect itself does not.
-	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim"}},
+	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim", "pkg/gang/freeroom"}},
 	{"pkg/component", nil},
 }
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

@@ -32,6 +32,10 @@
 // claim reserved for nobody, the claim. Its Job is the pods'
 // batch.kubernetes.io/job-name label.
 //
+// A user who may not list the cluster gets the scheduler's free-room view
+// instead (FreeRoomReport, pkg/gang/freeroom's format): free GPUs per
+// fabric domain, nothing about workloads.
+//
 // Every list in a report is sorted; nothing depends on map order, so the
 // same objects always give the same output.
 package inspect

@@ -10,17 +10,13 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
-// groupPriority is a PodGroup's priority as the scheduler ranks it: its
-// spec.priority, else the lowest of its pending members (not bound, not
-// terminating).
+// groupPriority is a PodGroup's priority as the scheduler ranks it
+// (preemption.Resolve): its spec.priority, capped by the lowest priority
+// of its pods; the PriorityClass's value, which the scheduler also caps
+// by, is not read here (it equals spec.priority unless admission was
+// bypassed).
 func groupPriority(pg *schedulingv1beta1.PodGroup, members []*corev1.Pod) int32 {
-	var pending []*corev1.Pod
-	for _, p := range members {
-		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
-			pending = append(pending, p)
-		}
-	}
-	return preemption.PodGroupPriority(pg, pending)
+	return preemption.Resolve(pg, nil, members).Priority
 }
 
 // queueBefore is the scheduler's queue order (pkg/gang/queue Rank.Before

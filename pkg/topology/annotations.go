@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -48,18 +49,6 @@ const (
 	MaxSegmentSize = 1024
 )
 
-// maxQuoted bounds how much of a tenant's value an error repeats.
-const maxQuoted = 64
-
-// quoteBounded quotes at most maxQuoted bytes of v, saying how long it was
-// when it is cut.
-func quoteBounded(v string) string {
-	if len(v) <= maxQuoted {
-		return strconv.Quote(v)
-	}
-	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(v[:maxQuoted]), len(v))
-}
-
 // ParseTopologySpread validates the value of AnnotationTopologySpread (call
 // it only when the annotation is set). The match is exact and
 // case-sensitive: TopologySpreadPacked gives false, TopologySpreadBalanced
@@ -72,8 +61,8 @@ func ParseTopologySpread(v string) (balanced bool, err error) {
 	case TopologySpreadBalanced:
 		return true, nil
 	}
-	return false, fmt.Errorf("annotation %s: value %q is not one of %q, %q",
-		AnnotationTopologySpread, v, TopologySpreadPacked, TopologySpreadBalanced)
+	return false, fmt.Errorf("annotation %s: value %s is not one of %q, %q",
+		AnnotationTopologySpread, quoteValue(v), TopologySpreadPacked, TopologySpreadBalanced)
 }
 
 // ParseRailAlignment validates the value of AnnotationRailAlignment (call it
@@ -88,8 +77,8 @@ func ParseRailAlignment(v string) (required bool, err error) {
 	case RailAlignmentRequired:
 		return true, nil
 	}
-	return false, fmt.Errorf("annotation %s: value %q is not one of %q, %q",
-		AnnotationRailAlignment, v, RailAlignmentPreferred, RailAlignmentRequired)
+	return false, fmt.Errorf("annotation %s: value %s is not one of %q, %q",
+		AnnotationRailAlignment, quoteValue(v), RailAlignmentPreferred, RailAlignmentRequired)
 }
 
 // ParsePreferredTopologyKey validates the value of
@@ -103,8 +92,8 @@ func ParseRailAlignment(v string) (required bool, err error) {
 // error.
 func ParsePreferredTopologyKey(v string) (string, error) {
 	if msgs := validation.IsQualifiedName(v); len(msgs) > 0 {
-		return "", fmt.Errorf("annotation %s: value %q is not a label key or attribute name: %s",
-			AnnotationPreferredTopologyKey, v, strings.Join(msgs, "; "))
+		return "", fmt.Errorf("annotation %s: value %s is not a label key or attribute name: %s",
+			AnnotationPreferredTopologyKey, quoteValue(v), strings.Join(msgs, "; "))
 	}
 	return v, nil
 }
@@ -131,7 +120,7 @@ func ParseSegments(annotations map[string]string) (size int, key string, err err
 	}
 	if msgs := validation.IsQualifiedName(kv); len(msgs) > 0 {
 		return 0, "", fmt.Errorf("annotation %s: value %s is not a label key or attribute name: %s",
-			AnnotationSegmentTopologyKey, quoteBounded(kv), strings.Join(msgs, "; "))
+			AnnotationSegmentTopologyKey, quoteValue(kv), strings.Join(msgs, "; "))
 	}
 	return size, kv, nil
 }
@@ -149,7 +138,25 @@ func ParseSegmentSize(v string) (int, error) {
 	}
 	if !ok || n < 1 || n > MaxSegmentSize {
 		return 0, fmt.Errorf("annotation %s: value %s is not a whole number of members from 1 to %d",
-			AnnotationSegmentSize, quoteBounded(v), MaxSegmentSize)
+			AnnotationSegmentSize, quoteValue(v), MaxSegmentSize)
 	}
 	return n, nil
+}
+
+// maxQuotedValue bounds an annotation value quoted in a Parse* error: the
+// error becomes a refusal message, copied into every waiting member's
+// status, and a value may be up to 256 KiB.
+const maxQuotedValue = 128
+
+// quoteValue quotes v (as %q does) cut to maxQuotedValue bytes, ending in
+// "..." when cut, without splitting a UTF-8 sequence.
+func quoteValue(v string) string {
+	if len(v) > maxQuotedValue {
+		cut := maxQuotedValue - 3
+		for cut > 0 && !utf8.RuneStart(v[cut]) {
+			cut--
+		}
+		v = v[:cut] + "..."
+	}
+	return strconv.Quote(v)
 }

@@ -191,3 +191,19 @@ func FuzzAnnotations(f *testing.F) {
 		}
 	})
 }
+
+// TestParseErrorsBounded: an annotation value of 256 KiB (the API's limit
+// for all of an object's annotations) is quoted cut short in the error.
+func TestParseErrorsBounded(t *testing.T) {
+	huge := strings.Repeat("€", (256<<10)/3)
+	for name, parse := range map[string]func(string) error{
+		AnnotationPreferredTopologyKey: func(v string) error { _, err := ParsePreferredTopologyKey(v); return err },
+		AnnotationRailAlignment:        func(v string) error { _, err := ParseRailAlignment(v); return err },
+		AnnotationTopologySpread:       func(v string) error { _, err := ParseTopologySpread(v); return err },
+	} {
+		err := parse(huge)
+		if err == nil || len(err.Error()) > 4*maxQuotedValue+512 || !strings.Contains(err.Error(), `..."`) {
+			t.Errorf("%s: error of %d bytes, want the value quoted cut short: %.200v", name, len(err.Error()), err)
+		}
+	}
+}

@@ -27,12 +27,12 @@ func TestParseSegments(t *testing.T) {
 		"space":            {ann: seg("16 ", "rack"), wantErr: []string{AnnotationSegmentSize}},
 		"hex":              {ann: seg("0x10", "rack"), wantErr: []string{AnnotationSegmentSize}},
 		"empty size":       {ann: seg("", "rack"), wantErr: []string{AnnotationSegmentSize, `""`}},
-		"huge truncated":   {ann: seg(long, "rack"), wantErr: []string{AnnotationSegmentSize, "(5000 bytes)"}},
+		"huge truncated":   {ann: seg(long, "rack"), wantErr: []string{AnnotationSegmentSize, "999...\""}},
 		"size without key": {ann: map[string]string{AnnotationSegmentSize: "16"}, wantErr: []string{AnnotationSegmentSize, "without " + AnnotationSegmentTopologyKey}},
 		"key without size": {ann: map[string]string{AnnotationSegmentTopologyKey: "rack"}, wantErr: []string{AnnotationSegmentTopologyKey, "without " + AnnotationSegmentSize}},
 		"bad key":          {ann: seg("16", "my rack"), wantErr: []string{AnnotationSegmentTopologyKey, `"my rack"`}},
 		"empty key":        {ann: seg("16", ""), wantErr: []string{AnnotationSegmentTopologyKey}},
-		"long key cut":     {ann: seg("16", strings.Repeat("k", 300)), wantErr: []string{AnnotationSegmentTopologyKey, "(300 bytes)"}},
+		"long key cut":     {ann: seg("16", strings.Repeat("k", 300)), wantErr: []string{AnnotationSegmentTopologyKey, "kkk...\""}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -32,7 +32,9 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsjson "sigs.k8s.io/json"
@@ -79,21 +81,21 @@ func Decode(raw []byte) (*FabricConfig, error) {
 	}
 	var tm metav1.TypeMeta
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &tm); err != nil {
-		return nil, fmt.Errorf("parameters: %w", err)
+		return nil, fmt.Errorf("parameters: %w", cutError{err})
 	}
 	if tm.APIVersion != APIVersion {
-		return nil, fmt.Errorf("apiVersion: %q is not %q", tm.APIVersion, APIVersion)
+		return nil, fmt.Errorf("apiVersion: %s is not %q", quote(tm.APIVersion), APIVersion)
 	}
 	if tm.Kind != Kind {
-		return nil, fmt.Errorf("kind: %q is not %q", tm.Kind, Kind)
+		return nil, fmt.Errorf("kind: %s is not %q", quote(tm.Kind), Kind)
 	}
 	var c FabricConfig
 	strict, err := sigsjson.UnmarshalStrict(raw, &c, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
 	if err != nil {
-		return nil, fmt.Errorf("parameters: %w", err)
+		return nil, fmt.Errorf("parameters: %w", cutError{err})
 	}
 	if len(strict) > 0 {
-		return nil, fmt.Errorf("parameters: %w", strict[0])
+		return nil, fmt.Errorf("parameters: %w", cutError{strict[0]})
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -116,7 +118,7 @@ func (c *FabricConfig) Validate() error {
 		v := c.NCCLEnv[k]
 		switch {
 		case !keyPattern.MatchString(k):
-			return fmt.Errorf("ncclEnv[%q]: key must match %s", k, keyPattern)
+			return fmt.Errorf("ncclEnv[%s]: key must match %s", quote(k), keyPattern)
 		case slices.Contains(DriverKeys(), k):
 			return fmt.Errorf("ncclEnv[%s]: set by the driver from the allocation; a config cannot override it", k)
 		case len(v) > MaxValueLength:
@@ -137,3 +139,29 @@ func (c *FabricConfig) Env() []string {
 	slices.Sort(env)
 	return env
 }
+
+// maxQuoted bounds a claim's value (a field name, an apiVersion, a key)
+// quoted in an error: the error reaches events and the kubelet's logs.
+const maxQuoted = 128
+
+// quote quotes s (as %q does) cut to maxQuoted bytes, ending in "..." when
+// cut, without splitting a UTF-8 sequence.
+func quote(s string) string { return strconv.Quote(cut(s, maxQuoted)) }
+
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - 3
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
+}
+
+// cutError is a decoder's error whose text (which may quote a field name
+// of any length) is cut to 4 × maxQuoted bytes.
+type cutError struct{ err error }
+
+func (e cutError) Error() string { return cut(e.err.Error(), 4*maxQuoted) }
+func (e cutError) Unwrap() error { return e.err }

@@ -183,3 +183,21 @@ func TestRequestEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeErrorsBounded: values of any length a claim writes (an
+// apiVersion, a kind, an unknown field's name, an ncclEnv key) are quoted
+// cut short in the error.
+func TestDecodeErrorsBounded(t *testing.T) {
+	long := strings.Repeat("x", 60<<10)
+	for name, raw := range map[string]string{
+		"apiVersion":    `{"apiVersion":"` + long + `","kind":"FabricConfig"}`,
+		"kind":          `{"apiVersion":"gpufabric.dev/v1alpha1","kind":"` + long + `"}`,
+		"unknown field": `{"apiVersion":"gpufabric.dev/v1alpha1","kind":"FabricConfig","` + long + `":1}`,
+		"ncclEnv key":   `{"apiVersion":"gpufabric.dev/v1alpha1","kind":"FabricConfig","ncclEnv":{"` + long + `":"1"}}`,
+	} {
+		_, err := Decode([]byte(raw))
+		if err == nil || len(err.Error()) > 1024 {
+			t.Errorf("%s: error %.200v, want one of at most 1024 bytes", name, err)
+		}
+	}
+}

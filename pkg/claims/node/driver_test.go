@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/gpufabric/gpufabric/pkg/component/metricstyle"
 )
 
 func TestNewDriverConfig(t *testing.T) {
@@ -142,7 +144,7 @@ func TestMetrics(t *testing.T) {
 		{"prepared claims", d.metrics.preparedClaims, 1},
 		{"prepared gpus", d.metrics.preparedDevices.WithLabelValues("gpu"), 2},
 		{"prepared nics", d.metrics.preparedDevices.WithLabelValues("nic"), 1},
-		{"prepared channels", d.metrics.preparedDevices.WithLabelValues("fabric-domain"), 1},
+		{"prepared channels", d.metrics.preparedDevices.WithLabelValues("fabric_domain"), 1},
 		{"double booked", d.metrics.prepareErrors.WithLabelValues("double_booked"), 1},
 		{"not allocated", d.metrics.prepareErrors.WithLabelValues("not_allocated"), 1},
 		{"prepare calls", d.metrics.prepareSeconds, 2},
@@ -171,6 +173,11 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(strings.Join(names, " "), want) {
 			t.Errorf("registry lacks %s: %v", want, names)
 		}
+	}
+	// One label-value style: snake_case ("fabric_domain", not the device
+	// type's "fabric-domain").
+	if bad := metricstyle.Check(families, metricstyle.Exempt); len(bad) > 0 {
+		t.Errorf("label values not snake_case: %v", bad)
 	}
 	// The same registry cannot take a second driver's metrics.
 	if _, err := NewDriver(e.ctx, func() Config { c := e.config(); c.Registry = reg; return c }()); err == nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -54,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// Every reason's series exists from the start, at zero (alerts on a
 	// rate need the series before the first error).
-	for _, r := range []string{"not_allocated", "no_devices", "not_on_node", "double_booked", "config", "unknown_device", "resolve", "cdi", "checkpoint", "other"} {
+	for _, r := range []string{"not_allocated", "no_devices", "not_on_node", "double_booked", "config", "imex", "unknown_device", "resolve", "cdi", "checkpoint", "other"} {
 		m.prepareErrors.WithLabelValues(r)
 	}
 	if reg == nil {
@@ -89,6 +90,11 @@ func (m *metrics) observeState(cp *checkpoint.Checkpoint) {
 	}
 	m.preparedClaims.Set(float64(len(cp.Claims)))
 	for t, n := range counts {
-		m.preparedDevices.WithLabelValues(t).Set(float64(n))
+		m.preparedDevices.WithLabelValues(typeLabel(t)).Set(float64(n))
 	}
 }
+
+// typeLabel is a device type as the type label of prepared_devices
+// spells it: snake_case, as every label value of the metrics
+// ("fabric-domain" → "fabric_domain").
+func typeLabel(deviceType string) string { return strings.ReplaceAll(deviceType, "-", "_") }

@@ -5,18 +5,18 @@ import "github.com/prometheus/client_golang/prometheus"
 // Results of the recoveries_total metric.
 const (
 	RecoveryFinished   = "finished"
-	RecoveryRolledBack = "rolled-back"
+	RecoveryRolledBack = "rolled_back"
 	RecoveryRejected   = "rejected"
 )
 
 // Phases of commit_phase_duration_seconds.
 const (
 	phaseRecord       = "record"
-	phaseSharedClaims = "shared-claims"
-	phasePodClaims    = "pod-claims"
+	phaseSharedClaims = "shared_claims"
+	phasePodClaims    = "pod_claims"
 	phaseBind         = "bind"
 	phaseCondition    = "condition"
-	phaseClearRecord  = "clear-record"
+	phaseClearRecord  = "clear_record"
 )
 
 // Metrics of the commit room; the loop registers Collectors with the rest
@@ -43,7 +43,7 @@ func NewMetrics() *Metrics {
 		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: p.Namespace, Subsystem: p.Subsystem, Name: p.Name, Help: p.Help,
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"phase"}), // 1 ms … 8 s
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts(opts("recoveries_total",
-			"Half-done commits found by recovery, by result: finished, rolled-back, or rejected (an invalid commit record, not acted on).")), []string{"result"}),
+			"Half-done commits found by recovery, by result: finished, rolled_back, or rejected (an invalid commit record, not acted on).")), []string{"result"}),
 	}
 	for _, r := range []string{RecoveryFinished, RecoveryRolledBack, RecoveryRejected} {
 		m.recovered.WithLabelValues(r)

@@ -34,7 +34,7 @@ type claimWrite struct {
 	claim     *resourceapi.ResourceClaim // as the decision saw it
 	alloc     *resourceapi.AllocationResult
 	consumers []resourceapi.ResourceClaimConsumerReference
-	// shared: one of the gang's SharedClaims, written in the shared-claims
+	// shared: one of the gang's SharedClaims, written in the shared_claims
 	// phase.
 	shared bool
 }
@@ -281,7 +281,7 @@ type phaseTime struct {
 }
 
 // phaseTimes are a commit's phases in order, logged as
-// "record=12ms pod-claims=1.2s …".
+// "record=12ms pod_claims=1.2s …".
 type phaseTimes []phaseTime
 
 func (p phaseTimes) String() string {

@@ -88,7 +88,7 @@ func Start(ctx context.Context, cfg Config) (*Publisher, error) {
 		ctrl:   ctrl,
 		owner:  owner,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "fabric-domain-pools"}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "fabric_domain_pools"}),
 	}
 	enqueue := func(obj any) {
 		if s, ok := obj.(*resourceapi.ResourceSlice); !ok || (s.Spec.Driver == topology.DriverName && s.Spec.NodeName != nil) {

@@ -14,6 +14,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	schedulingv1listers "k8s.io/client-go/listers/scheduling/v1"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/utils/clock"
 
@@ -88,6 +89,9 @@ type Config struct {
 	PodGroups schedulinglisters.PodGroupLister
 	Claims    resourcelisters.ResourceClaimLister
 	PDBs      policylisters.PodDisruptionBudgetLister
+	// PriorityClasses resolves the classes PodGroups name (priority.go);
+	// nil: PodGroups are capped by their pods only.
+	PriorityClasses schedulingv1listers.PriorityClassLister
 	// Placement configures the engine the preemption plans with.
 	Placement placement.Config
 	// DisablePreemption, NominationTimeout, PreemptionBudget and
@@ -111,7 +115,12 @@ type Attempt struct {
 	Key      string
 	PodGroup *schedulingv1beta1.PodGroup // nil for a gang of one
 	Pod      *v1.Pod                     // the pod of a gang of one
+	// Priority is the gang's effective priority (Priorities.Group).
 	Priority int32
+	// NoPreemption says why the gang may not preempt ("" when it may), and
+	// Capped why its priority is below what it asks for ("" when it is
+	// not): preemption.Effective's.
+	NoPreemption, Capped string
 	// Members are the gang's pods to place.
 	Members []*v1.Pod
 }
@@ -130,6 +139,24 @@ func (a *Attempt) describe() string {
 		return "PodGroup " + a.PodGroup.Namespace + "/" + a.PodGroup.Name
 	}
 	return "pod " + a.Pod.Namespace + "/" + a.Pod.Name
+}
+
+// namespace is the gang's namespace.
+func (a *Attempt) namespace() string {
+	if a.PodGroup != nil {
+		return a.PodGroup.Namespace
+	}
+	return a.Pod.Namespace
+}
+
+// describeTo names the gang for a message read in namespace ns: only a
+// gang of ns is named (report.go's rule: no message names another
+// namespace's objects).
+func (a *Attempt) describeTo(ns string) string {
+	if ns == a.namespace() {
+		return a.describe()
+	}
+	return "a gang of another namespace"
 }
 
 // about is the object events are about.

@@ -15,13 +15,19 @@
 // Eviction API and pod status), nomination.go (the nomination record in
 // the commit room's record Store), victims.go (preemption units, budgets),
 // starve.go (reservations of starving gangs), restart.go (Restarter,
-// Disruptions), metrics.go (preemption metrics).
+// Disruptions), metrics.go (preemption metrics), priority.go (Priorities:
+// gangs' effective priorities from their PriorityClass and pods).
 //
 // Rules (docs/design/preemption.md, docs/design/health.md):
+//   - Priorities are effective ones (preemption.Resolve): a PodGroup ranks
+//     no higher than its PriorityClass's value and the lowest priority its
+//     pods were admitted with, and does not preempt when its own policy,
+//     its class's or a member's is Never; the refusal says why, and a
+//     capped PodGroup gets one PriorityCapped event per change.
 //   - A victim is a unit: a whole PodGroup whose disruptionMode is All, or
-//     one pod; only running units of lower priority than the preemptor
-//     (preemption.PodPriority, PodGroupPriority) are candidates, with the
-//     claims only they hold and the PodDisruptionBudgets that cover them.
+//     one pod; only running units of lower (effective) priority than the
+//     preemptor are candidates, with the claims only they hold and the
+//     PodDisruptionBudgets that cover them.
 //   - A plan is carried out in order: the nomination record first (the
 //     victims, their claims, the domain, the held nodes), then the
 //     evictions through the Eviction API with each victim's grace period

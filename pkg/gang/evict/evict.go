@@ -19,6 +19,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
@@ -73,7 +74,7 @@ func (e *Evictor) markVictimUnit(ctx context.Context, a *Attempt, nm *nomination
 	if err != nil {
 		return
 	}
-	msg := preemptedMessage(a, nm)
+	msg := preemptedMessage(a, nm, pg.Namespace)
 	e.cfg.Report.Event(pg, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
 	err = e.cfg.Conditions.SetCondition(ctx, pg, metav1.Condition{
 		Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue, Reason: vocab.ReasonPreemptionByScheduler, Message: msg,
@@ -83,9 +84,11 @@ func (e *Evictor) markVictimUnit(ctx context.Context, a *Attempt, nm *nomination
 	}
 }
 
-func preemptedMessage(a *Attempt, nm *nomination) string {
+// preemptedMessage tells a victim of namespace ns who preempted it: the
+// preemptor's name only when it is of ns.
+func preemptedMessage(a *Attempt, nm *nomination, ns string) string {
 	return fmt.Sprintf("%s: preempted by %s (priority %d) to make room in %s",
-		schedulerName, a.describe(), nm.rec.Priority, commit.Where(nm.rec.TopologyKey, nm.rec.Domain))
+		schedulerName, a.describeTo(ns), nm.rec.Priority, commit.Where(nm.rec.TopologyKey, nm.rec.Domain))
 }
 
 // evictVictim evicts one victim pod through the Eviction API (its
@@ -100,16 +103,20 @@ func (e *Evictor) evictVictim(ctx context.Context, a *Attempt, nm *nomination, p
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return nil
 	case apierrors.IsTooManyRequests(err):
+		if p.Namespace != a.namespace() {
+			// Told to the preemptor: the victim and its budget are not.
+			return fmt.Errorf("%w: evicting a pod of another namespace for %s: a PodDisruptionBudget refused it", errEvictionRefused, a.describe())
+		}
 		return fmt.Errorf("%w: evicting %s/%s for %s: %v", errEvictionRefused, p.Namespace, p.Name, a.describe(), err)
 	case err != nil:
 		return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	msg := preemptedMessage(a, nm)
+	msg := preemptedMessage(a, nm, p.Namespace)
 	e.cfg.Report.Event(p, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", msg)
 	if podstate.Ours(p) {
 		e.w.patchPodStatus(ctx, p, map[string]any{"conditions": []v1.PodCondition{{
 			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: vocab.ReasonPreemptionByScheduler,
-			Message: msg, LastTransitionTime: metav1.Now(),
+			Message: report.Message(msg), LastTransitionTime: metav1.Now(),
 		}}})
 	}
 	return nil

@@ -5,8 +5,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // Results of preemptions_total.
 const (
 	preemptPlanned = "planned"
-	preemptNoPlan  = "no-plan"
-	preemptRefused = "eviction-refused"
+	preemptNoPlan  = "no_plan"
+	preemptRefused = "eviction_refused"
 	preemptExpired = "expired"
 )
 
@@ -32,7 +32,7 @@ func NewMetrics(buckets []float64) *Metrics {
 	o := opts("preemption_evaluation_duration_seconds", "Time to choose the victims of one preemption.")
 	m := &Metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts(opts("preemptions_total",
-			"Preemption evaluations and their outcome: planned (victims being evicted), no-plan, eviction-refused (a PodDisruptionBudget refused an eviction), expired (the gang was not placed in time).")), []string{"result"}),
+			"Preemption evaluations and their outcome: planned (victims being evicted), no_plan, eviction_refused (a PodDisruptionBudget refused an eviction), expired (the gang was not placed in time).")), []string{"result"}),
 		victims: prometheus.NewCounterVec(prometheus.CounterOpts(opts("preemption_victims_total",
 			"Workloads evicted by preemption, by unit: group (a PodGroup with disruptionMode All) or pod.")), []string{"unit"}),
 		evaluation: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, Buckets: buckets}),

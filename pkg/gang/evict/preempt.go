@@ -74,7 +74,14 @@ func (e *Evictor) AfterRefusal(ctx context.Context, a *Attempt, g *placement.Gan
 		}
 	}
 	var msgs []string
-	if !e.cfg.DisablePreemption && preemption.MayPreempt(a.PodGroup, a.Members) {
+	if a.Capped != "" {
+		msgs = append(msgs, a.Capped)
+	}
+	switch {
+	case e.cfg.DisablePreemption:
+	case a.NoPreemption != "":
+		msgs = append(msgs, "preemption not allowed: "+a.NoPreemption)
+	case preemption.MayPreempt(a.PodGroup, a.Members):
 		msg, planned, err := e.preempt(ctx, a, g, in)
 		if err != nil || planned {
 			return msg, err
@@ -125,7 +132,7 @@ func (e *Evictor) preempt(ctx context.Context, a *Attempt, g *placement.Gang, in
 	if err != nil {
 		return "", false, err
 	}
-	summary := preemptionSummary(plan)
+	summary := preemptionSummary(a.namespace(), plan)
 	e.cfg.Report.Event(a.about(), v1.EventTypeNormal, vocab.EventPreempting, "Preempting", summary)
 	e.nominatePods(ctx, plan.Decision)
 	if _, _, err := e.advanceNomination(ctx, a, nm); err != nil {
@@ -170,11 +177,20 @@ func (e *Evictor) nominationOf(a *Attempt, plan *preemption.Plan, in index.Snaps
 	return rec
 }
 
-// preemptionSummary says what a plan evicts, for the event and condition.
-func preemptionSummary(plan *preemption.Plan) string {
+// preemptionSummary says what a plan evicts, for the event and condition
+// of a gang of namespace ns: the victims of ns by name, the others counted.
+func preemptionSummary(ns string, plan *preemption.Plan) string {
 	names := make([]string, 0, len(plan.Victims))
+	others := 0
 	for _, u := range plan.Victims {
+		if _, vns, _ := vocab.SplitKey(u.Key); vns != ns {
+			others++
+			continue
+		}
 		names = append(names, strings.TrimPrefix(strings.TrimPrefix(u.Key, vocab.PodGroupKeyPrefix), vocab.PodKeyPrefix))
+	}
+	if others > 0 {
+		names = append(names, fmt.Sprintf("%d of other namespaces", others))
 	}
 	return fmt.Sprintf("preempting %d workloads of priority %d or lower (%d pods, %d devices) to place the gang in %s: %s",
 		len(plan.Victims), plan.Cost.MaxPriority, plan.Cost.Pods, plan.Cost.Devices, commit.Where(plan.TopologyKey, plan.Domain), shortNames(names, 8))

@@ -81,7 +81,7 @@ func (v *victims) gather(below int32, b *budget) (*victimSet, error) {
 	}
 	byKey := map[string]*preemption.Unit{}
 	unitOfPod := map[types.UID]string{}
-	groups := map[string]*schedulingv1beta1.PodGroup{}
+	groups := map[string]*victimGroup{}
 	for _, p := range pods {
 		if b.spent() {
 			return nil, fmt.Errorf("%w gathering victims (%d pods)", errOutOfBudget, len(pods))
@@ -123,27 +123,37 @@ func (v *victims) gather(below int32, b *budget) (*victimSet, error) {
 	return vs, nil
 }
 
+// victimGroup is a PodGroup of running pods and its effective priority.
+type victimGroup struct {
+	pg       *schedulingv1beta1.PodGroup // nil: gone
+	priority int32
+}
+
 // unitOf returns a running pod's unit key, its priority, and whether the
-// unit is a whole PodGroup.
-func (v *victims) unitOf(p *v1.Pod, groups map[string]*schedulingv1beta1.PodGroup) (string, int32, bool) {
+// unit is a whole PodGroup. A member's priority is its PodGroup's
+// effective one (resolveGroup: capped by the class and by its pods, the
+// same for every member), read once per group into groups.
+func (v *victims) unitOf(p *v1.Pod, groups map[string]*victimGroup) (string, int32, bool) {
 	name := podGroupName(p)
 	if name == "" {
 		return vocab.PodKey(p.Namespace, p.Name), preemption.PodPriority(p), false
 	}
 	key := vocab.PodGroupKey(p.Namespace, name)
-	pg, seen := groups[key]
+	g, seen := groups[key]
 	if !seen {
-		pg, _ = v.cfg.PodGroups.PodGroups(p.Namespace).Get(name)
-		groups[key] = pg
+		g = &victimGroup{}
+		if g.pg, _ = v.cfg.PodGroups.PodGroups(p.Namespace).Get(name); g.pg != nil {
+			g.priority = resolveGroup(v.cfg, g.pg).Priority
+		}
+		groups[key] = g
 	}
-	if pg == nil {
+	if g.pg == nil {
 		return vocab.PodKey(p.Namespace, p.Name), preemption.PodPriority(p), false
 	}
-	prio := preemption.PodGroupPriority(pg, []*v1.Pod{p})
-	if dm := pg.Spec.DisruptionMode; dm != nil && dm.All != nil {
-		return key, prio, true
+	if dm := g.pg.Spec.DisruptionMode; dm != nil && dm.All != nil {
+		return key, g.priority, true
 	}
-	return vocab.PodKey(p.Namespace, p.Name), prio, false
+	return vocab.PodKey(p.Namespace, p.Name), g.priority, false
 }
 
 func startOf(p *v1.Pod) time.Time {
@@ -242,7 +252,7 @@ func (v *victims) assignBudgets(byKey map[string]*preemption.Unit, b *budget) (m
 
 // priority is a running pod's priority as a preemption victim.
 func (v *victims) priority(p *v1.Pod) int32 {
-	_, prio, _ := v.unitOf(p, map[string]*schedulingv1beta1.PodGroup{})
+	_, prio, _ := v.unitOf(p, map[string]*victimGroup{})
 	return prio
 }
 

@@ -92,7 +92,7 @@ func New(cfg Config) *Guard {
 		cfg:   cfg,
 		index: newAllocIndex(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[deviceKey](),
-			workqueue.TypedRateLimitingQueueConfig[deviceKey]{Name: "double-allocations"}),
+			workqueue.TypedRateLimitingQueueConfig[deviceKey]{Name: "double_allocations"}),
 		uids:  map[types.UID]string{},
 		holds: newHoldSet(),
 	}

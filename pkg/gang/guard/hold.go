@@ -34,7 +34,7 @@ func newHoldSet() *holdSet {
 		byTarget: map[types.UID]map[string]types.UID{},
 		want:     map[types.UID]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
-			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "device-holds"}),
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "device_holds"}),
 	}
 }
 

@@ -150,8 +150,14 @@ func chooseKeeper(uses []*claimUse) (*claimUse, []*claimUse) {
 // evicted pods) or for nobody.
 func (g *Guard) free(ctx context.Context, d deviceKey, u, keep *claimUse) error {
 	c := u.claim
-	why := fmt.Sprintf("device %s is allocated to claim %s and to claim %s/%s, which keeps it (%s)",
-		d, c.Name, keep.claim.Namespace, keep.claim.Name, keptBecause(keep, u))
+	// Told in c's namespace: the claim that keeps the device is named
+	// only when it is of the same namespace.
+	keeper := "a claim of another namespace"
+	if keep.claim.Namespace == c.Namespace {
+		keeper = "claim " + keep.claim.Namespace + "/" + keep.claim.Name
+	}
+	why := fmt.Sprintf("device %s is allocated to claim %s and to %s, which keeps it (%s)",
+		d, c.Name, keeper, keptBecause(keep, u))
 	klog.FromContext(ctx).Info("Freeing a device allocated twice", "device", d.String(), "claim", klog.KObj(c), "kept", klog.KObj(keep.claim), "pods", len(u.pods))
 	for _, p := range u.pods {
 		if err := g.evict(ctx, p, why); err != nil {

@@ -27,5 +27,5 @@
 // restricted to a domain's nodes, or without nodes or victims), reserve.go
 // (starvation: the domain a starving gang reserves, its devices, releases
 // and shadow times) and priority.go (priorities as kube-scheduler resolves
-// them; who may preempt).
+// them, with gpufabric's guards: Resolve; who may preempt).
 package preemption

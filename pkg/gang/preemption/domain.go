@@ -94,7 +94,8 @@ func (e *evaluator) try(ctx context.Context, sub index.SnapshotInput, gone []*Un
 	return placement.Place(ctx, e.cfg, snap, e.req.Gang)
 }
 
-// overBudget says which PodDisruptionBudget evicting units would exceed.
+// overBudget says which PodDisruptionBudget evicting units would exceed,
+// naming only those of the gang's namespace.
 func (e *evaluator) overBudget(units []*Unit) string {
 	use := map[string]int{}
 	for _, u := range units {
@@ -105,7 +106,11 @@ func (e *evaluator) overBudget(units []*Unit) string {
 	var over []string
 	for b, n := range use {
 		if allowed := e.req.Budgets[b]; n > allowed {
-			over = append(over, fmt.Sprintf("PodDisruptionBudget %s allows %d disruptions, the gang needs %d", b, allowed, n))
+			name := "a PodDisruptionBudget of another namespace"
+			if ns, _, _ := strings.Cut(b, "/"); e.req.Gang == nil || ns == e.req.Gang.Namespace {
+				name = "PodDisruptionBudget " + b
+			}
+			over = append(over, fmt.Sprintf("%s allows %d disruptions, the gang needs %d", name, allowed, n))
 		}
 	}
 	sort.Strings(over)

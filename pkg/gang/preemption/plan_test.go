@@ -114,6 +114,7 @@ func TestEvaluate(t *testing.T) {
 		wantDomain  string
 		wantVictims []string
 		whyHas      string
+		whyHasNot   string // a name the reason must not give
 	}{{
 		name: "lowest priority victims win over a group of higher priority",
 		gang: scenario.GangSpec{Name: "big", Pods: 2, GPUsPerPod: 4, TopologyKey: nvlink},
@@ -202,6 +203,21 @@ func TestEvaluate(t *testing.T) {
 		budgets: map[string]int{"default/serving": 0},
 		whyHas:  "PodDisruptionBudget default/serving allows 0 disruptions, the gang needs 1",
 	}, {
+		name: "another namespace's budget is not named",
+		gang: scenario.GangSpec{Name: "one", Pods: 1, GPUsPerPod: 4, TopologyKey: nvlink},
+		prio: 100,
+		setup: func(w *world) {
+			for _, d := range []string{"a", "b"} {
+				for i := range 4 {
+					u := w.run(fmt.Sprintf("pod:tenant-b/%s-%d", d, i), 0, false, time.Hour, full(n(d, i)))
+					u.Budgets = map[string]int{"tenant-b/secret-serving": 1}
+				}
+			}
+		},
+		budgets:   map[string]int{"tenant-b/secret-serving": 0},
+		whyHas:    "a PodDisruptionBudget of another namespace allows 0 disruptions, the gang needs 1",
+		whyHasNot: "secret-serving",
+	}, {
 		name: "too big for any domain even when empty",
 		gang: scenario.GangSpec{Name: "huge", Pods: 5, GPUsPerPod: 4, TopologyKey: nvlink},
 		prio: 100,
@@ -234,6 +250,9 @@ func TestEvaluate(t *testing.T) {
 				}
 				if !strings.Contains(why, tc.whyHas) {
 					t.Fatalf("reason %q does not say %q", why, tc.whyHas)
+				}
+				if tc.whyHasNot != "" && strings.Contains(why, tc.whyHasNot) {
+					t.Fatalf("reason %q names %q", why, tc.whyHasNot)
 				}
 				return
 			}

@@ -5,12 +5,20 @@
 // Rules:
 //   - A note is cut to the API's limit (1,024 bytes, valid UTF-8 kept) before
 //     it is recorded; nothing a tenant wrote can make an event larger.
+//   - Every condition and pod-status message the scheduler writes is cut to
+//     MaxMessage (Message) where it is written: a message is copied into
+//     every waiting member's status, so its size is paid once per pod.
+//   - A value a tenant wrote (an annotation, a label, a name) is quoted in
+//     a message cut to MaxQuoted (Quote) where the message is formatted.
+//   - A message never names another namespace's objects; it says "of
+//     another namespace" and counts them instead.
 //   - Reporting never blocks on the API: the events broadcaster sends
 //     asynchronously and drops what it cannot send.
 //   - A nil *Reporter records nothing (tests of a room without events).
 package report
 
 import (
+	"strconv"
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +27,14 @@ import (
 
 // MaxNote is the API's limit for an event's note.
 const MaxNote = 1024
+
+// MaxMessage bounds every PodGroup condition and pod-status message the
+// scheduler writes (the API allows 32 KiB in a condition and does not
+// bound a pod condition's message).
+const MaxMessage = 4096
+
+// MaxQuoted bounds a tenant's value quoted in a message.
+const MaxQuoted = 128
 
 // Reporter records events about PodGroups, pods and claims.
 type Reporter struct {
@@ -49,3 +65,9 @@ func Truncate(s string, n int) string {
 	}
 	return s[:cut] + "..."
 }
+
+// Message is a condition or pod-status message cut to MaxMessage.
+func Message(s string) string { return Truncate(s, MaxMessage) }
+
+// Quote quotes s (as %q does) after cutting it to n bytes.
+func Quote(s string, n int) string { return strconv.Quote(Truncate(s, n)) }

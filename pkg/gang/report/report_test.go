@@ -40,3 +40,16 @@ func TestEventNoteBounded(t *testing.T) {
 	var nilReporter *Reporter
 	nilReporter.Event(&v1.Pod{}, v1.EventTypeNormal, "X", "Y", "z") // records nothing, does not panic
 }
+
+func TestQuoteAndMessage(t *testing.T) {
+	long := strings.Repeat("x", 256<<10)
+	if got := Quote(long, MaxQuoted); len(got) > MaxQuoted+2 || !strings.HasSuffix(got, `..."`) {
+		t.Errorf("Quote of 256 KiB: %d bytes, want at most %d ending in ...", len(got), MaxQuoted+2)
+	}
+	if got := Quote("a\"b", 10); got != `"a\"b"` {
+		t.Errorf("Quote = %s", got)
+	}
+	if got := Message(long); len(got) != MaxMessage {
+		t.Errorf("Message of 256 KiB: %d bytes, want %d", len(got), MaxMessage)
+	}
+}

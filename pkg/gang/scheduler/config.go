@@ -41,6 +41,11 @@ type Config struct {
 	// > 0 the scheduler runs the fabric-domain publisher (pkg/gang/domains)
 	// while it leads.
 	DomainChannels int
+	// FreeRoomInterval, when > 0, makes the leader publish the free-room
+	// view (pkg/gang/freeroom: free GPUs per fabric domain for tenants) in
+	// RecordNamespace, rewritten when it changed, at most once per
+	// interval.
+	FreeRoomInterval time.Duration
 	// Metrics, when set, receives the scheduler's metrics.
 	Metrics *Metrics
 	// InitialBackoff and MaxBackoff bound the exponential backoff (with
@@ -91,11 +96,8 @@ type Config struct {
 	// Placement configures the engine; its MatchCache is set by the
 	// scheduler, and its Budget's deadline per attempt (PlacementTime).
 	Placement placement.Config
-	// PlacementTime is the wall-clock budget of one placement attempt, plus
-	// cost.TimePerMember per member: the attempt stops at the first
-	// Allocate call that ends past it and the gang is refused as timed
-	// out (docs/design/cost.md). Default cost.DefaultTime (1s). The call
-	// budget is Placement.Budget.Calls.
+	// PlacementTime is one attempt's time budget, plus cost.TimePerMember
+	// per member (docs/design/cost.md). Default cost.DefaultTime (1s).
 	PlacementTime time.Duration
 	// CommitHook, when set, is called before every write of a commit (and
 	// recovery) and once after the last write of a commit, with the step
@@ -150,9 +152,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PlacementTime <= 0 {
 		c.PlacementTime = cost.DefaultTime
-	}
-	if c.Placement.Budget.Calls < 0 {
-		return c, fmt.Errorf("config: placement call budget must be >= 0, got %d", c.Placement.Budget.Calls)
 	}
 	if c.PreemptionBudget <= 0 {
 		c.PreemptionBudget = 2 * time.Second

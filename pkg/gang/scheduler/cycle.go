@@ -22,6 +22,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/ungate"
 )
 
 // attempt is one scheduling attempt of a gang.
@@ -35,8 +36,9 @@ type attempt struct {
 	result string
 	pg     *schedulingv1beta1.PodGroup // nil for a gang of one
 	pod    *v1.Pod                     // the pod of a gang of one
-	// priority of the gang (priority.go).
-	priority int32
+	// eff is the gang's effective priority and preemption policy
+	// (evict.Priorities).
+	eff preemption.Effective
 	// members are the gang's pods to place.
 	members []*v1.Pod
 	// async: the attempt's commit runs in the pipeline, which reports it.
@@ -82,7 +84,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		if err == nil {
 			err = s.volumes.pinVolumes(g)
 		}
-		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, priority: preemption.PodPriority(pod), members: []*v1.Pod{pod}}
+		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, eff: preemption.ResolvePod(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
@@ -167,7 +169,8 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	case errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0:
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
 	}
-	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, priority: preemption.PodGroupPriority(pg, ms.pending), members: ms.pending}
+	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, eff: s.prios.Group(pg), members: ms.pending}
+	s.prios.Tell(pg, a.eff)
 	return s.place(ctx, a, g, err)
 }
 
@@ -311,8 +314,9 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 	}
 	s.forget(a.key)
 	s.cfg.Metrics.gangPlaced()
+	ungated := s.inf.ungated.Take(a.key) // the members bound now are no longer gated
 	if since, ok := gangWaitSince(a); ok {
-		s.cfg.Metrics.observeGangWait(resultPlaced, time.Since(since).Seconds())
+		s.cfg.Metrics.observeGangWait(resultPlaced, time.Since(ungate.Later(since, ungated)).Seconds())
 	}
 	s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", commit.PlacedMessage(g, d))
 	for _, w := range d.Warnings {
@@ -362,6 +366,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 // forget drops a gang from the queue and from the pending metric.
 func (s *Scheduler) forget(key string) {
 	s.queue.Forget(key)
+	s.prios.Forget(key)
 	s.costs.Forget(key)
 	s.pending.clear(key)
 	s.status.forget(key)

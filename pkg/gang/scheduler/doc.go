@@ -32,10 +32,14 @@
 //   - informers.go: the informers, their indexes, and the events they
 //     feed the queue; syncstatus.go: the informers not synced yet (for
 //     Config.InformersStarted).
+//   - freeroom.go: the free-room publisher's config of a term
+//     (pkg/gang/freeroom): the free GPUs and the fabric tree.
 //   - metrics.go: Metrics (free GPUs per level, per domain only when
 //     opted in; gang_wait_seconds once per placement, gangWaitSince, and
 //     per PodGroup deleted before it was placed, gangAbandoned) and the
-//     pending set; leader.go: leader election and the fence of its Lease.
+//     pending set (when each gang's last scheduling gate went, the
+//     wait's start when later than its creation, is pkg/gang/ungate's,
+//     fed by informers.go); leader.go: leader election and the fence of its Lease.
 //
 // Rules:
 //   - One worker places one gang at a time, and charges each attempt's time

@@ -17,6 +17,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/ungate"
 )
 
 // podGroupIndex indexes pods by "<namespace>/<podGroupName>"; nodeIndex
@@ -56,13 +57,20 @@ type informerSet struct {
 	storage   cache.SharedIndexInformer
 	templates cache.SharedIndexInformer
 	pdbs      cache.SharedIndexInformer
+	// priorities: the PriorityClasses PodGroups name (evict.Priorities).
+	priorities cache.SharedIndexInformer
 	// disrupted: members a taint manager deleted, by gang key.
 	disrupted evict.Disruptions
 	// capacityEvents counts the events that can change free devices
 	// (slices, claims, nodes), so idle loops can skip their work.
 	capacityEvents atomic.Uint64
+	// topologyEvents counts the events that can change the fabric tree
+	// (slices; nodes added, deleted or relabelled).
+	topologyEvents atomic.Uint64
 	// metrics observes PodGroups deleted before they were placed (nil: none).
 	metrics *Metrics
+	// ungated: when each gang's last gate went (gang_wait_seconds).
+	ungated ungate.Times
 }
 
 func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, error) {
@@ -79,6 +87,9 @@ func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, erro
 		storage:   factory.Storage().V1().StorageClasses().Informer(),
 		templates: factory.Resource().V1().ResourceClaimTemplates().Informer(),
 		pdbs:      factory.Policy().V1().PodDisruptionBudgets().Informer(),
+		ungated:   ungate.Times{KeyOf: queue.KeyOf},
+
+		priorities: factory.Scheduling().V1().PriorityClasses().Informer(),
 	}
 	if err := s.pods.AddIndexers(cache.Indexers{podGroupIndex: indexByPodGroup, nodeIndex: indexByNode}); err != nil {
 		return nil, fmt.Errorf("add pod index: %w", err)
@@ -88,7 +99,7 @@ func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, erro
 
 func (s *informerSet) synced() []cache.InformerSynced {
 	return []cache.InformerSynced{s.pods.HasSynced, s.podGroups.HasSynced, s.claims.HasSynced,
-		s.slices.HasSynced, s.classes.HasSynced, s.nodes.HasSynced, s.pvcs.HasSynced, s.volumes.HasSynced, s.storage.HasSynced, s.templates.HasSynced, s.pdbs.HasSynced}
+		s.slices.HasSynced, s.classes.HasSynced, s.nodes.HasSynced, s.pvcs.HasSynced, s.volumes.HasSynced, s.storage.HasSynced, s.templates.HasSynced, s.pdbs.HasSynced, s.priorities.HasSynced}
 }
 
 // informerHandler is an event handler of one informer.
@@ -112,13 +123,18 @@ type informerHandler struct {
 func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 	handlers := []informerHandler{
 		{s.pods, cache.ResourceEventHandlerFuncs{
-			AddFunc: func(obj any) { podChanged(q, nil, obj) },
+			AddFunc: func(obj any) {
+				s.noteUngated(nil, obj) // before the queue hears of the pod
+				podChanged(q, nil, obj)
+			},
 			UpdateFunc: func(old, obj any) {
 				s.noteDisruption(q, obj)
+				s.noteUngated(old, obj)
 				podChanged(q, old, obj)
 			},
 			DeleteFunc: func(obj any) {
 				s.noteDisruption(q, obj)
+				s.podGone(obj)
 				podDeleted(q, obj)
 			},
 		}},
@@ -127,8 +143,9 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 			UpdateFunc: func(old, obj any) { podGroupChanged(q, old, obj) },
 			DeleteFunc: func(obj any) {
 				if pg, ok := tombstone[*schedulingv1beta1.PodGroup](obj); ok {
-					s.metrics.gangAbandoned(pg, time.Now())
-					q.Add(queue.PodGroupKey(pg.Namespace, pg.Name)) // its waiting pods say so
+					key := queue.PodGroupKey(pg.Namespace, pg.Name)
+					s.metrics.gangAbandoned(pg, s.ungated.Take(key), time.Now())
+					q.Add(key) // its waiting pods say so
 				}
 			},
 		}},
@@ -160,6 +177,15 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 	for _, inf := range []cache.SharedIndexInformer{s.slices, s.claims, s.nodes} {
 		handlers = append(handlers, informerHandler{inf, cache.ResourceEventHandlerFuncs{AddFunc: bump, UpdateFunc: func(_, obj any) { bump(obj) }, DeleteFunc: bump}})
 	}
+	topo := func(any) { s.topologyEvents.Add(1) }
+	handlers = append(handlers, informerHandler{s.slices, cache.ResourceEventHandlerFuncs{AddFunc: topo, UpdateFunc: func(_, obj any) { topo(obj) }, DeleteFunc: topo}},
+		informerHandler{s.nodes, cache.ResourceEventHandlerFuncs{AddFunc: topo, DeleteFunc: topo, UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(*v1.Node)
+			n, ok2 := obj.(*v1.Node)
+			if !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Labels, n.Labels) {
+				topo(obj)
+			}
+		}}})
 	for _, h := range chainFirst(first, handlers) {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
 			return fmt.Errorf("add event handler: %w", err)
@@ -269,6 +295,32 @@ func (s *informerSet) nodeDeleted(q queue.Events, obj any) {
 			q.Add(queue.KeyOf(p))
 		}
 	}
+}
+
+// noteUngated notes a pod whose gates went (ungate.Times): old nil for
+// an add.
+func (s *informerSet) noteUngated(oldObj, obj any) {
+	p, ok := obj.(*v1.Pod)
+	if old, okOld := oldObj.(*v1.Pod); ok && okOld {
+		s.ungated.Updated(old, p)
+	} else if ok && oldObj == nil {
+		s.ungated.Added(p)
+	}
+}
+
+// podGone forgets when a deleted pod's gang was ungated once no pod of the
+// gang is left in the informer (whose store no longer has the pod).
+func (s *informerSet) podGone(obj any) {
+	p, ok := tombstone[*v1.Pod](obj)
+	if !ok {
+		return
+	}
+	if group := queue.PodGroupName(p); group != "" {
+		if left, err := s.pods.GetIndexer().ByIndex(podGroupIndex, p.Namespace+"/"+group); err != nil || len(left) > 0 {
+			return
+		}
+	}
+	s.ungated.Forget(queue.KeyOf(p))
 }
 
 // noteDisruption remembers a member deleted by a taint manager and queues

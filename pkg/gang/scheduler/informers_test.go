@@ -1,8 +1,10 @@
 package scheduler
 
 import (
+	"context"
 	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,5 +142,108 @@ func TestTrimObject(t *testing.T) {
 	}
 	if _, err := trimObject("not an object"); err != nil {
 		t.Errorf("a non-object: %v", err)
+	}
+}
+
+// TestUngatedTimesFollowTheInformer: on an informer, a member whose last
+// gate went is noted before the queue hears of the update; its gang is
+// still noted when the queue hears that one of two members went, and
+// forgotten with its last pod; a gang of one goes with its pod.
+func TestUngatedTimesFollowTheInformer(t *testing.T) {
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	s, err := newInformerSet(factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &ungateProbe{s: s, seen: map[string][]bool{}}
+	if err := s.watch(q, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer factory.Shutdown()
+	defer cancel() // stops the informers before Shutdown waits for them
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	pods := client.CoreV1().Pods("ns")
+	pod := func(name, group string, gated bool) *v1.Pod {
+		p := objtest.Pod(name)
+		p.Spec.SchedulerName = topology.SchedulerName
+		if group != "" {
+			p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To(group)}
+		}
+		if gated {
+			p.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "example.com/admission"}}
+		}
+		return p
+	}
+	a, solo := queue.PodGroupKey("ns", "a"), queue.KeyOf(pod("solo", "", false))
+	step := func(what string, do func() error, key string, adds int, noted bool) {
+		t.Helper()
+		if err := do(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		eventually(t, what, func() bool { n, last := q.last(key); return n >= adds && last == noted })
+	}
+	for _, p := range []*v1.Pod{pod("a-0", "a", true), pod("a-1", "a", false)} {
+		step("create "+p.Name, func() error { _, err := pods.Create(t.Context(), p, metav1.CreateOptions{}); return err }, a, 0, false)
+	}
+	step("ungate a-0", func() error {
+		_, err := pods.Update(t.Context(), pod("a-0", "a", false), metav1.UpdateOptions{})
+		return err
+	}, a, 3, true)
+	step("create solo", func() error {
+		_, err := pods.Create(t.Context(), pod("solo", "", true), metav1.CreateOptions{})
+		return err
+	}, solo, 1, false)
+	step("ungate solo", func() error {
+		_, err := pods.Update(t.Context(), pod("solo", "", false), metav1.UpdateOptions{})
+		return err
+	}, solo, 2, true)
+	step("delete a-0", func() error { return pods.Delete(t.Context(), "a-0", metav1.DeleteOptions{}) }, a, 4, true)
+	step("delete a-1", func() error { return pods.Delete(t.Context(), "a-1", metav1.DeleteOptions{}) }, a, 5, false)
+	if err := pods.Delete(t.Context(), "solo", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "solo forgotten", func() bool { return s.ungated.Len() == 0 })
+}
+
+// ungateProbe is the queue of TestUngatedTimesFollowTheInformer: for each
+// key it is told of, whether its gang had an ungate time then.
+type ungateProbe struct {
+	s    *informerSet
+	mu   sync.Mutex
+	seen map[string][]bool
+}
+
+func (q *ungateProbe) Add(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.seen[key] = append(q.seen[key], !q.s.ungated.At(key).IsZero())
+}
+
+// last returns how often key was added and whether its gang had a time
+// at the last add.
+func (q *ungateProbe) last(key string) (int, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := q.seen[key]
+	return len(s), len(s) > 0 && s[len(s)-1]
+}
+
+func (q *ungateProbe) FlushParked()        {}
+func (q *ungateProbe) NodeResourcesFreed() {}
+func (q *ungateProbe) DevicesFreed(int)    {}
+func (q *ungateProbe) WakeWaiting(string)  {}
+
+// eventually polls cond for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

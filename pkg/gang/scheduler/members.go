@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
 )
 
 var _ evict.Gangs = (*gangPods)(nil)
@@ -84,7 +85,7 @@ func (g *gangPods) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
 func (g *gangPods) lostReason(p *v1.Pod) string {
 	switch {
 	case p.Status.Phase == v1.PodFailed:
-		return fmt.Sprintf("%s failed (%s)", p.Name, strings.TrimSpace(p.Status.Reason+" "+p.Status.Message))
+		return fmt.Sprintf("%s failed (%s)", p.Name, report.Truncate(strings.TrimSpace(p.Status.Reason+" "+p.Status.Message), report.MaxQuoted))
 	case p.DeletionTimestamp != nil:
 		return p.Name + " terminating"
 	}

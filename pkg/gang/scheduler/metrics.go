@@ -10,30 +10,31 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/ungate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // Refusal reasons of the gangs_refused_total and pending_gangs metrics.
 const (
 	ReasonUnschedulable  = "unschedulable"
-	ReasonSchedulerError = "scheduler-error"
+	ReasonSchedulerError = "scheduler_error"
 	ReasonConflict       = "conflict"
-	ReasonCommitError    = "commit-error"
+	ReasonCommitError    = "commit_error"
 	// ReasonUnsupported: a member uses a pod feature the engine does not
 	// model; the message names the field.
 	ReasonUnsupported = "unsupported"
 	// ReasonTimedOut: the attempt spent its placement budget, or the
 	// gang's claims ran out of the allocator's time (vocab.ReasonTimedOut).
-	ReasonTimedOut = "timed-out"
+	ReasonTimedOut = "timed_out"
 	// reasonNotReady: the gang waits for members or claims (pending_gangs).
-	reasonNotReady = "waiting-for-members"
+	reasonNotReady = "waiting_for_members"
 )
 
 // Results of attempt_duration_seconds.
 const (
 	resultPlaced        = "placed"
 	resultUnschedulable = "unschedulable"
-	resultNotReady      = "not-ready"
+	resultNotReady      = "not_ready"
 	resultConflict      = "conflict"
 	resultError         = "error"
 	// resultAbandoned: gang_wait_seconds of a PodGroup deleted before it
@@ -82,7 +83,7 @@ func plainHistogram(name, help string, buckets []float64) prometheus.Histogram {
 
 // levelNVLinkDomain is the level label of the free-GPU aggregates: the
 // free map counts GPUs per NVLink domain.
-const levelNVLinkDomain = "nvlink-domain"
+const levelNVLinkDomain = "nvlink_domain"
 
 // MetricsOptions choose optional metrics.
 type MetricsOptions struct {
@@ -308,13 +309,14 @@ func (p *pendingSet) counts() map[string]int {
 
 // gangAbandoned observes gang_wait_seconds{result="abandoned"} for a
 // PodGroup deleted (seen at now) before it was placed: its InitiallyScheduled
-// condition is not True. A PodGroup deleted while no term watched is not
-// observed.
-func (m *Metrics) gangAbandoned(pg *schedulingv1beta1.PodGroup, now time.Time) {
+// condition is not True. The wait starts at the later of its creation and
+// ungated (when its last gate went, ungate.Times; zero: none seen). A
+// PodGroup deleted while no term watched is not observed.
+func (m *Metrics) gangAbandoned(pg *schedulingv1beta1.PodGroup, ungated, now time.Time) {
 	if m == nil || meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionInitiallyScheduled) {
 		return
 	}
-	m.gangWait.WithLabelValues(resultAbandoned).Observe(now.Sub(pg.CreationTimestamp.Time).Seconds())
+	m.gangWait.WithLabelValues(resultAbandoned).Observe(now.Sub(ungate.Later(pg.CreationTimestamp.Time, ungated)).Seconds())
 }
 
 // gangWaitSince says when a gang whose commit just succeeded began to
@@ -324,8 +326,8 @@ func (m *Metrics) gangAbandoned(pg *schedulingv1beta1.PodGroup, now time.Time) {
 // the commit places late members (minCount below the gang's size) and is
 // not observed. A restarted gang has the condition False again and
 // observes again. The wait starts at the PodGroup's creationTimestamp, the
-// pod's for a gang of one; a gang that was gated waits from its creation
-// too (the time gates were removed is not tracked).
+// pod's for a gang of one, or later, when the gang's last scheduling gate
+// went later (the caller takes the later of this and ungate.Times').
 func gangWaitSince(a *attempt) (time.Time, bool) {
 	switch {
 	case a.pg != nil:

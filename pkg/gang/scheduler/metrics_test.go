@@ -8,10 +8,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/component/metricstyle"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
@@ -61,10 +63,10 @@ func TestFreeGPUMetrics(t *testing.T) {
 	const aggregates = `
 # HELP gpufabric_scheduler_free_gpus GPUs that no claim has allocated (committed or assumed), summed over the domains of a level.
 # TYPE gpufabric_scheduler_free_gpus gauge
-gpufabric_scheduler_free_gpus{level="nvlink-domain"} 9
+gpufabric_scheduler_free_gpus{level="nvlink_domain"} 9
 # HELP gpufabric_scheduler_largest_free_domain_gpus Free GPUs of the domain of a level with the most free: the largest gang of one domain that could fit.
 # TYPE gpufabric_scheduler_largest_free_domain_gpus gauge
-gpufabric_scheduler_largest_free_domain_gpus{level="nvlink-domain"} 6
+gpufabric_scheduler_largest_free_domain_gpus{level="nvlink_domain"} 6
 `
 	const perDomain = `
 # HELP gpufabric_scheduler_domain_free_gpus GPUs per NVLink domain that no claim has allocated (committed or assumed).
@@ -131,10 +133,75 @@ func TestGangWaitObserved(t *testing.T) {
 	(*Metrics)(nil).observeGangWait(resultPlaced, 90)
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, placed := range []metav1.ConditionStatus{"", metav1.ConditionTrue, metav1.ConditionFalse} {
-		m.gangAbandoned(podGroupAt(created, placed), created.Add(time.Minute))
+		m.gangAbandoned(podGroupAt(created, placed), time.Time{}, created.Add(time.Minute))
 	}
-	(*Metrics)(nil).gangAbandoned(podGroupAt(created, ""), created)
+	(*Metrics)(nil).gangAbandoned(podGroupAt(created, ""), time.Time{}, created)
 	if diff := cmp.Diff(map[string]uint64{resultPlaced: 1, resultAbandoned: 2}, samples()); diff != "" {
 		t.Errorf("after the observations (-want +got):\n%s", diff)
+	}
+}
+
+// TestMetricLabelValues: after every metric of the scheduler was
+// exercised (each result, reason, phase, action and state, a free-GPU
+// refresh with per-domain series), every label value is snake_case but
+// the NVLink domain ids (metricstyle.Exempt).
+func TestMetricLabelValues(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetricsWith(reg, MetricsOptions{PerDomain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.setFreeGPUs(map[string]int{"nvl-0.rack-A": 4})
+	for _, r := range []string{resultPlaced, resultUnschedulable, resultNotReady, resultConflict, resultError} {
+		m.observeAttempt(r, 1)
+	}
+	m.observeGangWait(resultPlaced, 1)
+	m.gangAbandoned(podGroupAt(time.Now(), ""), time.Time{}, time.Now())
+	for _, r := range []string{ReasonUnschedulable, ReasonSchedulerError, ReasonConflict, ReasonCommitError, ReasonUnsupported} {
+		m.gangRefused(r)
+	}
+	m.attach(func() (map[string]int, map[string]int) {
+		return map[string]int{"active": 1}, map[string]int{reasonNotReady: 1, ReasonCommitError: 1}
+	})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := metricstyle.Check(families, metricstyle.Exempt); len(bad) > 0 {
+		t.Errorf("label values not snake_case: %v", bad)
+	}
+	if len(families) < 15 {
+		t.Errorf("%d metric families gathered, want the scheduler's, the commit room's and the evict room's", len(families))
+	}
+}
+
+// TestGangAbandonedWaitsFromUngate: an abandoned gang's wait starts at the
+// later of its creation and its last gate's removal.
+func TestGangAbandonedWaitsFromUngate(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		ungated time.Time
+		want    float64
+	}{
+		{"never gated", time.Time{}, 60},
+		{"ungated after creation", created.Add(50 * time.Second), 10},
+		{"ungated before creation (clock skew)", created.Add(-time.Hour), 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			m, err := NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.gangAbandoned(podGroupAt(created, ""), tc.ungated, created.Add(time.Minute))
+			h := &dto.Metric{}
+			if err := m.gangWait.WithLabelValues(resultAbandoned).(prometheus.Histogram).Write(h); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.GetHistogram().GetSampleSum(); got != tc.want {
+				t.Errorf("wait %vs, want %vs", got, tc.want)
+			}
+		})
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -38,65 +37,10 @@ const notReadyWriteInterval = time.Second
 // and API time its commit then waited for (docs/benchmarks.md).
 const notReadySettle = time.Second
 
-// writeTimes remembers when each gang last wrote its not-ready status, and
-// when its member count last changed. Safe for concurrent use.
-type writeTimes struct {
-	mu      sync.Mutex
-	last    map[string]time.Time
-	members map[string]memberCount
-}
-
-type memberCount struct {
-	n     int
-	since time.Time
-}
-
-// settled reports whether a gang's member count n has held still for
-// notReadySettle at now (recording n when it changed); else how long
-// until it has.
-func (w *writeTimes) settled(key string, n int, now time.Time) (bool, time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.members == nil {
-		w.members = map[string]memberCount{}
-	}
-	mc, ok := w.members[key]
-	if !ok || mc.n != n {
-		mc = memberCount{n: n, since: now}
-		w.members[key] = mc
-	}
-	if d := notReadySettle - now.Sub(mc.since); d > 0 {
-		return false, d
-	}
-	return true, 0
-}
-
-// due reports whether key may write now and, if so, records now; else it
-// returns how long until it may.
-func (w *writeTimes) due(key string, now time.Time) (bool, time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.last == nil {
-		w.last = map[string]time.Time{}
-	}
-	if t, ok := w.last[key]; ok && now.Sub(t) < notReadyWriteInterval {
-		return false, notReadyWriteInterval - now.Sub(t)
-	}
-	w.last[key] = now
-	return true, 0
-}
-
-func (w *writeTimes) forget(key string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.last, key)
-	delete(w.members, key)
-}
-
 // forget drops what the gang status remembers of a gang that is done (its
 // not-ready write times, what its members were told).
 func (st *gangStatus) forget(key string) {
-	st.writes.forget(key)
+	st.writes.Forget(key)
 	st.toMembers.forget(key)
 }
 
@@ -123,7 +67,7 @@ func (st *gangStatus) notReady(ctx context.Context, a *attempt, why error) error
 	if a.pg == nil {
 		return st.setPodScheduled(ctx, a.pod, v1.PodReasonUnschedulable, "waiting: "+msg)
 	}
-	if ok, after := st.writes.settled(a.key, st.groupPods(a.pg), time.Now()); !ok {
+	if ok, after := st.writes.Settled(a.key, st.groupPods(a.pg), time.Now()); !ok {
 		st.queue.RetryWhileWaiting(a.key, after)
 		return nil
 	}
@@ -133,7 +77,7 @@ func (st *gangStatus) notReady(ctx context.Context, a *attempt, why error) error
 		st.markUnschedulable(ctx, a, waitingPodMessage(a.pg), note)
 		return nil
 	}
-	if ok, after := st.writes.due(a.key, time.Now()); !ok {
+	if ok, after := st.writes.Due(a.key, time.Now()); !ok {
 		st.queue.RetryWhileWaiting(a.key, after)
 		return nil
 	}
@@ -226,7 +170,7 @@ func (st *gangStatus) membersArriving(ctx context.Context, key string, pg *sched
 			return false
 		}
 	}
-	ok, after := st.writes.settled(key, len(objs), time.Now())
+	ok, after := st.writes.Settled(key, len(objs), time.Now())
 	if ok {
 		return false
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
 )
 
 var (
@@ -59,6 +60,7 @@ func (s *Scheduler) wireRooms() {
 		metrics: s.cfg.Metrics, parallelism: s.cfg.CommitParallelism,
 		templates: s.snaps.templates, gangs: s.gangs, queue: s.queue, pending: &s.pending,
 		toMembers: &memberEvents{report: s.report},
+		writes:    report.Throttle{Interval: notReadyWriteInterval, Settle: notReadySettle},
 	}
 	s.commits = commit.New(commit.Config{
 		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Parallelism: s.cfg.CommitParallelism,
@@ -69,12 +71,13 @@ func (s *Scheduler) wireRooms() {
 		Client: s.cfg.Client, Store: s.commits.Store(), Releaser: s.commits, Parallelism: s.cfg.CommitParallelism,
 		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.evictMetrics(), Conditions: s.conditions,
 		Queue: s.queue, Gangs: s.gangs, Disruptions: &s.inf.disrupted,
-		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, PDBs: s.pdbs,
+		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, PDBs: s.pdbs, PriorityClasses: s.inf.factory.Scheduling().V1().PriorityClasses().Lister(),
 		Placement: s.cfg.Placement, DisablePreemption: s.cfg.DisablePreemption,
 		NominationTimeout: s.cfg.NominationTimeout, PreemptionBudget: s.cfg.PreemptionBudget, StarvationBound: s.cfg.StarvationBound,
 		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
 	s.evict = evict.New(cfg)
+	s.prios = evict.NewPriorities(cfg)
 	s.restarts = evict.NewRestarter(cfg)
 	s.snaps.trust = nodetrust.New(s.report, s.nodes.Get, nil)
 }
@@ -111,5 +114,5 @@ func (r claimReleaser) ReleaseClaim(ctx context.Context, namespace, name string,
 
 // preemptor is the attempt as the evict room sees it.
 func (a *attempt) preemptor() *evict.Attempt {
-	return &evict.Attempt{Key: a.key, PodGroup: a.pg, Pod: a.pod, Priority: a.priority, Members: a.members}
+	return &evict.Attempt{Key: a.key, PodGroup: a.pg, Pod: a.pod, Priority: a.eff.Priority, NoPreemption: a.eff.NoPreemption, Capped: a.eff.Capped, Members: a.members}
 }

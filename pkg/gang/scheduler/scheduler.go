@@ -18,6 +18,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
@@ -49,13 +50,13 @@ type Scheduler struct {
 	commits    *commit.Committer
 	evict      *evict.Evictor
 	restarts   *evict.Restarter
+	prios      *evict.Priorities
 	conditions *conditions
 	// guard repairs double allocations and holds forgotten devices
 	// (rooms.go); set by Run.
 	guard   *guard.Guard
 	pending pendingSet
-	// costs: each gang's memory of refused and timed-out Allocate calls
-	// (placement.Gang.Memory), dropped when the gang is forgotten.
+	// costs: the gangs' memories of refused and timed-out Allocate calls.
 	costs *cost.Memories
 
 	// Set by Run: the informers and the listers the loop and the rooms
@@ -148,6 +149,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.cfg.Metrics.attach(func() (map[string]int, map[string]int) { return s.queue.Counts(), s.pending.counts() })
 	go s.metricsLoop(ctx)
+	if s.cfg.FreeRoomInterval > 0 {
+		go freeroom.Run(ctx, freeRoomConfig(s))
+	}
 	go s.guard.Run(ctx)
 	go s.evict.Run(ctx)
 	go func() {
@@ -166,7 +170,6 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	inf.metrics = s.cfg.Metrics
 	s.inf = inf
 	s.wireLoop(factory)
-	s.queue.SetRank(rankOf(s.pods, s.podGroups, s.gangs))
 	var feed []informerHandler
 	if s.snaps.cache != nil {
 		feed = s.snaps.cacheFeed(inf)
@@ -181,6 +184,7 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	context.AfterFunc(ctx, broadcaster.Shutdown)
 	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
 	s.wireRooms()
+	s.queue.SetRank(rankOf(s.pods, s.podGroups, s.prios))
 	s.guard = s.newGuard()
 	if err := s.guard.Watch(inf.claims); err != nil {
 		return err

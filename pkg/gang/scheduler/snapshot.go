@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -262,7 +263,10 @@ func (sn *snapshots) assumePending(ctx context.Context, snap *index.Snapshot) er
 	sn.metrics.setAssumed(len(pending))
 	for _, e := range pending {
 		if err := placement.Assume(ctx, snap, e.gang, e.decision); err != nil {
-			return fmt.Errorf("assume decision of %s: %w", e.decision.Gang, err)
+			// The error becomes another gang's refusal: it names neither
+			// this gang nor its objects (the log does).
+			klog.FromContext(ctx).Error(err, "Assuming a committed decision", "gang", e.decision.Gang)
+			return errors.New("a committed decision could not be assumed (the scheduler's log names it)")
 		}
 	}
 	return nil

@@ -37,8 +37,10 @@ var _ commit.Conditions = (*conditions)(nil)
 
 // SetInitiallyScheduled sets PodGroupInitiallyScheduled. Rules: an
 // unchanged condition is not rewritten; once True it never goes back to
-// False (the API calls it terminal).
+// False (the API calls it terminal); the message is cut to
+// report.MaxMessage.
 func (c *conditions) SetInitiallyScheduled(ctx context.Context, pg *schedulingv1beta1.PodGroup, status metav1.ConditionStatus, reason, message string) error {
+	message = report.Message(message)
 	cur := pg
 	first := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -71,9 +73,10 @@ func (c *conditions) SetInitiallyScheduled(ctx context.Context, pg *schedulingv1
 	return nil
 }
 
-// SetCondition sets one condition on a PodGroup; an unchanged condition
-// is not rewritten.
+// SetCondition sets one condition on a PodGroup, its message cut to
+// report.MaxMessage; an unchanged condition is not rewritten.
 func (c *conditions) SetCondition(ctx context.Context, pg *schedulingv1beta1.PodGroup, cond metav1.Condition) error {
+	cond.Message = report.Message(cond.Message)
 	client := c.client.SchedulingV1beta1().PodGroups(pg.Namespace)
 	cur := pg
 	first := true
@@ -122,7 +125,7 @@ type gangStatus struct {
 	pending *pendingSet
 	peaks   peaks
 	// writes throttles the status writes of gangs not ready yet.
-	writes writeTimes
+	writes report.Throttle
 	// toMembers tells waiting members why their gang waits (events).
 	toMembers *memberEvents
 }
@@ -184,9 +187,10 @@ func (st *gangStatus) setPodUnschedulable(ctx context.Context, pod *v1.Pod, mess
 	return st.setPodScheduled(ctx, pod, v1.PodReasonUnschedulable, message)
 }
 
-// setPodScheduled sets PodScheduled=False with reason and message on an
-// unbound pod, unless it already says so.
+// setPodScheduled sets PodScheduled=False with reason and message (cut to
+// report.MaxMessage) on an unbound pod, unless it already says so.
 func (st *gangStatus) setPodScheduled(ctx context.Context, pod *v1.Pod, reason, message string) error {
+	message = report.Message(message)
 	if pod == nil || pod.Spec.NodeName != "" {
 		return nil
 	}

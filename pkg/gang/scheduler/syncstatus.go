@@ -22,6 +22,7 @@ func (s *informerSet) unsynced() []string {
 		{"persistentvolumes.v1", s.volumes},
 		{"storageclasses.v1.storage.k8s.io", s.storage},
 		{"poddisruptionbudgets.v1.policy", s.pdbs},
+		{"priorityclasses.v1.scheduling.k8s.io", s.priorities},
 	} {
 		if !i.inf.HasSynced() {
 			out = append(out, i.name)

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// TestUnsynced: before the informers start every one is named (eleven
+// TestUnsynced: before the informers start every one is named (twelve
 // APIs, the PodGroup one by its group and version); once synced none is.
 func TestUnsynced(t *testing.T) {
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
@@ -19,7 +19,7 @@ func TestUnsynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := s.unsynced()
-	if len(got) != 11 || got[1] != "podgroups.v1beta1.scheduling.k8s.io" {
+	if len(got) != 12 || got[1] != "podgroups.v1beta1.scheduling.k8s.io" {
 		t.Errorf("before start: %v", got)
 	}
 	ctx, cancel := context.WithCancel(t.Context())

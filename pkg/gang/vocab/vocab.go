@@ -126,6 +126,9 @@ const (
 	// domain its admin label contradicts (or lacks, when required): nothing
 	// is placed on it (docs/topology-labels.md).
 	EventNodeFabricRefused = "FabricDomainRefused"
+	// EventPriorityCapped: the PodGroup is ranked below the priority it asks
+	// for (its PriorityClass's value, or what its pods were admitted with).
+	EventPriorityCapped = "PriorityCapped"
 )
 
 // The objects the scheduler keeps in its record namespace.

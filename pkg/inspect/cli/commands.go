@@ -7,7 +7,10 @@ import (
 	"slices"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/inspect"
 )
 
@@ -16,6 +19,10 @@ const DefaultEvents = 10
 
 func newStatusCommand(o *options) *cobra.Command {
 	barWidth := inspect.DefaultBarWidth
+	schedulerNS := o.cfg.Getenv(EnvSchedulerNamespace)
+	if schedulerNS == "" {
+		schedulerNS = DefaultSchedulerNamespace
+	}
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Occupancy per NVLink domain and topology level: GPUs, channels, gangs",
@@ -24,12 +31,20 @@ func newStatusCommand(o *options) *cobra.Command {
 claim, tainted = not allocated with a NoSchedule/NoExecute device taint,
 free = neither), fabric-domain channels used/total, an occupancy bar, and the
 gangs (PodGroups, with the Job owning them; pods without PodGroup) holding
-GPUs there. Then the whole cluster and the PodGroups still waiting.`,
+GPUs there. Then the whole cluster and the PodGroups still waiting.
+
+A user who may not list nodes, ResourceSlices, claims or pods cluster-wide
+(a tenant) sees instead the free room gpufabric-scheduler publishes for
+everyone: free GPUs per domain of each level, no workloads (ConfigMap
+gpufabric-free-room in --scheduler-namespace).`,
 		Example: `  kubectl gpufabric status --topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf
   kubectl gpufabric status -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := o.load(cmd.Context(), inspect.Need{Fabric: true, Claims: true, Pods: true, PodGroups: true})
+			if apierrors.IsForbidden(err) {
+				return o.freeRoom(cmd, schedulerNS, barWidth, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -43,7 +58,31 @@ GPUs there. Then the whole cluster and the PodGroups still waiting.`,
 		},
 	}
 	cmd.Flags().IntVar(&barWidth, "bar-width", barWidth, "most cells of an occupancy bar (a domain with fewer GPUs gets one cell per GPU)")
+	cmd.Flags().StringVar(&schedulerNS, "scheduler-namespace", schedulerNS,
+		"namespace of gpufabric-scheduler, whose free-room view is shown when listing the cluster is forbidden (default $"+EnvSchedulerNamespace+", else "+DefaultSchedulerNamespace+")")
 	return cmd
+}
+
+// freeRoom prints the scheduler's free-room view in place of status, for
+// a user to whom listing the cluster is forbidden (listErr); when the view
+// cannot be read either, both errors are returned.
+func (o *options) freeRoom(cmd *cobra.Command, ns string, barWidth int, listErr error) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	cm, err := c.CoreV1().ConfigMaps(ns).Get(cmd.Context(), freeroom.ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("%w; the free-room view %s/%s cannot be read either (--scheduler-namespace): %w", listErr, ns, freeroom.ConfigMapName, err)
+	}
+	v, err := freeroom.Decode(cm)
+	if err != nil {
+		return fmt.Errorf("%w; the free-room view %s/%s: %w", listErr, ns, freeroom.ConfigMapName, err)
+	}
+	rep := &inspect.FreeRoomReport{Source: ns + "/" + freeroom.ConfigMapName, Reason: listErr.Error(), View: v}
+	st := o.style()
+	st.BarWidth = barWidth
+	return inspect.Write(cmd.OutOrStdout(), o.output, rep, func(w io.Writer) error { return inspect.RenderFreeRoom(w, rep, st) })
 }
 
 func newNodesCommand(o *options) *cobra.Command {

@@ -27,6 +27,14 @@ import (
 // for gpufabric-scheduler.
 const EnvTopologyLevels = "GPUFABRIC_TOPOLOGY_LEVELS"
 
+// EnvSchedulerNamespace is the environment default of status's
+// --scheduler-namespace; DefaultSchedulerNamespace the default without it
+// (the namespace the install docs use).
+const (
+	EnvSchedulerNamespace     = "GPUFABRIC_SCHEDULER_NAMESPACE"
+	DefaultSchedulerNamespace = "gpufabric-system"
+)
+
 // Config is what the commands take from their process.
 type Config struct {
 	Streams genericiooptions.IOStreams

@@ -74,14 +74,25 @@ func TestVersionJSON(t *testing.T) {
 }
 
 // TestDefaults: --topology-levels defaults to $GPUFABRIC_TOPOLOGY_LEVELS
-// and is split like the scheduler's flag; --color=auto follows the
-// terminal check.
+// and is split like the scheduler's flag; status's --scheduler-namespace
+// to $GPUFABRIC_SCHEDULER_NAMESPACE, else gpufabric-system; --color=auto
+// follows the terminal check.
 func TestDefaults(t *testing.T) {
 	env := map[string]string{EnvTopologyLevels: " topology.gpufabric.dev/rack, ,topology.gpufabric.dev/ib-leaf"}
 	cfg := withDefaults(Config{Getenv: func(k string) string { return env[k] }})
 	cmd := NewCommand(cfg)
 	if got := cmd.PersistentFlags().Lookup("topology-levels").DefValue; got != env[EnvTopologyLevels] {
 		t.Errorf("--topology-levels default %q, want the environment's", got)
+	}
+	for envNS, want := range map[string]string{"": DefaultSchedulerNamespace, "ops": "ops"} {
+		env[EnvSchedulerNamespace] = envNS
+		status, _, err := NewCommand(cfg).Find([]string{"status"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := status.Flags().Lookup("scheduler-namespace").DefValue; got != want {
+			t.Errorf("status --scheduler-namespace default with $%s=%q: %q, want %q", EnvSchedulerNamespace, envNS, got, want)
+		}
 	}
 	o := &options{cfg: cfg, levels: env[EnvTopologyLevels], color: colorAuto}
 	if got := strings.Join(o.reportOptions().Levels, ","); got != "topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf" {

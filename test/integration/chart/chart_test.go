@@ -58,6 +58,9 @@ type chartProfile struct {
 	schedulerArgsWant []string
 	// lease is the Lease name the scheduler's Role may renew.
 	lease string
+	// freeRoomReaders are the groups the free-room view's reader Role is
+	// bound to; none: no such Role.
+	freeRoomReaders []string
 }
 
 // defaultGPUNodeLabels are the keys of the default GPU node selection, one
@@ -84,27 +87,29 @@ scheduler:
   preemption: {enabled: false, nominationTimeout: 90s, starvationBound: 0s}
   commitsInFlight: 2
   packOrder: fullest-nodes
+  freeRoom: {enabled: false, interval: 30s, readerGroups: [system:authenticated]}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	profiles := []chartProfile{
 		{
 			name: "default", privileged: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
-			gpuNodeLabels: defaultGPUNodeLabels, lease: itest.ChartSchedulerName,
+			gpuNodeLabels: defaultGPUNodeLabels, lease: itest.ChartSchedulerName, freeRoomReaders: []string{"system:authenticated"},
 			schedulerArgsWant: []string{"--leader-elect=true", "--leader-elect-namespace=$(POD_NAMESPACE)", "--leader-elect-identity=$(POD_NAME)",
 				"--commit-record-namespace=$(POD_NAMESPACE)", "--topology-levels=", "--domain-channels=8", "--commits-in-flight=8", "--pack-order=least-spread", "--metrics-address=:8080",
-				"--profiling=false", "--require-admin-topology-labels=false", "--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m"},
+				"--profiling=false", "--require-admin-topology-labels=false", "--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m", "--free-room-interval=10s"},
 		},
 		{
-			name: "mock", values: []string{mockValuesFile}, sets: []string{"scheduler.profiling=true"}, mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
-			gpuNodeLabels: defaultGPUNodeLabels, lease: itest.ChartSchedulerName,
-			schedulerArgsWant: []string{"--topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf", "--domain-channels=4", "--metrics-address=:8080", "--profiling=true"},
+			name: "mock", values: []string{mockValuesFile}, sets: []string{"scheduler.profiling=true", "scheduler.freeRoom.readerGroups={team-a,team-b}", "scheduler.freeRoom.interval=1m"},
+			mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
+			gpuNodeLabels: defaultGPUNodeLabels, lease: itest.ChartSchedulerName, freeRoomReaders: []string{"team-a", "team-b"},
+			schedulerArgsWant: []string{"--topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf", "--domain-channels=4", "--metrics-address=:8080", "--profiling=true", "--free-room-interval=1m"},
 		},
 		{
 			name: "custom", values: []string{custom}, privileged: true, replicas: 1,
 			gpuNodeLabels: []string{"nvidia.com/gpu.present"}, lease: "x",
 			schedulerArgsWant: []string{"--leader-elect=false", "--commit-record-namespace=$(POD_NAMESPACE)", "--metrics-address=",
-				"--disable-preemption=true", "--nomination-timeout=90s", "--starvation-bound=0s", "--commits-in-flight=2", "--pack-order=fullest-nodes"},
+				"--disable-preemption=true", "--nomination-timeout=90s", "--starvation-bound=0s", "--commits-in-flight=2", "--pack-order=fullest-nodes", "--free-room-interval=0s"},
 		},
 	}
 	for _, p := range profiles {
@@ -114,6 +119,7 @@ scheduler:
 				t.Fatal(err)
 			}
 			checkRBAC(t, r, p.lease)
+			checkFreeRoomReaders(t, r, p.freeRoomReaders)
 			checkPlugin(t, r, root, p)
 			checkScheduler(t, r, root, p)
 			checkClusterObjects(t, r, p)
@@ -145,7 +151,7 @@ func checkRBAC(t *testing.T, r *itest.Rendered, lease string) {
 		t.Fatal(err)
 	}
 	for i := range want {
-		if len(want[i].ResourceNames) > 0 {
+		if slices.Equal(want[i].ResourceNames, []string{itest.ChartSchedulerName}) {
 			want[i].ResourceNames = []string{lease}
 		}
 	}
@@ -156,6 +162,38 @@ func checkRBAC(t *testing.T, r *itest.Rendered, lease string) {
 	binding := get[*rbacv1.RoleBinding](t, r, "RoleBinding", itest.ChartSchedulerName)
 	if binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != itest.ChartSchedulerName || len(binding.Subjects) != 1 || binding.Subjects[0].Name != itest.ChartSchedulerName {
 		t.Errorf("RoleBinding %s: %+v %+v", itest.ChartSchedulerName, binding.RoleRef, binding.Subjects)
+	}
+}
+
+// checkFreeRoomReaders: the free-room view's reader Role has exactly the
+// rules of files/rbac/free-room-reader.yaml (get on that one ConfigMap)
+// and is bound to the groups of scheduler.freeRoom.readerGroups; with no
+// groups (or the view off) there is no such Role.
+func checkFreeRoomReaders(t *testing.T, r *itest.Rendered, groups []string) {
+	name := itest.ChartSchedulerName + "-free-room-reader"
+	if groups == nil {
+		for _, kind := range []string{"Role", "RoleBinding"} {
+			if _, ok := r.Typed[kind+"/"+name]; ok {
+				t.Errorf("%s %s rendered, want none", kind, name)
+			}
+		}
+		return
+	}
+	want, err := framework.LoadRules(framework.FreeRoomReaderRulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := get[*rbacv1.Role](t, r, "Role", name)
+	if diff := cmp.Diff(want, role.Rules); diff != "" || role.Namespace != itest.ChartNamespace {
+		t.Errorf("Role %s/%s rules differ from %s (-want +got):\n%s", role.Namespace, name, framework.FreeRoomReaderRulesFile, diff)
+	}
+	var wantSubjects []rbacv1.Subject
+	for _, g := range groups {
+		wantSubjects = append(wantSubjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: g})
+	}
+	binding := get[*rbacv1.RoleBinding](t, r, "RoleBinding", name)
+	if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" || binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != name {
+		t.Errorf("RoleBinding %s: roleRef %+v, subjects (-want +got):\n%s", name, binding.RoleRef, diff)
 	}
 }
 

@@ -18,9 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
@@ -221,7 +223,11 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 		{"create another claim in its namespace", holdClaim(sched, itest.ChartNamespace, "other-", false),
 			scopeDenied + "the gpufabric scheduler may create and delete only its device holds (ResourceClaims gpufabric-hold-* in namespace " + itest.ChartNamespace + "), not " + itest.ChartNamespace + "/other-"},
 		{"create a device hold elsewhere", holdClaim(sched, ns, vocab.HoldPrefix, false), rbacDenied("create", "resourceclaims")},
-		{"write another ConfigMap of its namespace", createRecord(sched, itest.ChartNamespace, "settings"), scopeDenied + "the gpufabric scheduler may write only its records (ConfigMaps gpufabric-commit-* and gpufabric-nomination-*"},
+		{"publish its free-room view", applyView(sched, itest.ChartNamespace, freeroom.ConfigMapName), ""},
+		{"update its free-room view", applyView(sched, itest.ChartNamespace, freeroom.ConfigMapName), ""},
+		{"publish a view under another name", applyView(sched, itest.ChartNamespace, "other-view"), rbacDenied("patch", "configmaps")},
+		{"write another ConfigMap of its namespace", createRecord(sched, itest.ChartNamespace, "settings"),
+			scopeDenied + "the gpufabric scheduler may write only its records (ConfigMaps gpufabric-commit-* and gpufabric-nomination-*) and its free-room view (gpufabric-free-room)"},
 		{"write a ConfigMap elsewhere", createRecord(sched, ns, vocab.RecordPrefix+"x"), rbacDenied("create", "configmaps")},
 		{"take another Lease", createLeaseRenewal(sched, itest.ChartNamespace, "kube-controller-manager", leader.Name), rbacDenied("get", "leases")},
 		{"create a Lease elsewhere", createLease(sched, metav1.NamespaceSystem, "x", leader.Name), rbacDenied("create", "leases")},
@@ -280,6 +286,7 @@ func testOthers(t *testing.T, cp *framework.ControlPlane, admin kubernetes.Inter
 	itest.Must(t, "tenant creates a claim", err)
 	pod, err := tenant.CoreV1().Pods(tenantNS).Create(ctx, itest.GangPod(tenantNS, "mine-0", pg.Name), metav1.CreateOptions{})
 	itest.Must(t, "tenant creates a pod", err)
+	itest.Must(t, "publish a free-room view", applyView(admin, itest.ChartNamespace, freeroom.ConfigMapName)(ctx))
 	existing := vocab.RecordPrefix + "existing"
 	itest.Poll(t, "protected policy enforced", 30*time.Second, func(ctx context.Context) error {
 		return wantDenied(createRecord(admin, itest.ChartNamespace, vocab.RecordPrefix+"probe-admin")(ctx), protectedDenied)
@@ -324,7 +331,35 @@ func testOthers(t *testing.T, cp *framework.ControlPlane, admin kubernetes.Inter
 			_, err := tenant.CoordinationV1().Leases(itest.ChartNamespace).Get(ctx, itest.ChartSchedulerName, metav1.GetOptions{})
 			return err
 		}, rbacDenied("get", "leases")},
+		{"read the free-room view (as every authenticated user)", getConfigMap(tenant, itest.ChartNamespace, freeroom.ConfigMapName), ""},
+		{"read another ConfigMap of the release namespace", getConfigMap(tenant, itest.ChartNamespace, "kube-root-ca.crt"), rbacDenied("get", "configmaps")},
+		{"list the release namespace's ConfigMaps", func(ctx context.Context) error {
+			_, err := tenant.CoreV1().ConfigMaps(itest.ChartNamespace).List(ctx, metav1.ListOptions{})
+			return err
+		}, rbacDenied("list", "configmaps")},
+		{"write the free-room view", applyView(tenant, itest.ChartNamespace, freeroom.ConfigMapName), rbacDenied("patch", "configmaps")},
+		{"list nodes", func(ctx context.Context) error {
+			_, err := tenant.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		}, rbacDenied("list", "nodes")},
 	})
+}
+
+// applyView publishes a free-room view named name as the scheduler does
+// (server-side apply).
+func applyView(c kubernetes.Interface, ns, name string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		cm := corev1ac.ConfigMap(name, ns).WithData(map[string]string{freeroom.DataKey: `{"version":1,"levels":[]}`})
+		_, err := c.CoreV1().ConfigMaps(ns).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "gpufabric-scheduler", Force: true})
+		return err
+	}
+}
+
+func getConfigMap(c kubernetes.Interface, ns, name string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		return err
+	}
 }
 
 func createRecord(c kubernetes.Interface, ns, name string) func(context.Context) error {

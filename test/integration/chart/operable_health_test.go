@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/component/metricstyle"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
@@ -97,8 +98,10 @@ func TestSchedulerWithoutPodGroupAPI(t *testing.T) {
 // operator relies on: --version, the version and commit in the first log
 // line and in gpufabric_<component>_build_info, client-go's metrics
 // (workqueues, REST client, leader election), /livez and /readyz through
-// the plugin's registration with the kubelet and a socket gone, and that
-// every metric the chart's alerts query is exposed.
+// the plugin's registration with the kubelet and a socket gone, that
+// every label value but names and addresses is snake_case
+// (metricstyle), and that every metric the chart's alerts query is
+// exposed.
 func TestComponentsOperable(t *testing.T) {
 	helm, root := itest.HelmTool(t)
 	const nodeName = "gb200-r1-n01"
@@ -154,7 +157,7 @@ func TestComponentsOperable(t *testing.T) {
 		}
 	}
 	sched := scrapeFamilies(t, schedAddr, token)
-	for _, q := range []string{"gangs", "double-allocations", "fabric-domain-pools"} {
+	for _, q := range []string{"gangs", "double_allocations", "fabric_domain_pools"} {
 		if !hasSeries(sched["workqueue_depth"], "name", q) || !hasSeries(sched["workqueue_adds_total"], "name", q) {
 			t.Errorf("scheduler exposes no workqueue metrics of queue %s", q)
 		}
@@ -162,8 +165,14 @@ func TestComponentsOperable(t *testing.T) {
 	if le := sched["leader_election_master_status"]; !hasSeries(le, "name", "gpufabric-scheduler") || le.GetMetric()[0].GetGauge().GetValue() != 1 {
 		t.Errorf("leader_election_master_status %v, want 1 for gpufabric-scheduler", le)
 	}
-	checkAlertMetrics(t, helm, root, sched, scrapeFamilies(t, pluginAddr, token))
-	checkMetricsDocumented(t, root, sched, scrapeFamilies(t, pluginAddr, token))
+	pluginFams := scrapeFamilies(t, pluginAddr, token)
+	for name, fams := range map[string]map[string]*dto.MetricFamily{"scheduler": sched, "plugin": pluginFams} {
+		if bad := metricstyle.Check(metricstyle.Families(fams), metricstyle.Exempt); len(bad) > 0 {
+			t.Errorf("%s: label values not snake_case: %v", name, bad)
+		}
+	}
+	checkAlertMetrics(t, helm, root, sched, pluginFams)
+	checkMetricsDocumented(t, root, sched, pluginFams)
 
 	dra := filepath.Join(plugin.PluginDir(), "dra.sock")
 	itest.Must(t, "remove the DRA socket", os.Remove(dra))

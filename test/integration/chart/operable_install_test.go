@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
@@ -42,10 +43,10 @@ func installArgs(extra ...string) []string {
 // DaemonSet controller). The install refuses a cluster where NVIDIA's
 // device plugin runs or NVIDIA's DRA driver for GPUs is installed, naming
 // it and the fix; a real gpufabric-scheduler, run as the chart's identity,
-// leads and publishes fabric-domain pools; after it stopped, `helm
-// uninstall` leaves nothing of gpufabric's in the apiserver: the chart's
-// objects, the Lease and the pools (owned by the fabric-domain DeviceClass)
-// all go.
+// leads and publishes fabric-domain pools and the free-room view; after it
+// stopped, `helm uninstall` leaves nothing of gpufabric's in the
+// apiserver: the chart's objects, the Lease, the pools and the view (owned
+// by the fabric-domain DeviceClass) all go.
 func TestChartInstallUninstall(t *testing.T) {
 	helm, root := itest.HelmTool(t)
 	cp := framework.StartT(t, framework.Options{ControllerManager: true})
@@ -104,6 +105,13 @@ func TestChartInstallUninstall(t *testing.T) {
 		}
 		if pools == 0 {
 			return fmt.Errorf("no fabric-domain pool yet")
+		}
+		view, err := admin.CoreV1().ConfigMaps(itest.ChartNamespace).Get(ctx, freeroom.ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("free-room view: %w", err)
+		}
+		if !ownedBy(view.OwnerReferences, class) {
+			return fmt.Errorf("free-room view owners %+v", view.OwnerReferences)
 		}
 		return checkHealth(ctx, addr, "/readyz", 200, "")
 	})

@@ -16,6 +16,9 @@ import (
 const (
 	SchedulerRulesFile          = "deployments/helm/gpufabric/files/rbac/scheduler.yaml"
 	SchedulerNamespaceRulesFile = "deployments/helm/gpufabric/files/rbac/scheduler-namespace.yaml"
+	// FreeRoomReaderRulesFile: the rules of the free-room view's readers
+	// (scheduler.freeRoom.readerGroups) in the scheduler's namespace.
+	FreeRoomReaderRulesFile = "deployments/helm/gpufabric/files/rbac/free-room-reader.yaml"
 )
 
 // GrantNamespaceRules creates a Role named user with rules in namespace and

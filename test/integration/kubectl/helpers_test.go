@@ -98,9 +98,15 @@ func runPlugin(t *testing.T, cp *framework.ControlPlane, args ...string) string 
 // and the error.
 func runPluginErr(t *testing.T, cp *framework.ControlPlane, args ...string) (string, string, error) {
 	t.Helper()
+	return runPluginAs(t, cp.KubeconfigPath(), args...)
+}
+
+// runPluginAs is runPluginErr with another identity's kubeconfig.
+func runPluginAs(t *testing.T, kubeconfig string, args ...string) (string, string, error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := cli.NewCommand(cli.Config{Streams: genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, Version: "test"})
-	cmd.SetArgs(append([]string{"--kubeconfig=" + cp.KubeconfigPath(), "--color=never",
+	cmd.SetArgs(append([]string{"--kubeconfig=" + kubeconfig, "--color=never",
 		"--topology-levels=" + strings.Join(levels, ",")}, args...))
 	_, ctx := ktesting.NewTestContext(t)
 	err := cmd.ExecuteContext(ctx)
@@ -123,6 +129,7 @@ func mask(s string) string {
 		g := waitingRow.FindStringSubmatch(m)
 		return g[1] + padTo("<age>", len(g[2])+len(g[3]))
 	})
+	s = viewAge.ReplaceAllString(s, "counted <age> ago (<time>)")
 	return queueAge.ReplaceAllString(s, "${1}<age>)")
 }
 
@@ -132,6 +139,7 @@ func mask(s string) string {
 var (
 	waitingRow = regexp.MustCompile(`(?m)^(  \d+ +\S+/\S+ +-?\d+ +)(\S+)( +)`)
 	queueAge   = regexp.MustCompile(`(?m)^(Queue: .*, waiting )\S+\)`)
+	viewAge    = regexp.MustCompile(`counted \S+ ago \(\S+\)`)
 )
 
 func padTo(s string, n int) string {

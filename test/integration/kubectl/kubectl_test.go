@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/claims"
+	claimsconfig "github.com/gpufabric/gpufabric/pkg/claims/config"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/sim"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -45,17 +48,19 @@ var levels = []string{rackKey, leafKey}
 // team-a/train, the 2 × 4-GPU gang of an Indexed Job, placed in dom-a; a
 // pod team-b/notebook with one GPU; team-b/big (3 × 4 GPUs, minCount 3,
 // a fourth member gated) which fits nowhere; team-b/ghost-0 naming a
-// PodGroup that does not exist. No kube-controller-manager: claims are
+// PodGroup that does not exist. The scheduler publishes the free-room
+// view, which a tenant of team-b reads (status falls back to it). No kube-controller-manager: claims are
 // made by hand, and nothing taints the kubelet-less nodes meanwhile.
 func TestKubectlGpufabric(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{})
 	admin := cp.AdminClient(t)
 	createFabric(t, admin)
-	sched := startScheduler(t, cp, scheduler.Config{DomainChannels: 4, Tree: topology.TreeConfig{LabelLevels: levels}})
+	sched := startScheduler(t, cp, scheduler.Config{DomainChannels: 4, Tree: topology.TreeConfig{LabelLevels: levels}, FreeRoomInterval: 200 * time.Millisecond})
 	poll(t, "fabric-domain pools published", 30*time.Second, func(ctx context.Context) error {
 		return countPools(ctx, admin, 2)
 	})
 	createWorkloads(t, admin)
+	waitFreeRoom(t, admin, 16, 7)
 	sched() // stop: nothing changes while the commands run
 
 	for _, tc := range []struct {
@@ -79,6 +84,7 @@ func TestKubectlGpufabric(t *testing.T) {
 	t.Run("snapshot", func(t *testing.T) { checkSnapshot(t, runPlugin(t, cp, "snapshot")) })
 	t.Run("fit", func(t *testing.T) { checkFit(t, cp) })
 	t.Run("yaml", func(t *testing.T) { checkNodesYAML(t, runPlugin(t, cp, "nodes", "-o", "yaml")) })
+	t.Run("tenant", func(t *testing.T) { checkTenant(t, cp) })
 }
 
 // createFabric creates the device classes, the nodes (without the
@@ -166,7 +172,8 @@ func countPools(ctx context.Context, c kubernetes.Interface, want int) error {
 }
 
 // TestDocExamples: docs/kubectl-gpufabric.md shows every golden file as it
-// is (rewrite the examples after -update).
+// is (rewrite the examples after -update), and docs/user-guide.md the
+// head of explain-waiting.golden.
 func TestDocExamples(t *testing.T) {
 	doc, err := os.ReadFile("../../../docs/kubectl-gpufabric.md")
 	must(t, "read doc", err)
@@ -180,6 +187,46 @@ func TestDocExamples(t *testing.T) {
 		must(t, "read golden", err)
 		if !strings.Contains(string(doc), "\n"+strings.TrimRight(string(want), "\n")+"\n```\n") {
 			t.Errorf("docs/kubectl-gpufabric.md does not show %s as it is", g)
+		}
+	}
+	// The user guide quotes the head of explain-waiting.golden.
+	guide, err := os.ReadFile("../../../docs/user-guide.md")
+	must(t, "read user guide", err)
+	waiting, err := os.ReadFile("testdata/explain-waiting.golden")
+	must(t, "read golden", err)
+	_, quote, ok := strings.Cut(string(guide), "```\nPodGroup:  team-b/big\n")
+	quote, _, _ = strings.Cut(quote, "...\n```")
+	if !ok || quote == "" || !strings.HasPrefix(string(waiting), "PodGroup:  team-b/big\n"+quote) {
+		t.Errorf("docs/user-guide.md does not quote the head of explain-waiting.golden as it is")
+	}
+	checkGuideNames(t, string(guide))
+}
+
+// checkGuideNames: every gpufabric.dev/<name> the user guide mentions, and
+// every variable of its table of injected variables, is one the code
+// defines.
+func checkGuideNames(t *testing.T, guide string) {
+	known := map[string]bool{}
+	for _, n := range []string{topology.AnnotationPreferredTopologyKey, topology.AnnotationRailAlignment, topology.AnnotationTopologySpread,
+		topology.TopologyKeyNVLinkDomain, topology.TaintNVLinkDegraded, claims.EnvVisibleDevices, claims.EnvGPUUUIDs, claims.EnvIBDevices,
+		claims.EnvNCCLIBHCA, claims.EnvFabricDomain, claims.EnvFabricKind, claims.EnvFabricChannel, claims.EnvIMEXChannel,
+		claims.EnvNCCLMNNVLEnable, claims.EnvNCCLNVLSEnable, "GPUFABRIC_DEVICE", claimsconfig.APIVersion} {
+		known[n] = true
+	}
+	for _, n := range regexp.MustCompile(`gpufabric\.dev/[A-Za-z0-9-]+`).FindAllString(guide, -1) {
+		if !known[n] {
+			t.Errorf("docs/user-guide.md names %s, which the code does not define", n)
+		}
+	}
+	for _, line := range strings.Split(guide, "\n") {
+		if !strings.HasPrefix(line, "| `") || !strings.Contains(line, "_") {
+			continue
+		}
+		cell, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+		for _, n := range regexp.MustCompile("`((?:NCCL|GPUFABRIC|NVIDIA)_[A-Z_]+)").FindAllStringSubmatch(cell, -1) {
+			if !known[n[1]] {
+				t.Errorf("docs/user-guide.md lists variable %s, which pkg/claims does not inject", n[1])
+			}
 		}
 	}
 }

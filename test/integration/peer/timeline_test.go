@@ -130,7 +130,7 @@ func timelineOf(lines []logLine, created time.Time) gangTimeline {
 	return t
 }
 
-// commitBindPhase finds the bind phase in "record=12ms pod-claims=1.2s
+// commitBindPhase finds the bind phase in "record=12ms pod_claims=1.2s
 // bind=0.9s …": the phases run one after the other from start.
 func commitBindPhase(start time.Time, phases string) (time.Time, time.Time) {
 	at := start

@@ -22,7 +22,7 @@ func TestGangTimeline(t *testing.T) {
 	gang.Info("Gang not ready", "reason", "have 3 of 4 pods")
 	gang.Info("Waiting status cut short: the gang's members arrived", "members", 3, "duration", 50*time.Millisecond)
 	gang.Info("Placed gang", "domain", "spine", "key", "", "pods", 4, "claims", 4, "duration", 20*time.Millisecond, "attempt", 30*time.Millisecond)
-	gang.Info("Committed gang", "pods", 4, "claimWrites", 4, "phases", fakePhases("record=10ms pod-claims=1.5s bind=800ms condition=5ms clear-record=4ms"))
+	gang.Info("Committed gang", "pods", 4, "claimWrites", 4, "phases", fakePhases("record=10ms pod_claims=1.5s bind=800ms condition=5ms clear_record=4ms"))
 
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	year := time.Now().Year()

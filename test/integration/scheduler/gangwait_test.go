@@ -7,9 +7,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
@@ -22,7 +25,8 @@ import (
 // PodGroup was created; a late member placed after the gang (minCount
 // below the gang's size) is not counted again. A PodGroup deleted before it
 // was placed is counted under result="abandoned"; the placed one, deleted
-// before it, is not.
+// before it, is not. A gang gated for a while waits from its last gate's
+// removal.
 func TestGangWaitMetric(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true})
 	admin := cp.AdminClient(t)
@@ -92,6 +96,41 @@ func TestGangWaitMetric(t *testing.T) {
 	})
 	if count, _ := gangWait(t, reg, "placed"); count != 1 {
 		t.Errorf("gang_wait_seconds{result=placed} count after the deletions = %d, want 1", count)
+	}
+	checkGatedGangWait(t, admin, reg, ns)
+}
+
+// checkGatedGangWait: a gang whose members were gated waits from the
+// removal of its last gate, not from its creation.
+func checkGatedGangWait(t *testing.T, admin kubernetes.Interface, reg *prometheus.Registry, ns string) {
+	_, sumBefore := gangWait(t, reg, "placed")
+	_, err := admin.SchedulingV1beta1().PodGroups(ns).Create(t.Context(), itest.TemplateGroup(ns, "k", 2), metav1.CreateOptions{})
+	itest.Must(t, "create the gated podgroup", err)
+	for i := range 2 {
+		p := itest.TemplatePod(ns, fmt.Sprintf("k-%d", i), "k")
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/admission"}}
+		_, err := admin.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
+		itest.Must(t, "create a gated member", err)
+	}
+	const gated = time.Second
+	time.Sleep(gated) // the gang waits gated, as for Kueue's admission
+	var ungated time.Time
+	for i := range 2 {
+		ungated = time.Now()
+		_, err := admin.CoreV1().Pods(ns).Patch(t.Context(), fmt.Sprintf("k-%d", i), types.StrategicMergePatchType, []byte(`{"spec":{"schedulingGates":null}}`), metav1.PatchOptions{})
+		itest.Must(t, "remove the gate", err)
+	}
+	itest.Poll(t, "gated gang placed and counted", 30*time.Second, func(context.Context) error {
+		if count, _ := gangWait(t, reg, "placed"); count != 2 {
+			return fmt.Errorf("gang_wait_seconds{result=placed} count %d, want 2", count)
+		}
+		return nil
+	})
+	// The wait ends before now: it began after the last gate's removal,
+	// not at the creation, gated (1 s) earlier.
+	_, sum := gangWait(t, reg, "placed")
+	if wait, since := sum-sumBefore, time.Since(ungated).Seconds(); wait <= 0 || wait > since+0.05 {
+		t.Errorf("gated gang waited %.2fs, want at most the %.2fs since its last gate went (%s after its creation)", wait, since, gated)
 	}
 }
 

@@ -30,9 +30,9 @@ const holdFinalizer = "test.gpufabric.dev/hold"
 // TestSchedulerPreemptionPodMode on the real control plane (kube-
 // controller-manager, kwok), with victims held by a finalizer so the test
 // sees the preemption halfway:
-//   - a PodGroup whose pods run at priority 0 but whose own priority is
-//     production preempts (the PodGroup's priority counts, as in
-//     kube-scheduler 1.37);
+//   - a PodGroup at production whose pod is at production too preempts
+//     (a PodGroup whose pods run lower is capped at their priority:
+//     TestSchedulerPriorityQuotaCap);
 //   - a victim PodGroup without disruptionMode All loses one pod, the one
 //     the preemptor needs, not the whole group; that pod's DisruptionTarget
 //     condition names the preemptor and the group gets none;
@@ -70,12 +70,14 @@ func TestSchedulerPreemptionPodMode(t *testing.T) {
 	}
 	waitBound(t, admin, ns, "notebook", 2)
 
-	// One pod of a production PodGroup whose pods carry no priority.
+	// One pod of a production PodGroup.
 	pg := itest.TemplateGroup(ns, "prod-one", 1)
 	pg.Spec.PriorityClassName = "production"
 	_, err := admin.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
 	itest.Must(t, "create prod-one", err)
-	_, err = admin.CoreV1().Pods(ns).Create(ctx, itest.TemplatePod(ns, "prod-one-0", "prod-one"), metav1.CreateOptions{})
+	prodPod := itest.TemplatePod(ns, "prod-one-0", "prod-one")
+	prodPod.Spec.PriorityClassName = "production"
+	_, err = admin.CoreV1().Pods(ns).Create(ctx, prodPod, metav1.CreateOptions{})
 	itest.Must(t, "create prod-one pod", err)
 	victim := waitTerminating(t, admin, ns, "elastic-", 1)[0]
 	checkPodDisruptionTarget(t, admin, ns, victim, "preempted by PodGroup preempt-pods/prod-one (priority 1000)")

@@ -1,0 +1,118 @@
+package evict
+
+import (
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+)
+
+// rankTTL is how long the queue's rank of a PodGroup reuses its resolved
+// priority: the rank is read at every event about the gang's pods, and
+// resolving reads all of them (a 10,000-pod gang would cost O(n²) while
+// its pods are created).
+const rankTTL = time.Second
+
+// maxRemembered bounds the gangs Priorities remembers (ranks, notes told):
+// past it, what it remembers is dropped and rebuilt on demand.
+const maxRemembered = 16384
+
+// Priorities resolves gangs' effective priorities and preemption policies
+// from the informers (preemption.Resolve: a PodGroup's PriorityClass and
+// its pods) for the loop, and tells a PodGroup when its priority was
+// capped: one event per change of that note, never again while the gang
+// waits. Safe for concurrent use.
+type Priorities struct {
+	cfg   *Config
+	mu    sync.Mutex
+	told  map[string]string // gang key -> note last told
+	ranks map[string]rankEntry
+}
+
+type rankEntry struct {
+	uid      types.UID
+	at       time.Time
+	priority int32
+}
+
+// NewPriorities returns the loop's priority resolver over cfg's listers.
+func NewPriorities(cfg Config) *Priorities {
+	return &Priorities{cfg: &cfg, told: map[string]string{}, ranks: map[string]rankEntry{}}
+}
+
+// Group resolves a PodGroup from the informers now.
+func (p *Priorities) Group(pg *schedulingv1beta1.PodGroup) preemption.Effective {
+	e := resolveGroup(p.cfg, pg)
+	p.remember(vocab.PodGroupKey(pg.Namespace, pg.Name), rankEntry{uid: pg.UID, at: time.Now(), priority: e.Priority})
+	return e
+}
+
+// Rank is a PodGroup's priority for the queue's order: Group's, resolved
+// at most rankTTL ago.
+func (p *Priorities) Rank(pg *schedulingv1beta1.PodGroup) int32 {
+	key := vocab.PodGroupKey(pg.Namespace, pg.Name)
+	p.mu.Lock()
+	r, ok := p.ranks[key]
+	p.mu.Unlock()
+	if ok && r.uid == pg.UID && time.Since(r.at) < rankTTL {
+		return r.priority
+	}
+	return p.Group(pg).Priority
+}
+
+// Tell records an event on the PodGroup when its priority was capped,
+// once per note (a refusal's condition also says it: AfterRefusal).
+func (p *Priorities) Tell(pg *schedulingv1beta1.PodGroup, e preemption.Effective) {
+	note := e.Capped
+	key := vocab.PodGroupKey(pg.Namespace, pg.Name)
+	p.mu.Lock()
+	if p.told[key] == note {
+		p.mu.Unlock()
+		return
+	}
+	if len(p.told) >= maxRemembered {
+		clear(p.told)
+	}
+	p.told[key] = note
+	p.mu.Unlock()
+	if note != "" {
+		p.cfg.Report.Event(pg, v1.EventTypeWarning, vocab.EventPriorityCapped, "Scheduling", schedulerName+": "+note)
+	}
+}
+
+// Forget drops what was remembered of a gang that is done.
+func (p *Priorities) Forget(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.told, key)
+	delete(p.ranks, key)
+}
+
+func (p *Priorities) remember(key string, r rankEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ranks) >= maxRemembered {
+		clear(p.ranks)
+	}
+	p.ranks[key] = r
+}
+
+// resolveGroup resolves a PodGroup with its PriorityClass (none when the
+// lister is unset or the class is gone) and all the pods naming it.
+func resolveGroup(cfg *Config, pg *schedulingv1beta1.PodGroup) preemption.Effective {
+	var class *schedulingv1.PriorityClass
+	if cfg.PriorityClasses != nil && pg.Spec.PriorityClassName != "" {
+		class, _ = cfg.PriorityClasses.Get(pg.Spec.PriorityClassName)
+	}
+	var pods []*v1.Pod
+	if cfg.Gangs != nil {
+		pods, _ = cfg.Gangs.GroupPods(pg.Namespace, pg.Name)
+	}
+	return preemption.Resolve(pg, class, pods)
+}
