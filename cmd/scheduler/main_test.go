@@ -52,14 +52,17 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_TLS_PRIVATE_KEY_FILE":             "/tls/tls.key",
 		"GPUFABRIC_AUTHORIZATION_ALWAYS_ALLOW_PATHS": "/livez, /metrics",
 
-		"GPUFABRIC_FREE_ROOM_INTERVAL": "30s",
+		"GPUFABRIC_PLACEMENT_ALLOCATE_CALLS": "500",
+		"GPUFABRIC_PLACEMENT_TIME_BUDGET":    "250ms",
+		"GPUFABRIC_FREE_ROOM_INTERVAL":       "30s",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
 	if o.domainChannels != 3 || o.leaderElect || o.kubeconfig != "/tmp/kc" || o.commitWorkers != 32 || o.commitsInFlight != 3 || o.apiQPS != 50.5 || o.apiBurst != 2000 ||
-		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" || !o.profiling || !o.domainMetrics || o.freeRoom != 30*time.Second {
+		o.leDurations.lease != 4*time.Second || o.leDurations.renew != 10*time.Second || o.recordNS != "gpufabric-system" || o.packOrder != "fullest-nodes" || !o.profiling || !o.domainMetrics || o.freeRoom != 30*time.Second ||
+		o.budget != (placementBudget{calls: 500, time: 250 * time.Millisecond}) {
 		t.Errorf("options %+v", o)
 	}
 	want := preemptionOptions{disabled: true, nominationTimeout: 90 * time.Second, budget: 2 * time.Second, starvationBound: 10 * time.Minute, unschedulableWait: time.Minute,
@@ -107,6 +110,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--free-room-interval=100ms"}, wantErr: "--free-room-interval must be 0 (off) or at least 1s"},
 		{args: []string{"--free-room-interval=-1s"}, wantErr: "--free-room-interval must be at least 0s"},
 		{args: []string{"--commits-in-flight=0"}, wantErr: "--commits-in-flight must be 1..256, got 0"},
+		{args: []string{"--placement-allocate-calls=0"}, wantErr: "--placement-allocate-calls must be at least 1, got 0"},
+		{args: []string{"--placement-time-budget=1ms"}, wantErr: "--placement-time-budget must be at least 10ms"},
 		{args: []string{"--commits-in-flight=1"}},
 		{args: []string{"--starvation-reservations-per-namespace=0"}, wantErr: "--starvation-reservations-per-namespace must be at least 1, got 0"},
 		{args: []string{"--starvation-reservations-per-namespace=3"}},

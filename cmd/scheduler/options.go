@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -37,6 +38,7 @@ type options struct {
 	apiContentType  string
 	packOrder       string
 	syncTimeout     time.Duration
+	budget          placementBudget
 	freeRoom        time.Duration
 	preemption      preemptionOptions
 	serving         servingOptions
@@ -54,6 +56,12 @@ type preemptionOptions struct {
 	// reservationsPerNS bounds the starvation reservations of one
 	// namespace.
 	reservationsPerNS int
+}
+
+// placementBudget bounds one placement attempt (docs/design/cost.md).
+type placementBudget struct {
+	calls int
+	time  time.Duration
 }
 
 // leaseDurations are the leader election timings.
@@ -87,6 +95,8 @@ var envTwins = map[string]string{
 	"starvation-bound":            "GPUFABRIC_STARVATION_BOUND",
 	"max-unschedulable-wait":      "GPUFABRIC_MAX_UNSCHEDULABLE_WAIT",
 	"informer-sync-timeout":       "GPUFABRIC_INFORMER_SYNC_TIMEOUT",
+	"placement-allocate-calls":    "GPUFABRIC_PLACEMENT_ALLOCATE_CALLS",
+	"placement-time-budget":       "GPUFABRIC_PLACEMENT_TIME_BUDGET",
 	"free-room-interval":          "GPUFABRIC_FREE_ROOM_INTERVAL",
 	"v":                           "GPUFABRIC_V",
 	"logging-format":              "GPUFABRIC_LOGGING_FORMAT",
@@ -127,6 +137,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.packOrder, "pack-order", string(placement.PackLeastSpread), "how a gang takes a domain's nodes: "+string(placement.PackLeastSpread)+
 		" (the fewest racks and NVLink domains below it) or "+string(placement.PackFullestNodes)+" (the fullest nodes first: fewer holes, more domains per gang)")
 	fs.DurationVar(&o.syncTimeout, "informer-sync-timeout", 2*time.Minute, "how long the leader's informers may take to sync before /readyz and the log name what is missing (an API not served, RBAC) instead of \"waiting\"")
+	fs.IntVar(&o.budget.calls, "placement-allocate-calls", cost.DefaultCalls, fmt.Sprintf("allocator calls one placement attempt may make, plus %d per member of the gang; a gang that needs more is refused as timed out and backs off harder", cost.CallsPerMember))
+	fs.DurationVar(&o.budget.time, "placement-time-budget", cost.DefaultTime, fmt.Sprintf("wall time one placement attempt may spend in allocator calls, plus %s per member; past it the attempt stops at the next call and the gang is refused as timed out", cost.TimePerMember))
 	p := &o.preemption
 	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
@@ -155,6 +167,7 @@ func (o *options) validate() error {
 		{"starvation-bound", p.starvationBound, 0},
 		{"max-unschedulable-wait", p.unschedulableWait, time.Second},
 		{"informer-sync-timeout", o.syncTimeout, time.Second},
+		{"placement-time-budget", o.budget.time, 10 * time.Millisecond},
 		{"free-room-interval", o.freeRoom, 0},
 	} {
 		if d.v < d.min {
@@ -183,6 +196,9 @@ func (o *options) validate() error {
 	}
 	if o.profiling && o.metricsAddress == "" {
 		return errors.New("--profiling needs --metrics-address: the profiles are served beside /metrics")
+	}
+	if o.budget.calls < 1 {
+		return fmt.Errorf("--placement-allocate-calls must be at least 1, got %d", o.budget.calls)
 	}
 	if o.commitsInFlight < 1 || o.commitsInFlight > 256 {
 		return fmt.Errorf("--commits-in-flight must be 1..256, got %d", o.commitsInFlight)

@@ -17,6 +17,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/component/clientmetrics"
 	"github.com/gpufabric/gpufabric/pkg/component/version"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -104,7 +105,8 @@ func (o *options) schedulerConfig(client kubernetes.Interface, metrics *schedule
 		Metrics:           metrics,
 		CommitParallelism: o.commitWorkers,
 		CommitsInFlight:   o.commitsInFlight,
-		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder)},
+		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder), Budget: cost.Budget{Calls: o.budget.calls}},
+		PlacementTime:     o.budget.time,
 
 		DisablePreemption:    o.preemption.disabled,
 		NominationTimeout:    o.preemption.nominationTimeout,

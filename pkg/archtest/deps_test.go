@@ -31,6 +31,9 @@ var rules = []struct {
 	// The cluster index is a leaf of the engine: nothing of the engine
 	// (pkg/gang/placement) above it, only the vocabulary.
 	{"pkg/gang/placement/index", []string{"pkg/topology"}},
+	// The cost model is a leaf of the engine too: budgets and the memory
+	// of refused and timed-out calls, no cluster view.
+	{"pkg/gang/placement/cost", nil},
 	// The segment planner is a leaf too: plain numbers in, picks out.
 	{"pkg/gang/placement/segment", nil},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
@@ -62,7 +65,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

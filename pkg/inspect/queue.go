@@ -21,6 +21,9 @@ func groupPriority(pg *schedulingv1beta1.PodGroup, members []*corev1.Pod) int32 
 
 // queueBefore is the scheduler's queue order (pkg/gang/queue Rank.Before
 // with the PodGroup's key): higher priority first, then older, then key.
+// Between namespaces of one priority the scheduler also weighs their
+// share of its time (in its memory, not in the API): this is the age
+// order there.
 func queueBefore(a, b *WaitingGang) bool {
 	if a.Priority != b.Priority {
 		return a.Priority > b.Priority

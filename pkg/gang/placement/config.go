@@ -1,6 +1,9 @@
 package placement
 
-import "github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+import (
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+)
 
 // Config tunes the engine and the snapshots it places on. The zero value
 // is usable.
@@ -17,7 +20,16 @@ type Config struct {
 	// PackOrder is how a domain's nodes are taken (packorder.go). Default
 	// PackLeastSpread.
 	PackOrder PackOrder
+	// Budget bounds one Place call's Allocate calls (a count, and a
+	// deadline the scheduler sets per attempt); a Place that spends it is
+	// refused as timed out (allocator.go, docs/design/cost.md). The zero
+	// value is cost.DefaultCalls plus cost.CallsPerMember per member, no
+	// deadline.
+	Budget cost.Budget
 
+	// allocate replaces index.Snapshot.Allocate (tests: a fake slow
+	// allocator, WithAllocator in export_test.go).
+	allocate allocFunc
 	// greedyOnly turns the search (search.go) off, for tests that measure
 	// what it adds (GreedyOnly in export_test.go).
 	greedyOnly bool

@@ -7,8 +7,9 @@
 // calls, the refusals), never the placer itself:
 //   - placer walks the levels and their domains in best-fit order and
 //     reports (place.go, decision.go);
-//   - fits answers the cheap per-node checks; allocator runs Allocate calls
-//     (nodes.go);
+//   - fits answers the cheap per-node checks (nodes.go); allocator runs
+//     Allocate calls inside the budget and through the gang's memory of
+//     refused and timed-out calls (allocator.go, pkg/gang/placement/cost);
 //   - filler verifies one domain: shared claims, balanced quotas, the
 //     greedy fill and its fall-backs (fill.go, firstalt.go);
 //   - packer orders a domain's nodes (packorder.go);
@@ -28,7 +29,9 @@
 // (member order), shape.go (members and their shapes), podaffinity.go
 // (Unsupported, the anti-affinity and volume checks' names), place.go
 // (Place, placer), decision.go (Decision and Unschedulable from a Place,
-// Assume), nodes.go (check names, fits, allocator), attempt.go (a
+// Assume), nodes.go (check names, fits), allocator.go (allocator, the
+// Allocate seam and the call keys of the memory), timedout.go (TimedOut:
+// refusals of a spent budget or of timed-out calls), attempt.go (a
 // placement in progress), fill.go (filler), firstalt.go (firstAvailable
 // floors), packorder.go (PackOrder, packer), spread.go (balanced quotas,
 // Decision.Spread), search.go, searchbound.go, searchjoint.go and
@@ -46,17 +49,20 @@
 //     every chosen node is then verified with the allocator
 //     (index.Snapshot.Allocate), counting the gang's own in-flight
 //     allocations.
-//   - The same Snapshot, Config and Gang always give the same result: every
-//     list is sorted, no decision depends on map order, and the searches'
-//     budgets are counts, not clocks (index.Config.AllocateTimeout aside).
+//   - The same Snapshot, Config and Gang (with its Memory) always give the
+//     same result: every list is sorted, no decision depends on map order,
+//     and the searches' and the Place call's budgets are counts, not clocks
+//     (index.Config.AllocateTimeout and Config.Budget.Deadline aside: both
+//     are read through the Allocate seam, whose end times the budget
+//     compares with its deadline).
 //   - Place reads the snapshot and fills its caches; only Assume changes
 //     what it holds. A Snapshot is not safe for concurrent use.
 //   - A fabric-domain channel goes only to a gang one of whose members
 //     uses a GPU of the channel's domain (channels.go): a decision that
 //     hands one to a GPU-less gang is refused.
-//   - The engine imports pkg/topology and its leaves (index, segment),
-//     never what uses it (pkg/archtest); the leaves never import the
-//     engine.
+//   - The engine imports pkg/topology and its leaves (index, segment,
+//     cost), never what uses it (pkg/archtest); the leaves never import
+//     the engine.
 //
 // See docs/design/placement.md.
 package placement

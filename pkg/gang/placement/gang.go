@@ -11,6 +11,7 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -102,6 +103,11 @@ type Gang struct {
 	// PodGroup: they are reserved for each placed member, as kube-scheduler
 	// reserves a claim for every pod that shares it, not for the PodGroup.
 	MemberShared map[types.UID]bool
+	// Memory, when set, is what the gang's earlier Place calls remember of
+	// refused and timed-out Allocate calls (the scheduler keeps one per
+	// gang, cost.Memories); Place reads and adds to it. Nil: each Place
+	// remembers for itself only.
+	Memory *cost.Memory
 }
 
 // Member is one pod of a gang with its own claims (not the shared ones).

@@ -5,7 +5,6 @@ import (
 	"math"
 
 	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -236,28 +235,4 @@ func deviceFit(ctx context.Context, s *index.Snapshot, ns *index.NodeState, m *s
 		return 0, limit, nil
 	}
 	return fit, "", nil
-}
-
-// allocator runs one Place call's Allocate calls (index.Snapshot.Allocate),
-// counting them in its Stats.
-type allocator struct {
-	s     *index.Snapshot
-	stats *Stats
-}
-
-// allocate returns the claims' results on the node next to inflight, or
-// nil and the failed check when they do not fit.
-func (a allocator) allocate(ctx context.Context, ns *index.NodeState, claims []*resourceapi.ResourceClaim, classes []string, inflight index.InFlight) ([]resourceapi.AllocationResult, string, error) {
-	res, err := a.s.Allocate(ctx, ns, claims, classes, inflight)
-	if err != nil {
-		return nil, "", err
-	}
-	a.stats.record(res.Took)
-	switch {
-	case res.TimedOut:
-		return nil, CheckAllocatorTime, nil
-	case res.Results == nil:
-		return nil, CheckAllocator, nil
-	}
-	return res.Results, "", nil
 }

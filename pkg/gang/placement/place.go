@@ -2,11 +2,13 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -27,6 +29,11 @@ import (
 // (members already running) goes only to the domain that holds all those
 // nodes, at the smallest of its levels that has one. Place does not change
 // what the snapshot considers allocated; call Assume.
+//
+// Every Allocate call counts against Config.Budget and goes through the
+// gang's Memory (allocator.go): a Place that spends its budget stops there
+// and returns an Unschedulable with TimedOut set, as does one refused
+// after any of its calls ran out of time (made or remembered).
 func Place(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*Decision, *Unschedulable, error) {
 	cfg = cfg.withDefaults()
 	if _, err := ParsePackOrder(string(cfg.PackOrder)); err != nil {
@@ -39,6 +46,19 @@ func Place(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*Decisi
 	if err != nil {
 		return nil, nil, err
 	}
+	d, u, err := p.place(ctx)
+	switch {
+	case errors.Is(err, errBudget):
+		return nil, p.timedOut(), nil
+	case u != nil && p.meter.TimedOut():
+		p.markTimedOut(u)
+	}
+	return d, u, err
+}
+
+// place is Place once the placer is made.
+func (p *placer) place(ctx context.Context) (*Decision, *Unschedulable, error) {
+	g, s := p.g, p.s
 	if sg := p.fill.seg; sg != nil && sg.invalid != "" {
 		return nil, &Unschedulable{Gang: g.Key(), Pods: len(g.Members), MinCount: g.MinCount, Devices: p.need, DeviceClass: p.class,
 			SegmentSize: g.SegmentSize, SegmentTopologyKey: g.SegmentTopologyKey, Message: sg.invalid}, nil
@@ -137,6 +157,8 @@ type placer struct {
 	pin *topology.Domain
 	// warnings about the gang's spec, for the Decision or Unschedulable.
 	warnings []string
+	// meter counts the Allocate calls against Config.Budget.
+	meter *cost.Meter
 }
 
 // newPlacer makes the pieces of one Place call, each given what it needs.
@@ -150,9 +172,13 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 		return nil, err
 	}
 	stats, refused := &Stats{}, refusals{}
+	alloc, err := newAllocator(cfg, s, g, stats)
+	if err != nil {
+		return nil, err
+	}
 	fit := newFits(ctx, m, s, pins)
-	fill := newFiller(ctx, cfg, s, g, fit, allocator{s: s, stats: stats}, refused, shared)
-	p := &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused}
+	fill := newFiller(ctx, cfg, s, g, fit, alloc, refused, shared)
+	p := &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused, meter: alloc.meter}
 	if g.SegmentSize > 0 {
 		fill.seg, err = newSegmenter(ctx, cfg, s, g, fill)
 	}

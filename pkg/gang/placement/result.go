@@ -92,6 +92,11 @@ type Stats struct {
 	// SegmentCutoffs the domains whose segment plan ran out of its budget.
 	SegmentPlaces  int
 	SegmentCutoffs int
+	// Remembered counts the Allocate calls not made because the gang's
+	// Memory held their answer (allocator.go); TimedOutCalls the calls
+	// that ran out of index.Config.AllocateTimeout.
+	Remembered    int
+	TimedOutCalls int
 }
 
 func (st *Stats) record(d time.Duration) {
@@ -153,6 +158,10 @@ type Unschedulable struct {
 	// (or the pinned domain): the binding constraint and what would help.
 	Domains []DomainRefusal
 	Stats   Stats
+	// TimedOut, when set, says the Place call spent its budget, or that
+	// Allocate calls ran out of time; Message then starts with "timed
+	// out:" and names the claim that cost the most (timedout.go).
+	TimedOut *TimedOut
 }
 
 // LevelReport is what one tried level offered.

@@ -9,13 +9,18 @@
 // Files: queue.go (Interface, Events, Config, Queue: add, get, wait,
 // forget, counts), parked.go (the parked gangs and the wake-ups),
 // backoffq.go (the backoff queue), priority.go (Rank, the active queue's
-// order), keys.go (gang keys).
+// order), fair.go (each namespace's share of the worker's time), keys.go
+// (gang keys).
 //
 // Rules:
 //   - A key is processed by one worker at a time (workqueue); of the ready
-//     keys, the highest priority goes first, then the oldest gang, then the
-//     smaller key (Rank). A key's rank is read when it is queued or touched
-//     again, and for all queued keys by SetRank and Reorder.
+//     keys, the highest priority goes first; between namespaces at that
+//     priority, the one whose attempts used the least of the worker's time
+//     (Charge; start-time fair queuing, no credit for idle time); within a
+//     namespace, the oldest gang, then the smaller key (Rank). A key's rank
+//     is read when it is queued or touched again, and for all queued keys
+//     by SetRank and Reorder. In a cluster of one namespace, or when
+//     nothing is charged, this is priority, then age, then key.
 //   - A gang that could not be placed is parked: it is not retried before
 //     its backoff (exponential with jitter, InitialBackoff..MaxBackoff)
 //     ends, and after that only when a cluster change that can help
@@ -26,8 +31,12 @@
 //     lacked (DevicesFreed).
 //   - A woken gang whose backoff has not ended waits in the backoff queue,
 //     which hands it out early when nothing else is ready (kube-scheduler's
-//     SchedulerPopFromBackoffQ); a gang that errored (ParkError) waits its
-//     backoff out.
+//     SchedulerPopFromBackoffQ); a gang that errored (ParkError) or timed
+//     out (ParkTimedOut) waits its backoff out.
+//   - A gang that timed out (its attempt spent the placement budget, or
+//     its claims ran out of the allocator's time) backs off harder: its
+//     attempt counts TimedOutWeight times and its backoff may reach
+//     TimedOutMaxFactor × MaxBackoff.
 //   - A gang whose commit lost a race (RetryConflict) waits out a backoff
 //     of its own (ConflictBackoff, doubled per conflict since the gang was
 //     last forgotten, up to MaxBackoff) and wakes no other gang; only when

@@ -79,6 +79,34 @@ func (q *Queue) ParkError(key string, cycle uint64) time.Duration {
 	return d
 }
 
+// TimedOutWeight is how many attempts a timed-out attempt counts for in
+// the backoff (each one multiplies it by 2^TimedOutWeight, not 2), and
+// TimedOutMaxFactor how far past MaxBackoff it may grow.
+const (
+	TimedOutWeight    = 3
+	TimedOutMaxFactor = 6
+)
+
+// ParkTimedOut is ParkError for a gang whose attempt spent its placement
+// budget or whose claims ran out of time: it backs off harder — the
+// attempt counts TimedOutWeight times, and the backoff may grow to
+// TimedOutMaxFactor × MaxBackoff — and is never handed out early, so that
+// a tenant's expensive gang costs the worker at most its budget per
+// backoff.
+func (q *Queue) ParkTimedOut(key string, cycle uint64) time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.attempts[key] += TimedOutWeight
+	limit := TimedOutMaxFactor * q.maxBackoff
+	d := q.initial << min(q.attempts[key]-1, 20)
+	if d <= 0 || d > limit {
+		d = limit
+	}
+	d = q.parkLocked(key, cycle, d)
+	q.errored[key] = true
+	return d
+}
+
 // ParkShort parks a gang for the initial backoff without counting an
 // attempt: a preempting gang, which waits for its victims to go.
 func (q *Queue) ParkShort(key string, cycle uint64) time.Duration {

@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// Rank orders the active queue: higher priority first, then older gangs
-// (creation time), then the key.
+// Rank orders a namespace's gangs in the active queue: higher priority
+// first, then older gangs (creation time), then the key. Between
+// namespaces, the fair share of the worker's time comes after the
+// priority (prioQueue).
 type Rank struct {
 	Priority int32
 	Since    time.Time
@@ -29,17 +31,23 @@ func (a Rank) Before(ka string, b Rank, kb string) bool {
 // call the queue.
 type RankFunc func(key string) Rank
 
-// prioQueue is the active queue's order (a workqueue.Queue): a heap by
-// rank. The rank of a key is read when it is pushed or touched; reorder
-// reads all again. Safe for concurrent use.
+// prioQueue is the active queue's order (a workqueue.Queue): one heap by
+// rank per namespace, and between namespaces the fair share of the
+// worker's time (fair.go): of the namespaces whose first key has the
+// highest priority, the one whose attempts used the least worker time is
+// served first, then by its first key's rank. The rank of a key is read
+// when it is pushed or touched; reorder reads all again. Safe for
+// concurrent use.
 type prioQueue struct {
 	mu    sync.Mutex
 	rankf RankFunc
-	h     rankHeap
+	byNS  map[string]*rankHeap // namespace → its queued keys
+	nsOf  map[string]string    // queued key → namespace
+	fair  fairShare
 }
 
 func newPrioQueue() *prioQueue {
-	return &prioQueue{rankf: func(string) Rank { return Rank{} }, h: rankHeap{index: map[string]int{}}}
+	return &prioQueue{rankf: func(string) Rank { return Rank{} }, byNS: map[string]*rankHeap{}, nsOf: map[string]string{}, fair: newFairShare()}
 }
 
 // setRank sets the rank function and re-reads every queued key's rank.
@@ -58,37 +66,89 @@ func (q *prioQueue) reorder() {
 }
 
 func (q *prioQueue) reorderLocked() {
-	for i := range q.h.items {
-		q.h.items[i].rank = q.rankf(q.h.items[i].key)
+	for _, h := range q.byNS {
+		for i := range h.items {
+			h.items[i].rank = q.rankf(h.items[i].key)
+		}
+		heap.Init(h)
 	}
-	heap.Init(&q.h)
+}
+
+// charge adds an attempt's worker time to its gang's namespace.
+func (q *prioQueue) charge(key string, d time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ns, _ := SplitKey(key)
+	q.fair.charge(ns, d)
 }
 
 func (q *prioQueue) Touch(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if i, ok := q.h.index[key]; ok {
-		q.h.items[i].rank = q.rankf(key)
-		heap.Fix(&q.h, i)
+	h := q.byNS[q.nsOf[key]]
+	if h == nil {
+		return
+	}
+	if i, ok := h.index[key]; ok {
+		h.items[i].rank = q.rankf(key)
+		heap.Fix(h, i)
 	}
 }
 
 func (q *prioQueue) Push(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	heap.Push(&q.h, rankItem{key: key, rank: q.rankf(key)})
+	_, ns, _ := SplitKey(key)
+	h := q.byNS[ns]
+	if h == nil {
+		h = &rankHeap{index: map[string]int{}}
+		q.byNS[ns] = h
+		q.fair.activate(ns)
+	}
+	q.nsOf[key] = ns
+	heap.Push(h, rankItem{key: key, rank: q.rankf(key)})
 }
 
 func (q *prioQueue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.h.Len()
+	return len(q.nsOf)
 }
 
+// Pop serves the namespace whose first key has the highest priority, then
+// the one that used the least worker time, then the one whose first key
+// ranks first; the order is total, so it does not depend on map order.
 func (q *prioQueue) Pop() string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return heap.Pop(&q.h).(rankItem).key
+	best, found := "", false
+	for ns, h := range q.byNS {
+		if !found || q.before(ns, h, best, q.byNS[best]) {
+			best, found = ns, true
+		}
+	}
+	h := q.byNS[best]
+	key := heap.Pop(h).(rankItem).key
+	delete(q.nsOf, key)
+	q.fair.served(best)
+	if h.Len() == 0 {
+		delete(q.byNS, best)
+		q.fair.idle(best)
+	}
+	q.fair.sweep(func(ns string) bool { return q.byNS[ns] != nil }, len(q.byNS))
+	return key
+}
+
+// before reports whether namespace a (its keys ha) is served before b.
+func (q *prioQueue) before(a string, ha *rankHeap, b string, hb *rankHeap) bool {
+	ra, rb := ha.items[0], hb.items[0]
+	if ra.rank.Priority != rb.rank.Priority {
+		return ra.rank.Priority > rb.rank.Priority
+	}
+	if ua, ub := q.fair.of(a), q.fair.of(b); ua != ub {
+		return ua < ub
+	}
+	return ra.rank.Before(ra.key, rb.rank, rb.key)
 }
 
 type rankItem struct {

@@ -25,6 +25,7 @@ type Interface interface {
 	Park(key string, cycle uint64) time.Duration
 	ParkDevicesShort(key string, cycle uint64, short int) time.Duration
 	ParkError(key string, cycle uint64) time.Duration
+	ParkTimedOut(key string, cycle uint64) time.Duration
 	ParkShort(key string, cycle uint64) time.Duration
 	Wait(key, namespace string, cycle uint64)
 	Forget(key string)
@@ -34,6 +35,9 @@ type Interface interface {
 	// SetRank and Reorder set and re-read the active queue's order.
 	SetRank(f RankFunc)
 	Reorder()
+	// Charge tells the queue what an attempt of the gang cost the worker:
+	// its namespace's share of the worker's time (fair.go).
+	Charge(key string, d time.Duration)
 	// Counts reports the gangs by state, for the metrics.
 	Counts() map[string]int
 }
@@ -277,6 +281,11 @@ func (q *Queue) SetRank(f RankFunc) { q.order.setRank(f) }
 // Reorder re-reads every queued key's rank (the informers filled since the
 // keys were queued).
 func (q *Queue) Reorder() { q.order.reorder() }
+
+// Charge adds an attempt's worker time to its gang's namespace: of the
+// namespaces with gangs of the same priority ready, the one charged least
+// is served first (fair.go).
+func (q *Queue) Charge(key string, d time.Duration) { q.order.charge(key, d) }
 
 // Counts reports the queue's gangs by state, for the metrics.
 func (q *Queue) Counts() map[string]int {

@@ -337,3 +337,39 @@ func TestQueueStaleTimersDoNotRetry(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueTimedOutBacksOffHarder: a timed-out attempt counts
+// TimedOutWeight attempts, so its backoff grows 2^TimedOutWeight-fold per
+// timed-out attempt up to TimedOutMaxFactor × MaxBackoff (a plain park
+// stops at MaxBackoff), and the gang is not handed out before it ends.
+func TestQueueTimedOutBacksOffHarder(t *testing.T) {
+	gq := newQueue(100*time.Millisecond, time.Second, time.Hour, nil)
+	defer gq.ShutDown()
+	var got []time.Duration
+	for range 4 {
+		got = append(got, gq.ParkTimedOut("k", gq.Cycle()))
+	}
+	// Attempts counted: 3, 6, 9, 12 → 400 ms, 3.2 s, then the 6 s cap.
+	bounds := []time.Duration{400, 3200, 6000, 6000}
+	for i, d := range got {
+		lo, hi := bounds[i]*time.Millisecond*8/10, bounds[i]*time.Millisecond*12/10
+		if d < lo || d > hi {
+			t.Errorf("timed-out attempt %d: backoff %v not in [%v, %v]", i+1, d, lo, hi)
+		}
+	}
+	plain := newQueue(100*time.Millisecond, time.Second, time.Hour, nil)
+	defer plain.ShutDown()
+	for range 4 {
+		if d := plain.Park("k", plain.Cycle()); d > 1200*time.Millisecond {
+			t.Errorf("plain park: backoff %v past MaxBackoff", d)
+		}
+	}
+
+	const backoff = 10 * time.Second
+	gq2 := newQueue(backoff, backoff, time.Hour, nil)
+	gq2.ParkTimedOut("pg:ns/slow", gq2.Cycle())
+	gq2.FlushParked()
+	if k := next(t, gq2, 300*time.Millisecond); k != "" {
+		t.Fatalf("a timed-out gang was handed out before its backoff's end: %q", k)
+	}
+}

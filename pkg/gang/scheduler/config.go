@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -93,8 +94,11 @@ type Config struct {
 	// debugging. No flag.
 	RebuildSnapshots bool
 	// Placement configures the engine; its MatchCache is set by the
-	// scheduler.
+	// scheduler, and its Budget's deadline per attempt (PlacementTime).
 	Placement placement.Config
+	// PlacementTime is one attempt's time budget, plus cost.TimePerMember
+	// per member (docs/design/cost.md). Default cost.DefaultTime (1s).
+	PlacementTime time.Duration
 	// CommitHook, when set, is called before every write of a commit (and
 	// recovery) and once after the last write of a commit, with the step
 	// and the object. An error aborts the scheduler with gate.ErrAborted and no
@@ -145,6 +149,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NominationTimeout <= 0 {
 		c.NominationTimeout = 5 * time.Minute
+	}
+	if c.PlacementTime <= 0 {
+		c.PlacementTime = cost.DefaultTime
 	}
 	if c.PreemptionBudget <= 0 {
 		c.PreemptionBudget = 2 * time.Second

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
@@ -201,12 +202,22 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	var d *placement.Decision
 	var u *placement.Unschedulable
 	if err == nil {
-		d, u, err = placement.Place(ctx, s.cfg.Placement, snap, g)
+		// The attempt's budget: calls (Config.Placement.Budget) and time
+		// from now; the gang's memory of its expensive calls.
+		cfg := s.cfg.Placement
+		cfg.Budget.Deadline = cost.DeadlineFor(time.Now(), s.cfg.PlacementTime, len(g.Members))
+		g.Memory = s.costs.For(a.key)
+		d, u, err = placement.Place(ctx, cfg, snap, g)
+		s.costs.Keep(a.key, g.Memory)
 	}
 	s.cfg.Metrics.observePlacement(time.Since(start).Seconds())
 	switch {
 	case err != nil:
 		return s.refuse(ctx, a, ReasonSchedulerError, vocab.ReasonSchedulerError, err.Error())
+	case u != nil && u.TimedOut != nil:
+		// Its own claims cost it the attempt: no preemption (which would
+		// place it again, at the same cost), a harder backoff.
+		return s.refuse(ctx, a, ReasonTimedOut, vocab.ReasonTimedOut, u.Message)
 	case u != nil:
 		if len(s.evict.Held(a.preemptor())) == 0 {
 			// Held nodes come back without a claim's event.
@@ -332,6 +343,8 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	switch {
 	case metricReason == ReasonSchedulerError:
 		backoff = s.queue.ParkError(a.key, a.cycle)
+	case metricReason == ReasonTimedOut:
+		backoff = s.queue.ParkTimedOut(a.key, a.cycle)
 	case s.evict.Nominated(a.key):
 		backoff = s.queue.ParkShort(a.key, a.cycle) // its victims are going
 	case a.short > 0:
@@ -354,6 +367,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 func (s *Scheduler) forget(key string) {
 	s.queue.Forget(key)
 	s.prios.Forget(key)
+	s.costs.Forget(key)
 	s.pending.clear(key)
 	s.status.forget(key)
 }

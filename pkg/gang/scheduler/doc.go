@@ -42,7 +42,9 @@
 //     fed by informers.go); leader.go: leader election and the fence of its Lease.
 //
 // Rules:
-//   - One worker places one gang at a time; every attempt places the gang
+//   - One worker places one gang at a time, and charges each attempt's time
+//     to the gang's namespace (queue.Charge: namespaces share the worker
+//     fairly at each priority); every attempt places the gang
 //     on a snapshot of the informers, brought up to date by the placement
 //     cache from their events (docs/design/snapshot-cache.md), less the
 //     nodes other gangs hold against it (evict.Evictor.Held), plus the

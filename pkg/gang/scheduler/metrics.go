@@ -23,6 +23,9 @@ const (
 	// ReasonUnsupported: a member uses a pod feature the engine does not
 	// model; the message names the field.
 	ReasonUnsupported = "unsupported"
+	// ReasonTimedOut: the attempt spent its placement budget, or the
+	// gang's claims ran out of the allocator's time (vocab.ReasonTimedOut).
+	ReasonTimedOut = "timed_out"
 	// reasonNotReady: the gang waits for members or claims (pending_gangs).
 	reasonNotReady = "waiting_for_members"
 )
@@ -116,7 +119,7 @@ func NewMetricsWith(reg prometheus.Registerer, o MetricsOptions) (*Metrics, erro
 		doubles: prometheus.NewCounterVec(prometheus.CounterOpts(opts("double_allocations_repaired_total",
 			"Claims that lost a device allocated twice (by another scheduler), by action: evicted (their pods) or released (the claim); held: holds made for claims whose devices another scheduler forgot (hold.go).")), []string{"action"}),
 	}
-	for _, r := range []string{ReasonUnschedulable, ReasonSchedulerError, ReasonConflict, ReasonCommitError, ReasonUnsupported} {
+	for _, r := range []string{ReasonUnschedulable, ReasonSchedulerError, ReasonConflict, ReasonCommitError, ReasonUnsupported, ReasonTimedOut} {
 		m.refused.WithLabelValues(r)
 	}
 	for _, a := range []string{"evicted", "released", "held"} {
@@ -173,7 +176,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range []string{"active", "backoff", "parked", "waiting"} {
 		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(queue[s]), s)
 	}
-	for _, r := range []string{ReasonUnschedulable, reasonNotReady, ReasonUnsupported, ReasonSchedulerError, ReasonCommitError} {
+	for _, r := range []string{ReasonUnschedulable, reasonNotReady, ReasonUnsupported, ReasonSchedulerError, ReasonCommitError, ReasonTimedOut} {
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(pending[r]), r)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -55,6 +56,8 @@ type Scheduler struct {
 	// (rooms.go); set by Run.
 	guard   *guard.Guard
 	pending pendingSet
+	// costs: the gangs' memories of refused and timed-out Allocate calls.
+	costs *cost.Memories
 
 	// Set by Run: the informers and the listers the loop and the rooms
 	// read; gangs reads gangs' pods; snaps serves the worker its
@@ -94,6 +97,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg:     cfg,
 		queue:   queue.New(queue.Config{InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff, MaxUnschedulableWait: cfg.MaxUnschedulableWait}),
 		assumed: newAssumeCache(),
+		costs:   cost.NewMemories(0),
 	}
 	s.pipe = commit.NewPipeline(cfg.CommitsInFlight, s.queue.ShutDown)
 	s.gate = &gate.Gate{Stopped: s.pipe.Stopped, Fence: cfg.Fence, Hook: cfg.CommitHook}
@@ -209,7 +213,9 @@ func (s *Scheduler) work(ctx context.Context) error {
 			return s.pipe.Stopped()
 		}
 		s.handedOff = false
+		began := time.Now()
 		err := s.scheduleKey(ctx, key)
+		s.queue.Charge(key, time.Since(began)) // its namespace's share of the worker
 		if !s.handedOff {
 			s.queue.Done(key)
 		}

@@ -50,6 +50,12 @@ const (
 	// ReasonWaitingForMembers: fewer than minCount members (or their
 	// claims) exist yet; also the event reason that says so.
 	ReasonWaitingForMembers = "WaitingForMembers"
+	// ReasonTimedOut: the placement attempt spent its budget (allocator
+	// calls, time), or the claims' Allocate calls ran out of time; the
+	// message starts with "timed out" and names the claim (its
+	// namespace-local name, cut) whose selectors cost the most. The gang
+	// backs off harder than an unschedulable one.
+	ReasonTimedOut = "TimedOut"
 )
 
 // Reasons of ConditionMembersLost, and of the restart of a whole gang.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -167,8 +168,11 @@ type Allocation struct {
 	Results []resourceapi.AllocationResult
 	// TimedOut: the call ran out of Config.AllocateTimeout.
 	TimedOut bool
-	// Took is how long the allocator ran.
+	// Took is how long the allocator ran; End is when it returned, by the
+	// index's clock (the engine reads no clock: it compares End with its
+	// budget's deadline).
 	Took time.Duration
+	End  time.Time
 }
 
 // Allocate runs the structured allocator for claims on one node, seeing
@@ -194,16 +198,17 @@ func (s *Snapshot) Allocate(ctx context.Context, ns *NodeState, claims []*resour
 	defer cancel()
 	start := time.Now()
 	res, err := alloc.Allocate(callCtx, ns.node, claims)
-	took := time.Since(start)
+	end := time.Now()
+	took := end.Sub(start)
 	switch {
 	case err == nil:
-		return Allocation{Results: res, Took: took}, nil
+		return Allocation{Results: res, Took: took, End: end}, nil
 	case ctx.Err() != nil:
 		return Allocation{}, fmt.Errorf("allocate on node %s: %w", ns.node.Name, ctx.Err())
 	case callCtx.Err() != nil:
-		return Allocation{TimedOut: true, Took: took}, nil
+		return Allocation{TimedOut: true, Took: took, End: end}, nil
 	case errors.Is(err, structured.ErrFailedAllocationOnNode):
-		return Allocation{Took: took}, nil
+		return Allocation{Took: took, End: end}, nil
 	default:
 		return Allocation{}, fmt.Errorf("allocate on node %s: %w", ns.node.Name, err)
 	}
@@ -345,4 +350,30 @@ func (s *Snapshot) PoolUse(pool string) (int, []string) {
 	}
 	sort.Strings(users)
 	return total, users
+}
+
+// ShapeKey names the node's devices by shape: for every device of its local
+// pools (newest generation; free or not), its driver, its attribute names
+// with their value types, its capacity names and whether it has taints,
+// counted per shape; then the cluster-level slices of the classes that
+// reach the node, by name. Cached per node for the device part.
+func (s *Snapshot) ShapeKey(ctx context.Context, ns *NodeState, classes []string) (string, error) {
+	d := ns.devices()
+	if d.shape == "" {
+		counts := map[string]int{}
+		for _, id := range d.ids {
+			counts[d.drv[id]+"\x01"+deviceShape(d.byID[id])]++
+		}
+		parts := make([]string, 0, len(counts))
+		for sh, n := range counts {
+			parts = append(parts, strconv.Itoa(n)+"\x02"+sh)
+		}
+		sort.Strings(parts)
+		d.shape = "devices\x00" + strings.Join(parts, "\x00")
+	}
+	names, err := s.ClusterSliceNames(ctx, ns, classes)
+	if err != nil || len(names) == 0 {
+		return d.shape, err
+	}
+	return d.shape + "\x00cluster\x00" + strings.Join(names, "\x00"), nil
 }

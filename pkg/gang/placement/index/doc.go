@@ -3,17 +3,18 @@
 // engine (pkg/gang/placement) asks, and the Cache that keeps snapshots up
 // to date from informer events. It knows nothing of gangs or decisions.
 //
-// Files: snapshot.go (Config, SnapshotInput, Snapshot: building it and its
-// accessors), node.go (NodeState, ResList, a node's device index),
-// devices.go (the device queries: matching and free devices, the
-// cluster-level slices a node sees, Allocate and InFlight, free-device
-// keys, taints and pool holders), changes.go (what changes a snapshot:
-// Assume, and the node and global refreshes of Cache.Update), levels.go
-// (levels of a gang's topology keys, LevelIndex, warm-up), classes.go
-// (DeviceClasses and CEL matching), matchcache.go (MatchCache: matches
-// across snapshots), trim.go (slices trimmed to one class for the
-// allocator), anti.go (required pod anti-affinity terms and their index),
-// cache.go (Cache), cache_gpus.go (Cache.FreeGPUs).
+// Files: snapshot.go (Config, SnapshotInput, Snapshot: building it, its
+// accessors and AllocatorKey), node.go (NodeState, ResList, a node's
+// device index), devices.go (the device queries: matching and free
+// devices, the cluster-level slices a node sees, Allocate and InFlight,
+// free-device and shape keys, taints and pool holders), changes.go (what
+// changes a snapshot: Assume, and the node and global refreshes of
+// Cache.Update), levels.go (levels of a gang's topology keys, LevelIndex,
+// warm-up), classes.go (DeviceClasses and CEL matching), matchcache.go
+// (MatchCache: matches across snapshots), trim.go (slices trimmed to one
+// class for the allocator), shape.go (device shapes, for ShapeKey and the
+// engine's cost model), anti.go (required pod anti-affinity terms and
+// their index), cache.go (Cache), cache_gpus.go (Cache.FreeGPUs).
 //
 // Rules:
 //   - A leaf: it imports pkg/topology and Kubernetes libraries, never the

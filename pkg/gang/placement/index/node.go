@@ -115,6 +115,7 @@ type nodeDevices struct {
 	drv   map[structured.DeviceID]string
 	match map[string][]structured.DeviceID // class → matching devices
 	sig   map[structured.DeviceID]string   // content signatures (FreeDeviceKey)
+	shape string                           // the devices' shapes (ShapeKey); "" until used
 }
 
 func (ns *NodeState) devices() *nodeDevices {

@@ -2,6 +2,9 @@ package index
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -93,6 +96,8 @@ type Snapshot struct {
 	// re-reads them from the cache.
 	touched       map[string]bool
 	globalTouched bool
+	// allocatorKey: AllocatorKey, computed on first use.
+	allocatorKey string
 }
 
 type poolID struct{ driver, pool string }
@@ -279,4 +284,26 @@ func (s *Snapshot) markAllocated(a *resourceapi.AllocationResult) {
 		}
 		s.clusterAllocated[pid] = append(s.clusterAllocated[pid], id)
 	}
+}
+
+// AllocatorKey names what Allocate's answers depend on besides the node,
+// the claims and the devices in use: the DeviceClasses (their specs), the
+// allocator's features and Config.AllocateTimeout. A memory of answers
+// (pkg/gang/placement/cost) is only good for snapshots with the same key.
+// Computed once per snapshot.
+func (s *Snapshot) AllocatorKey() (string, error) {
+	if s.allocatorKey != "" {
+		return s.allocatorKey, nil
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "timeout %d\nfeatures %+v\n", s.cfg.AllocateTimeout, *s.cfg.Features)
+	for _, c := range s.match.classes.sorted {
+		raw, err := json.Marshal(c.Spec)
+		if err != nil {
+			return "", fmt.Errorf("device class %s: %w", c.Name, err)
+		}
+		fmt.Fprintf(h, "class %s %s\n", c.Name, raw)
+	}
+	s.allocatorKey = hex.EncodeToString(h.Sum(nil)[:16])
+	return s.allocatorKey, nil
 }
