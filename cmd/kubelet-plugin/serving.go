@@ -57,15 +57,7 @@ func (s *servingOptions) validate(metricsAddress string) error {
 	return nil
 }
 
-func (s *servingOptions) paths() []string {
-	out := []string{}
-	for _, p := range strings.Split(s.alwaysAllowPaths, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (s *servingOptions) paths() []string { return delegatedauth.ParsePaths(s.alwaysAllowPaths) }
 
 // serveHTTP serves /metrics, the health endpoints (/livez, /readyz,
 // /healthz) and, with --profiling, /debug/pprof/ over HTTPS on addr

@@ -38,15 +38,7 @@ func (s *servingOptions) validate() error {
 	return nil
 }
 
-func (s *servingOptions) paths() []string {
-	out := []string{}
-	for _, p := range strings.Split(s.alwaysAllowPaths, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (s *servingOptions) paths() []string { return delegatedauth.ParsePaths(s.alwaysAllowPaths) }
 
 // serveHTTP serves /metrics, whatever mounts add (the health endpoints)
 // and, with --profiling, /debug/pprof/, over HTTPS on --metrics-address

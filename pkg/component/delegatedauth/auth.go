@@ -20,6 +20,18 @@ import (
 // than ?verbose does).
 var DefaultAlwaysAllowPaths = []string{"/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*"}
 
+// ParsePaths reads a flag's comma-separated path list (for
+// Config.AlwaysAllowPaths), dropping blanks; "" gives an empty list.
+func ParsePaths(list string) []string {
+	out := []string{}
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Defaults of Config.
 const (
 	DefaultCacheTTL    = 10 * time.Second

@@ -36,4 +36,3 @@ func TestThrottleDue(t *testing.T) {
 		}
 	}
 }
-

@@ -102,3 +102,19 @@ func NodeReady(n *corev1.Node) bool {
 		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
 	})
 }
+
+// UnevenDomains creates, for each domain d with n nodes, nodes d-0 … d-(n-1)
+// (hostname labels only) each publishing gpus GPUs of NVLink domain dom-d.
+func UnevenDomains(t *testing.T, admin kubernetes.Interface, nodes map[string]int, gpus int) {
+	t.Helper()
+	ctx := t.Context()
+	for d, n := range nodes {
+		for i := range n {
+			name := fmt.Sprintf("%s-%d", d, i)
+			_, err := admin.CoreV1().Nodes().Create(ctx, Node(name, map[string]string{corev1.LabelHostname: name}), metav1.CreateOptions{})
+			Must(t, "create node", err)
+			_, err = admin.ResourceV1().ResourceSlices().Create(ctx, GPUSlice(name, "dom-"+d, gpus), metav1.CreateOptions{})
+			Must(t, "create slice", err)
+		}
+	}
+}

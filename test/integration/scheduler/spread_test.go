@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,16 +28,8 @@ func TestSchedulerSpreadsOverFewestDomains(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true})
 	admin := cp.AdminClient(t)
 	itest.FabricCluster(t, admin, nil, 0, 4) // the device classes
+	itest.UnevenDomains(t, admin, map[string]int{"a": 2, "b": 3, "c": 4, "d": 4}, 4)
 	ctx := t.Context()
-	for d, n := range map[string]int{"a": 2, "b": 3, "c": 4, "d": 4} {
-		for i := range n {
-			name := fmt.Sprintf("%s-%d", d, i)
-			_, err := admin.CoreV1().Nodes().Create(ctx, itest.Node(name, map[string]string{corev1.LabelHostname: name}), metav1.CreateOptions{})
-			itest.Must(t, "create node", err)
-			_, err = admin.ResourceV1().ResourceSlices().Create(ctx, itest.GPUSlice(name, "dom-"+d, 4), metav1.CreateOptions{})
-			itest.Must(t, "create slice", err)
-		}
-	}
 	const ns, group = "spread", "wide"
 	itest.GangNamespace(t, admin, ns, 4)
 	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{DomainChannels: 0})
