@@ -194,5 +194,34 @@ func adversaryPods(ctx context.Context, c kubernetes.Interface) (total, bound in
 	return total, bound
 }
 
+// longestMessage is the longest condition message the scheduler wrote on
+// the adversary's PodGroups and pods (each is bounded by report.MaxMessage
+// whatever the tenant wrote; its flood gang carries a 200 KiB annotation).
+func longestMessage(ctx context.Context, c kubernetes.Interface) (int, string) {
+	longest, where := 0, ""
+	note := func(kind, name string, msgs ...string) {
+		for _, m := range msgs {
+			if len(m) > longest {
+				longest, where = len(m), kind+" "+name
+			}
+		}
+	}
+	if pgs, err := c.SchedulingV1beta1().PodGroups(adversaryNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, pg := range pgs.Items {
+			for _, cond := range pg.Status.Conditions {
+				note("podgroup", pg.Name, cond.Message)
+			}
+		}
+	}
+	if pods, err := c.CoreV1().Pods(adversaryNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			for _, cond := range p.Status.Conditions {
+				note("pod", p.Name, cond.Message)
+			}
+		}
+	}
+	return longest, where
+}
+
 // gpuLess reports whether p is one of the channel-only pods.
 func gpuLess(p *corev1.Pod) bool { return len(p.Spec.ResourceClaims) == 1 }

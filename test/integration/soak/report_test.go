@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
 )
 
 // report prints the run's numbers (docs/benchmarks.md): the counters, and
@@ -44,6 +46,11 @@ func (s *soak) report(adv *adversary) {
 	s.emit(fmt.Sprintf("soak: adversary pods=%d bound with GPUs=%d (none can fit)", pods, bound))
 	if bound > 0 {
 		s.violation("%d of the adversary's never-fitting GPU pods are bound", bound)
+	}
+	n, where := longestMessage(ctx, s.admin)
+	s.emit(fmt.Sprintf("soak: longest message written on the adversary's objects: %d bytes (%s; its annotation: %d KiB)", n, where, hugeValue>>10))
+	if n > report.MaxMessage {
+		s.violation("a %d-byte message on the adversary's %s: messages are bounded at %d", n, where, report.MaxMessage)
 	}
 }
 
