@@ -115,7 +115,16 @@ func TestParsePreferredTopologyKey(t *testing.T) {
 func checkAnnotationError(t *testing.T, err error, annotation, value string, allowed ...string) {
 	t.Helper()
 	msg := err.Error()
-	for _, want := range append([]string{"annotation " + annotation, strconv.Quote(value)}, allowed...) {
+	quoted := strconv.Quote(value)
+	if len(value) > maxQuotedValue {
+		// A long value is cut: the error stays bounded, says it was cut,
+		// and never repeats the whole of it.
+		quoted = "..."
+		if limit := 4*maxQuotedValue + 1024; len(msg) > limit || strings.Contains(msg, strconv.Quote(value)) {
+			t.Errorf("error for a %d-byte value is %d bytes (limit %d) or repeats it whole", len(value), len(msg), limit)
+		}
+	}
+	for _, want := range append([]string{"annotation " + annotation, quoted}, allowed...) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q lacks %q", msg, want)
 		}

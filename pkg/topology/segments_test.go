@@ -71,7 +71,7 @@ func FuzzSegmentSize(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string) {
 		n, err := ParseSegmentSize(v)
 		if err != nil {
-			if n != 0 || len(err.Error()) > 300 {
+			if n != 0 || len(err.Error()) > 4*maxQuotedValue+200 {
 				t.Fatalf("ParseSegmentSize(%q) = %d, %v", v, n, err)
 			}
 			return
