@@ -179,10 +179,18 @@ func TestDocFileMaps(t *testing.T) {
 // of non-test code, CONTRIBUTING.md).
 const maxPackageLines = 3500
 
-// largePackages may pass maxPackageLines, each with the reason and the plan.
-var largePackages = map[string]string{
-	"pkg/gang/placement": "one job (one placement decision: member search, rails, pack order, explanation); " +
-		"its leaves (the cluster index) already left; the rail search is the next candidate",
+// largePackages may pass maxPackageLines, each with the reason, the plan
+// and a ceiling it may not pass either (an exception must shrink, not grow
+// unnoticed).
+var largePackages = map[string]struct {
+	why     string
+	ceiling int
+}{
+	"pkg/gang/placement": {
+		why: "one job (one placement decision: member search, rails, segments, budgets, pack order, explanation); " +
+			"its leaves (the cluster index, the segment planner, the cost memory) already left; the rail search is the next candidate",
+		ceiling: 6300,
+	},
 }
 
 // TestPackageSizes: no package of pkg/ or cmd/ passes maxPackageLines of
@@ -203,8 +211,10 @@ func TestPackageSizes(t *testing.T) {
 			lines += strings.Count(string(b), "\n")
 		}
 		seen++
-		_, excepted := largePackages[dir]
+		large, excepted := largePackages[dir]
 		switch {
+		case excepted && lines > large.ceiling:
+			t.Errorf("%s has %d lines of non-test code, past its exception's ceiling %d (%s): split it before it grows", dir, lines, large.ceiling, large.why)
 		case lines > maxPackageLines && !excepted:
 			t.Errorf("%s has %d lines of non-test code (guide: ~3,000, edge %d): split it into rooms (CONTRIBUTING.md)", dir, lines, maxPackageLines)
 		case lines <= maxPackageLines && excepted:
