@@ -16,11 +16,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
@@ -61,6 +63,7 @@ type Publisher struct {
 
 	mu      sync.Mutex
 	current []topology.DomainPool
+	synced  bool // the first sync ran: current is the desired state
 }
 
 const syncKey = "pools"
@@ -165,10 +168,8 @@ func (p *Publisher) sync(ctx context.Context) error {
 	}
 	pools := topology.TrustedFabricDomainPools(slices, p.hostname, p.cfg.Channels, p.refused)
 	p.mu.Lock()
-	changed := !equality.Semantic.DeepEqual(pools, p.current)
-	if changed {
-		p.current = pools
-	}
+	changed := !p.synced || !equality.Semantic.DeepEqual(pools, p.current)
+	p.current, p.synced = pools, true
 	p.mu.Unlock()
 	if !changed {
 		return nil
@@ -186,6 +187,44 @@ func (p *Publisher) sync(ctx context.Context) error {
 		p.cfg.OnChange(pools)
 	}
 	return nil
+}
+
+// Published reports whether the first sync ran and every pool it wants has
+// a slice in the informer. Until then a gang whose shared claim needs a
+// domain's channel would be refused for a pool that is only on its way.
+func (p *Publisher) Published() bool {
+	p.mu.Lock()
+	pools, synced := p.current, p.synced
+	p.mu.Unlock()
+	if !synced {
+		return false
+	}
+	slices, err := p.lister.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, s := range slices {
+		if s.Spec.Driver == topology.DriverName && s.Spec.NodeName == nil {
+			seen[s.Spec.Pool.Name] = true
+		}
+	}
+	for _, dp := range pools {
+		if !seen[dp.Name] {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitPublished waits, at most timeout, until Published; it reports whether
+// the pools were seen (a scheduler goes on without them after the timeout:
+// the pools' slices then arrive as any slice does).
+func (p *Publisher) WaitPublished(ctx context.Context, timeout time.Duration) bool {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return p.Published(), nil
+	})
+	return err == nil
 }
 
 // hostname returns a node's kubernetes.io/hostname label, "" if unknown.

@@ -56,6 +56,8 @@ type Scheduler struct {
 	// (rooms.go); set by Run.
 	guard   *guard.Guard
 	pending pendingSet
+	// pools publishes the fabric-domain pools (nil without channels).
+	pools *domains.Publisher
 	// costs: the gangs' memories of refused and timed-out Allocate calls.
 	costs *cost.Memories
 
@@ -158,9 +160,18 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		<-ctx.Done()
 		s.queue.ShutDown()
 	}()
+	// A gang tried before its domain's channel pool is seen is refused for
+	// a pool on its way, and the next gang takes its room.
+	if s.pools != nil && !s.pools.WaitPublished(ctx, poolsWait) {
+		logger.Info("Fabric-domain pools not all seen yet, scheduling without them", "waited", poolsWait)
+	}
 	logger.Info("Scheduling")
 	return s.work(ctx)
 }
+
+// poolsWait bounds how long the first cycle waits for the fabric-domain
+// pools the publisher wrote to reach the informer.
+const poolsWait = 10 * time.Second
 
 func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerFactory) error {
 	inf, err := newInformerSet(factory)
@@ -190,10 +201,12 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 		return err
 	}
 	if s.cfg.DomainChannels > 0 {
-		if _, err := domains.Start(ctx, domains.Config{Client: s.cfg.Client, Slices: inf.slices, Nodes: inf.nodes, Channels: s.cfg.DomainChannels,
-			RequireAdminLabels: s.cfg.Tree.RequireAdminLabels}); err != nil {
+		pools, err := domains.Start(ctx, domains.Config{Client: s.cfg.Client, Slices: inf.slices, Nodes: inf.nodes, Channels: s.cfg.DomainChannels,
+			RequireAdminLabels: s.cfg.Tree.RequireAdminLabels})
+		if err != nil {
 			return fmt.Errorf("start fabric-domain publisher: %w", err)
 		}
+		s.pools = pools
 	}
 	return nil
 }
