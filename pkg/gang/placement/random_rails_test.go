@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -191,13 +190,7 @@ func TestRandomRailsVsBruteForce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, old := range []bool{false, true} {
-			// Compared with brute force: a loaded machine must not turn a slow
-			// Allocate call into a refusal (the timeout guards production).
-			b.Config.Index.AllocateTimeout = time.Minute
-			snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
-			if err != nil {
-				t.Fatal(err)
-			}
+			snap := comparedSnapshot(ctx, t, b)
 			cfg := b.Config
 			if old {
 				placement.OldRails(&cfg)

@@ -6,12 +6,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -147,17 +145,7 @@ func TestRandomSegmentsVsBruteForce(t *testing.T) {
 	placed := 0
 	for i := range cases {
 		sc, nodes := randomSegmentCase(r, 10)
-		b, err := scenario.Build(sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Compared with brute force: a loaded machine must not turn a slow
-		// Allocate call into a refusal (the timeout guards production).
-		b.Config.Index.AllocateTimeout = time.Minute
-		snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, snap := buildCompared(ctx, t, sc)
 		d, u, err := placement.Place(ctx, b.Config, snap, b.Gangs[0])
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)

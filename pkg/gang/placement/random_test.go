@@ -11,7 +11,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -181,17 +180,7 @@ func testRandom(t *testing.T, seed uint64, maxNodes int, alternatives bool) {
 	var slowest time.Duration
 	for i := range cases {
 		sc, nodes := randomCase(r, maxNodes, alternatives)
-		b, err := scenario.Build(sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Compared with brute force: a loaded machine must not turn a slow
-		// Allocate call into a refusal (the timeout guards production).
-		b.Config.Index.AllocateTimeout = time.Minute
-		snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, snap := buildCompared(ctx, t, sc)
 		start := time.Now()
 		d, u, err := placement.Place(ctx, b.Config, snap, b.Gangs[0])
 		slowest = max(slowest, time.Since(start))

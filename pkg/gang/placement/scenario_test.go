@@ -73,17 +73,7 @@ func render(d *placement.Decision, u *placement.Unschedulable, gang string) outc
 func runScenario(t *testing.T, sc scenario.Scenario) []outcome {
 	t.Helper()
 	ctx := context.Background()
-	b, err := scenario.Build(sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Compared with brute force: a loaded machine must not turn a slow
-	// Allocate call into a refusal (the timeout guards production).
-	b.Config.Index.AllocateTimeout = time.Minute
-	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, snap := buildCompared(ctx, t, sc)
 	checker := placementtest.NewChecker(b.Input)
 	var out []outcome
 	for _, g := range b.Gangs {
@@ -197,4 +187,28 @@ func TestPackOrderFullestNodes(t *testing.T) {
 	if _, _, err := placement.Place(ctx, cfg, snap, b.Gangs[0]); err == nil || !strings.Contains(err.Error(), `pack order "spread"`) {
 		t.Errorf("unknown pack order: error %v, want one naming it", err)
 	}
+}
+
+// buildCompared builds sc and its snapshot for a test that compares the
+// engine's results (goldens, brute force): with a one-minute Allocate
+// timeout, so a loaded machine cannot turn a slow call into a refusal (the
+// production timeout guards a scheduler, not a comparison).
+func buildCompared(ctx context.Context, t *testing.T, sc scenario.Scenario) (*scenario.Built, *index.Snapshot) {
+	t.Helper()
+	b, err := scenario.Build(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, comparedSnapshot(ctx, t, b)
+}
+
+// comparedSnapshot is buildCompared's snapshot of an already built b.
+func comparedSnapshot(ctx context.Context, t *testing.T, b *scenario.Built) *index.Snapshot {
+	t.Helper()
+	b.Config.Index.AllocateTimeout = time.Minute
+	snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }

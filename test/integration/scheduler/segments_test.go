@@ -30,7 +30,6 @@ func TestSchedulerSegments(t *testing.T) {
 	admin := cp.AdminClient(t)
 	itest.FabricCluster(t, admin, nil, 0, 4) // the device classes
 	itest.UnevenDomains(t, admin, map[string]int{"a": 5, "b": 3, "c": 4, "d": 3}, 4)
-	ctx := t.Context()
 	const ns, group = "segments", "train"
 	itest.GangNamespace(t, admin, ns, 4)
 	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{DomainChannels: 0})
@@ -42,30 +41,7 @@ func TestSchedulerSegments(t *testing.T) {
 		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
 			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 8}}},
 	}
-	_, err := admin.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
-	itest.Must(t, "create podgroup", err)
-	for i := range 8 {
-		p := itest.TemplatePod(ns, fmt.Sprintf("%s-%d", group, i), group)
-		p.Spec.ResourceClaims = p.Spec.ResourceClaims[1:] // the GPU claim only
-		p.Spec.Containers[0].Resources.Claims = p.Spec.Containers[0].Resources.Claims[1:]
-		_, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-		itest.Must(t, "create pod", err)
-	}
-	var st *itest.GangState
-	itest.Poll(t, "all 8 pods bound", 90*time.Second, func(ctx context.Context) error {
-		var err error
-		if st, err = itest.ReadGang(ctx, admin, ns); err != nil {
-			return err
-		}
-		if b := st.Bound(); b != 8 {
-			return fmt.Errorf("%d of 8 bound", b)
-		}
-		return nil
-	})
-	byRank := map[string]string{}
-	for _, p := range st.Pods {
-		byRank[p.Name] = itest.DomainOf(p.Spec.NodeName)
-	}
+	byRank := placeGPUOnlyGang(t, admin, pg, 8)
 	want := map[string]string{}
 	for i := range 8 {
 		want[fmt.Sprintf("%s-%d", group, i)] = map[bool]string{true: "dom-a", false: "dom-c"}[i < 4]
