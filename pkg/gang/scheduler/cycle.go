@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"time"
 
@@ -354,8 +355,8 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	}
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
 	s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Scheduling", message)
-	s.status.markUnschedulable(ctx, a, message, memberNote{
-		eventType: v1.EventTypeWarning, reason: vocab.EventFailedScheduling, why: conditionReason, message: message,
+	s.status.markUnschedulable(ctx, a, message, memberevents.Note{
+		EventType: v1.EventTypeWarning, Reason: vocab.EventFailedScheduling, Why: conditionReason, Message: message,
 	})
 	if a.pg == nil {
 		return nil

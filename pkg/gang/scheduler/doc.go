@@ -26,8 +26,8 @@
 //   - gangStatus: status.go (PodGroup conditions, PodScheduled on pods),
 //     lifecycle.go (a placed gang's members lost; PodGroups missing or
 //     deleting; gated pods), notready.go (the throttled status of gangs
-//     not ready yet); memberevents.go (memberEvents: one deduplicated,
-//     bounded event per waiting member that points to its PodGroup).
+//     not ready yet); its waiting members are told why through
+//     pkg/gang/memberevents (one deduplicated, bounded event per member).
 //   - priority.go: a gang's rank for the queue.
 //   - informers.go: the informers, their indexes, and the events they
 //     feed the queue; syncstatus.go: the informers not synced yet (for

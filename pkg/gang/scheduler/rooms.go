@@ -11,6 +11,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
+	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -59,7 +60,7 @@ func (s *Scheduler) wireRooms() {
 		client: s.cfg.Client, gate: s.gate, conditions: s.conditions, report: s.report,
 		metrics: s.cfg.Metrics, parallelism: s.cfg.CommitParallelism,
 		templates: s.snaps.templates, gangs: s.gangs, queue: s.queue, pending: &s.pending,
-		toMembers: &memberEvents{report: s.report},
+		toMembers: memberevents.New(s.report),
 		writes:    report.Throttle{Interval: notReadyWriteInterval, Settle: notReadySettle},
 	}
 	s.commits = commit.New(commit.Config{

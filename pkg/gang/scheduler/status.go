@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -127,7 +128,7 @@ type gangStatus struct {
 	// writes throttles the status writes of gangs not ready yet.
 	writes report.Throttle
 	// toMembers tells waiting members why their gang waits (events).
-	toMembers *memberEvents
+	toMembers *memberevents.Events
 }
 
 // waitQueue is what gangStatus needs of the queue: a gang that is not
@@ -144,8 +145,8 @@ var _ waitQueue = queue.Interface(nil)
 // `kubectl get pods` and `describe` say why. A pod whose condition already
 // says the same is not rewritten. Best effort: failures are logged, the
 // PodGroup condition and the event carry the same message. The members of
-// a PodGroup also get note's event (memberEvents: deduplicated, bounded).
-func (st *gangStatus) markUnschedulable(ctx context.Context, a *attempt, message string, note memberNote) {
+// a PodGroup also get note's event (memberevents.Events: deduplicated, bounded).
+func (st *gangStatus) markUnschedulable(ctx context.Context, a *attempt, message string, note memberevents.Note) {
 	st.markUnschedulableUntil(ctx, a, message, note, nil)
 }
 
@@ -156,7 +157,7 @@ var errStopWrites = errors.New("stop writing")
 // once stop (when not nil) reports true, checked before each pod; it
 // reports whether it stopped so (then it records no member event). Writes
 // already started complete.
-func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, message string, note memberNote, stop func() bool) bool {
+func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, message string, note memberevents.Note, stop func() bool) bool {
 	pods := []*v1.Pod{a.pod}
 	if a.pg != nil {
 		ms, err := st.gangs.members(a.pg)
@@ -179,7 +180,7 @@ func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, me
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False on waiting pods")
 	}
-	st.toMembers.tell(a.key, a.pg, note, pods)
+	st.toMembers.Tell(a.key, a.pg, note, pods)
 	return false
 }
 
