@@ -83,7 +83,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		}
 		g, err := placement.NewPodGang(pod, s.getClaim)
 		if err == nil {
-			err = s.volumes.pinVolumes(g)
+			err = s.volumes.Pin(g)
 		}
 		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, eff: preemption.ResolvePod(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
@@ -162,7 +162,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	case err == nil:
 		g.BoundNodes = ms.boundNodes
 		g.Running = ms.running // a segmented gang's late members join their segments
-		if err = s.volumes.pinVolumes(g); err == nil {
+		if err = s.volumes.Pin(g); err == nil {
 			// A gang no commit record can hold is refused before it is
 			// placed, not at every commit.
 			err = commit.RecordFits(g)

@@ -22,7 +22,7 @@
 //   - snapshots: snapshot.go (the snapshots an attempt places on, the
 //     assume cache, free GPUs), cachefeed.go (the placement cache's feed
 //     from the informers), warm.go (the cache's warm-up).
-//   - volumes (volumes.go): members pinned to their volumes' nodes.
+//   - members are pinned to their volumes' nodes by pkg/gang/volumepins.
 //   - gangStatus: status.go (PodGroup conditions, PodScheduled on pods),
 //     lifecycle.go (a placed gang's members lost; PodGroups missing or
 //     deleting; gated pods), notready.go (the throttled status of gangs

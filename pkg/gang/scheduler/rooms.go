@@ -15,6 +15,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/volumepins"
 )
 
 var (
@@ -44,10 +45,10 @@ func (s *Scheduler) wireLoop(factory informers.SharedInformerFactory) {
 	if !s.cfg.RebuildSnapshots {
 		s.snaps.cache = index.NewCache(s.cfg.Placement.Index)
 	}
-	s.volumes = &volumes{
-		pvcs:           factory.Core().V1().PersistentVolumeClaims().Lister(),
-		pvs:            factory.Core().V1().PersistentVolumes().Lister(),
-		storageClasses: factory.Storage().V1().StorageClasses().Lister(),
+	s.volumes = &volumepins.Pins{
+		PVCs:           factory.Core().V1().PersistentVolumeClaims().Lister(),
+		PVs:            factory.Core().V1().PersistentVolumes().Lister(),
+		StorageClasses: factory.Storage().V1().StorageClasses().Lister(),
 	}
 }
 
