@@ -40,8 +40,9 @@ type attempt struct {
 	// eff is the gang's effective priority and preemption policy
 	// (evict.Priorities).
 	eff preemption.Effective
-	// members are the gang's pods to place.
+	// members are the gang's pods to place; late: they join a placed gang.
 	members []*v1.Pod
+	late    bool
 	// async: the attempt's commit runs in the pipeline, which reports it.
 	async bool
 	// short: refused because no domain had enough free devices, lacking
@@ -90,6 +91,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		s.status.replacer.Forget(key)
 		s.status.podGroupMissing(ctx, ns, name)
 		s.forget(key)
 		return s.evict.GangDone(ctx, key)
@@ -117,6 +119,10 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		s.queue.RetryAfter(key, time.Second)
 		return nil
 	}
+	if failed, err := s.status.failed(ctx, pg); failed || err != nil {
+		s.forget(key) // until the PodGroup is recreated
+		return errors.Join(err, s.evict.GangDone(ctx, key))
+	}
 	if s.status.membersArriving(ctx, key, pg, cycle) {
 		return nil
 	}
@@ -125,11 +131,21 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		return err
 	}
 	s.status.markGated(ctx, ms.gated)
-	if err := s.status.checkMembers(ctx, pg, ms); err != nil {
-		if gate.Stops(err) {
-			return err
-		}
+	out, err := s.status.checkMembers(ctx, key, pg, ms)
+	if gate.Stops(err) {
+		return err
+	} else if err != nil {
 		klog.FromContext(ctx).Error(err, "Updating the members-lost condition", "podgroup", klog.KObj(pg))
+	}
+	retry := out.RetryIn // its bound, or a member lost soon
+	if ms.recheck > 0 && (retry == 0 || ms.recheck < retry) {
+		retry = ms.recheck
+	}
+	if retry > 0 {
+		s.queue.RetryAfter(key, retry)
+	}
+	if out.Stop {
+		return nil
 	}
 	restarting, replaced, err := s.restarts.RestartGang(ctx, pg, len(ms.pending), len(ms.running))
 	if replaced {
@@ -161,6 +177,9 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	switch {
 	case err == nil:
 		g.BoundNodes = ms.boundNodes
+		if !ms.anyBound { // a gang restarted whole goes back to its domain when it fits
+			g.BoundNodes = s.status.replacer.Prefer(key)
+		}
 		g.Running = ms.running // a segmented gang's late members join their segments
 		if err = s.volumes.Pin(g); err == nil {
 			// A gang no commit record can hold is refused before it is
@@ -170,7 +189,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	case errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0:
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
 	}
-	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, eff: s.prios.Group(pg), members: ms.pending}
+	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, eff: s.prios.Group(pg), members: ms.pending, late: ms.anyBound}
 	s.prios.Tell(pg, a.eff)
 	return s.place(ctx, a, g, err)
 }
@@ -209,6 +228,10 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		cfg.Budget.Deadline = cost.DeadlineFor(time.Now(), s.cfg.PlacementTime, len(g.Members))
 		g.Memory = s.costs.For(a.key)
 		d, u, err = placement.Place(ctx, cfg, snap, g)
+		if u != nil && err == nil && len(g.BoundNodes) > 0 && a.pg != nil && !a.late {
+			g.BoundNodes = nil // its previous domain is full: wherever it fits best now
+			d, u, err = placement.Place(ctx, cfg, snap, g)
+		}
 		s.costs.Keep(a.key, g.Memory)
 	}
 	s.cfg.Metrics.observePlacement(time.Since(start).Seconds())

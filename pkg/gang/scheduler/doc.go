@@ -8,7 +8,8 @@
 // of gangs: active, backoff, parked; gang keys), pkg/gang/commit (the
 // commit protocol, the records, recovery, pipelined commits),
 // pkg/gang/evict (preemption, nominations, reservations, whole-gang
-// restarts), pkg/gang/guard (the double-allocation guard and device holds,
+// restarts), pkg/gang/replace (lost members replaced in place, the
+// bound and the policy after it), pkg/gang/guard (the double-allocation guard and device holds,
 // a controller with its own goroutines) and pkg/gang/podstate (the pod
 // predicates every room shares).
 //

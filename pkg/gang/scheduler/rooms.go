@@ -14,6 +14,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	"github.com/gpufabric/gpufabric/pkg/gang/volumepins"
 )
@@ -23,6 +24,7 @@ var (
 	_ guard.ClaimReleaser = claimReleaser{}
 	_ commit.Conditions   = (*conditions)(nil)
 	_ evict.Conditions    = (*conditions)(nil)
+	_ replace.Conditions  = (*conditions)(nil)
 )
 
 // wireLoop takes the listers of this term's informers and builds the parts
@@ -78,6 +80,10 @@ func (s *Scheduler) wireRooms() {
 		NominationTimeout: s.cfg.NominationTimeout, PreemptionBudget: s.cfg.PreemptionBudget, StarvationBound: s.cfg.StarvationBound,
 		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
+	s.status.replacer = replace.New(replace.Deps{Config: s.cfg.Replace, Client: s.cfg.Client, Gate: s.gate, Report: s.report,
+		Metrics: s.cfg.Metrics.replaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions})
+	s.gangs.classify = s.status.replacer.Classify
+	cfg.NodeLost = s.gangs.nodeLost
 	s.evict = evict.New(cfg)
 	s.prios = evict.NewPriorities(cfg)
 	s.restarts = evict.NewRestarter(cfg)

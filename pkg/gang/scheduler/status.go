@@ -23,6 +23,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
@@ -122,6 +123,8 @@ type gangStatus struct {
 	templates   resourcelisters.ResourceClaimTemplateLister
 	gangs       *gangPods
 	queue       waitQueue
+	// replacer replaces lost members in place (pkg/gang/replace).
+	replacer *replace.Replacer
 	// pending: why each gang waits, shared with the loop.
 	pending *pendingSet
 	peaks   peaks
