@@ -169,7 +169,7 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 	}
 	fresh := freshLosses(t.Losses)
 	if whole(t.PodGroup) && st.outcome == "" && len(fresh) == 0 {
-		st.outcome = OutcomeRestarted // a taint manager's deletion: the evict room restarts it
+		r.restarting(t, st, true) // a taint manager's deletion: the evict room restarts it
 	}
 	if len(fresh) > 0 && whole(t.PodGroup) && st.outcome == "" {
 		r.restart(t, st, fmt.Sprintf("member %s was lost (%s); the group is disrupted only whole, so it restarts whole at once, in its domain if it fits", fresh[0].Why, fresh[0].Trigger), true)
@@ -313,7 +313,15 @@ func (r *Replacer) replaced(t Turn, st *gangState, now time.Time) metav1.Conditi
 // restart asks for the gang's whole restart; prefer: it goes back to the
 // domain of its running members when it fits.
 func (r *Replacer) restart(t Turn, st *gangState, why string, prefer bool) {
+	r.restarting(t, st, prefer)
+	r.d.Restarts.Restart(t.Key, why)
+}
+
+// restarting marks the gang's restart; prefer: remember the nodes of its
+// running members.
+func (r *Replacer) restarting(t Turn, st *gangState, prefer bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	st.outcome = OutcomeRestarted
 	if prefer {
 		st.prefer = nil
@@ -323,8 +331,6 @@ func (r *Replacer) restart(t Turn, st *gangState, why string, prefer bool) {
 			}
 		}
 	}
-	r.mu.Unlock()
-	r.d.Restarts.Restart(t.Key, why)
 }
 
 // reasonDeviceTaintManager is kube-controller-manager's DisruptionTarget

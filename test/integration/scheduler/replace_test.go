@@ -8,9 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
@@ -69,6 +72,80 @@ func TestSchedulerReplaceInPlace(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestSchedulerReplaceWholeInPlace on the real control plane (kube-
+// controller-manager, kwok): a node of a running disruptionMode All gang
+// gets an untolerated NoExecute taint; the gang is restarted whole at once
+// (never left partly running) and its recreated members go back to the
+// domain it ran in, which still fits them, although another domain fits
+// them better (best fit would choose it).
+func TestSchedulerReplaceWholeInPlace(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true})
+	ctx := t.Context()
+	admin := cp.AdminClient(t)
+	itest.KwokFabric(t, admin, []string{"a"}, 4, 4)
+	itest.KwokFabric(t, admin, []string{"b"}, 2, 4)
+	const ns = "whole"
+	itest.GangNamespace(t, admin, ns, 4)
+	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{DomainChannels: 4})
+
+	itest.CreateGang(t, admin, ns, "filler", 2, 2) // takes b, the best fit
+	waitBound(t, admin, ns, "filler", 2)
+	pg := itest.TemplateGroup(ns, "g", 2)
+	pg.Spec.DisruptionMode = &schedulingv1beta1.DisruptionMode{All: &schedulingv1beta1.AllDisruptionMode{}}
+	_, err := admin.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
+	itest.Must(t, "create podgroup", err)
+	var pods []*corev1.Pod
+	for i := range 4 { // without the template's toleration of every taint
+		p := itest.TemplatePod(ns, fmt.Sprintf("g-%d", i), "g")
+		p.Spec.Tolerations = nil
+		pods = append(pods, p)
+	}
+	create := func(p *corev1.Pod) {
+		_, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		itest.Must(t, "create "+p.Name, err)
+	}
+	create(pods[0])
+	create(pods[1])
+	waitBound(t, admin, ns, "g", 2)
+	if n := podNode(t, admin, ns, "g-0"); n[:1] != "a" {
+		t.Fatalf("g runs on %s, want domain a", n)
+	}
+	itest.Must(t, "delete the filler", admin.SchedulingV1beta1().PodGroups(ns).Delete(ctx, "filler", metav1.DeleteOptions{}))
+	for i := range 2 {
+		itest.Must(t, "delete filler pod", admin.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("filler-%d", i), metav1.DeleteOptions{}))
+	}
+
+	broken := podNode(t, admin, ns, "g-1")
+	n, err := admin.CoreV1().Nodes().Get(ctx, broken, metav1.GetOptions{})
+	itest.Must(t, "get node", err)
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/broken", Effect: corev1.TaintEffectNoExecute, TimeAdded: ptr.To(metav1.Now())})
+	_, err = admin.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	itest.Must(t, "taint the node", err)
+	itest.Poll(t, "the old members gone", 30*time.Second, func(ctx context.Context) error {
+		for _, name := range []string{"g-0", "g-1"} {
+			if p, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s still there (deleting: %v, err %v)", name, p.DeletionTimestamp != nil, err)
+			}
+		}
+		return nil
+	})
+	create(pods[2]) // the Job's new members
+	create(pods[3])
+	itest.Poll(t, "the new members bound", 30*time.Second, func(ctx context.Context) error {
+		for _, name := range []string{"g-2", "g-3"} {
+			p, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Spec.NodeName == "" {
+				return fmt.Errorf("%s not bound", name)
+			}
+			if p.Spec.NodeName[:1] != "a" || p.Spec.NodeName == broken {
+				t.Fatalf("%s placed on %s, want a node of its previous domain a other than %s", name, p.Spec.NodeName, broken)
+			}
+		}
+		return nil
+	})
+	waitReason(t, admin, ns, "g", schedulingv1beta1.DisruptionTarget, vocab.ReasonGangRestarted, "")
 }
 
 // podNode is the node a pod is bound to.
