@@ -26,6 +26,9 @@ var rules = []struct {
 	{"pkg/topology", nil},
 	{"pkg/devices", []string{"pkg/topology"}},
 	{"pkg/devices/mock", []string{"pkg/devices", "pkg/topology"}},
+	// Fabric health is a leaf of the node side: counters in, windows out;
+	// it never imports pkg/devices (which may one day import it).
+	{"pkg/devices/fabrichealth", []string{"pkg/topology"}},
 	{"pkg/claims", []string{"pkg/topology"}},
 	{"pkg/gang/placement", []string{"pkg/topology"}},
 	// The cluster index is a leaf of the engine: nothing of the engine
