@@ -37,6 +37,7 @@ type options struct {
 	apiBurst        int
 	apiContentType  string
 	packOrder       string
+	largeGangGPUs   int
 	syncTimeout     time.Duration
 	budget          placementBudget
 	freeRoom        time.Duration
@@ -89,6 +90,7 @@ var envTwins = map[string]string{
 	"kube-api-burst":              "GPUFABRIC_KUBE_API_BURST",
 	"kube-api-content-type":       "GPUFABRIC_KUBE_API_CONTENT_TYPE",
 	"pack-order":                  "GPUFABRIC_PACK_ORDER",
+	"large-gang-gpus":             "GPUFABRIC_LARGE_GANG_GPUS",
 	"disable-preemption":          "GPUFABRIC_DISABLE_PREEMPTION",
 	"nomination-timeout":          "GPUFABRIC_NOMINATION_TIMEOUT",
 	"preemption-budget":           "GPUFABRIC_PREEMPTION_BUDGET",
@@ -136,6 +138,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.apiBurst, "kube-api-burst", 2000, "client-side burst of API requests (a 512-pod gang's commit is ~1,540 writes)")
 	fs.StringVar(&o.packOrder, "pack-order", string(placement.PackLeastSpread), "how a gang takes a domain's nodes: "+string(placement.PackLeastSpread)+
 		" (the fewest racks and NVLink domains below it) or "+string(placement.PackFullestNodes)+" (the fullest nodes first: fewer holes, more domains per gang)")
+	fs.IntVar(&o.largeGangGPUs, "large-gang-gpus", defaultLargeGangGPUs, "a gang of at least this many GPUs tries the domains (NVLink domains, racks, leaves) whose devices report no link errors or degraded links before the others; 0: fabric health never ranks domains")
 	fs.DurationVar(&o.syncTimeout, "informer-sync-timeout", 2*time.Minute, "how long the leader's informers may take to sync before /readyz and the log name what is missing (an API not served, RBAC) instead of \"waiting\"")
 	fs.IntVar(&o.budget.calls, "placement-allocate-calls", cost.DefaultCalls, fmt.Sprintf("allocator calls one placement attempt may make, plus %d per member of the gang; a gang that needs more is refused as timed out and backs off harder", cost.CallsPerMember))
 	fs.DurationVar(&o.budget.time, "placement-time-budget", cost.DefaultTime, fmt.Sprintf("wall time one placement attempt may spend in allocator calls, plus %s per member; past it the attempt stops at the next call and the gang is refused as timed out", cost.TimePerMember))
@@ -149,6 +152,11 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&p.unschedulableWait, "max-unschedulable-wait", time.Minute, "how long an unschedulable gang waits for a cluster change before it is retried anyway")
 	return o
 }
+
+// defaultLargeGangGPUs is --large-gang-gpus' default: 16 GPUs span at
+// least two 8-GPU nodes, whose all-reduce crosses the fabric a sick link
+// slows (docs/design/health.md, "Sick fabric").
+const defaultLargeGangGPUs = 16
 
 // defaultStarvationBound is --starvation-bound's default: the simulator's
 // 30-minute bound (docs/benchmarks.md, "Starvation").
@@ -199,6 +207,9 @@ func (o *options) validate() error {
 	}
 	if o.budget.calls < 1 {
 		return fmt.Errorf("--placement-allocate-calls must be at least 1, got %d", o.budget.calls)
+	}
+	if o.largeGangGPUs < 0 {
+		return fmt.Errorf("--large-gang-gpus must be 0 (off) or more, got %d", o.largeGangGPUs)
 	}
 	if o.commitsInFlight < 1 || o.commitsInFlight > 256 {
 		return fmt.Errorf("--commits-in-flight must be 1..256, got %d", o.commitsInFlight)

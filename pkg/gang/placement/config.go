@@ -26,6 +26,10 @@ type Config struct {
 	// value is cost.DefaultCalls plus cost.CallsPerMember per member, no
 	// deadline.
 	Budget cost.Budget
+	// LargeGangGPUs: a gang needing at least this many devices of its main
+	// class tries the domains without fabric trouble first
+	// (pkg/gang/placement/fabricrank). 0 turns it off.
+	LargeGangGPUs int
 
 	// allocate replaces index.Snapshot.Allocate (tests: a fake slow
 	// allocator, WithAllocator in export_test.go).

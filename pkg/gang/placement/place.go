@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/fabricrank"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -159,6 +160,8 @@ type placer struct {
 	warnings []string
 	// meter counts the Allocate calls against Config.Budget.
 	meter *cost.Meter
+	// fabricNote is Decision.FabricHealth.
+	fabricNote string
 }
 
 // newPlacer makes the pieces of one Place call, each given what it needs.
@@ -225,8 +228,15 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 	}
 	rep := LevelReport{TopologyKey: l.Key, Domains: len(li.Entries())}
 	var best *attempt
-	compared := 0
-	for _, e := range p.entries(li, p.need) {
+	compared, bestAt := 0, 0
+	entries, healthy := p.entries(li, p.need), -1
+	if p.cfg.LargeGangGPUs > 0 && p.need >= p.cfg.LargeGangGPUs {
+		entries, healthy = fabricrank.Order(p.s, entries) // sick domains last (docs/design/health.md)
+	}
+	for i, e := range entries {
+		if best != nil && i == healthy {
+			break
+		}
 		left := e.Free() - p.need
 		if best != nil && (left > best.score.LeftoverDevices || compared >= p.cfg.CompareDomains || best.score.RailSets <= 1) {
 			break
@@ -254,10 +264,13 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 		att.score.LeftoverDevices = left
 		compared++
 		if best == nil || att.score.RailSets < best.score.RailSets {
-			best = att
+			best, bestAt = att, i
 		}
 	}
 	if best != nil {
+		if healthy >= 0 {
+			p.fabricNote = fabricrank.Note(p.s, entries, healthy, bestAt)
+		}
 		return best, nil
 	}
 	if err := p.report(ctx, li, &rep); err != nil {
