@@ -24,6 +24,8 @@ import (
 // tried from the smallest leftover up (best fit), each verified node by node with the
 // allocator; among verified domains with the same leftover (at most
 // Config.CompareDomains of them) fewer rail sets win, then the smaller id.
+// A gang of at least Config.LargeGangGPUs devices tries a level's domains
+// without fabric trouble first (fabricrank.Order; Decision.FabricHealth).
 // When no level holds all members and MinCount is smaller, the most members
 // that fit (at least MinCount) are placed in one domain of the first level
 // where that many fit; the Decision lists only them. A gang with BoundNodes
