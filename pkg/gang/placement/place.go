@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -177,6 +178,7 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 		return nil, err
 	}
 	fit := newFits(ctx, m, s, pins)
+	fit.spares = spares.NewGuard(cfg.Spares, s, g.BoundNodes, g.PreviousNodes)
 	fill := newFiller(ctx, cfg, s, g, fit, alloc, refused, shared)
 	p := &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused, meter: alloc.meter}
 	if g.SegmentSize > 0 {
