@@ -17,13 +17,7 @@ type Guard struct {
 	// open are the domains whose spares the gang may use (those of its
 	// previous nodes); counted the domains computed so far.
 	open    map[*topology.Domain]bool
-	counted map[*topology.Domain]*guarded
-}
-
-// guarded is a computed domain: its count and its kept nodes.
-type guarded struct {
-	Domain
-	kept map[string]bool
+	counted map[*topology.Domain]map[string]bool
 }
 
 // NewGuard returns the Guard of one Place call on s, or nil when the policy
@@ -34,7 +28,7 @@ func NewGuard(p Policy, s *index.Snapshot, bound, previous []string) *Guard {
 	if !p.On() || len(bound) > 0 {
 		return nil
 	}
-	g := &Guard{p: p, level: s.Level(p.Key()), open: map[*topology.Domain]bool{}, counted: map[*topology.Domain]*guarded{},
+	g := &Guard{p: p, level: s.Level(p.Key()), open: map[*topology.Domain]bool{}, counted: map[*topology.Domain]map[string]bool{},
 		gpus: func(n string) NodeGPUs { return OfSnapshotNode(s.Node(n)) }}
 	for _, n := range previous {
 		if d := g.level.DomainOf(n); d != nil {
@@ -44,31 +38,37 @@ func NewGuard(p Policy, s *index.Snapshot, bound, previous []string) *Guard {
 	return g
 }
 
-// domain returns the computed domain of a node, or nil when the node's
-// spares are open to the gang (or it is in no domain of the level).
-func (g *Guard) domain(node string) *guarded {
-	d := g.level.DomainOf(node)
-	if d == nil || g.open[d] {
-		return nil
+// domain returns the node's domain, or nil when its spares are open to
+// the gang (or it is in no domain of the level).
+func (g *Guard) domain(node string) *topology.Domain {
+	if d := g.level.DomainOf(node); d != nil && !g.open[d] {
+		return d
 	}
-	c := g.counted[d]
-	if c == nil {
-		c = &guarded{Domain: CountDomain(d, g.p.PerDomain, g.gpus), kept: map[string]bool{}}
-		for _, n := range c.Kept {
-			c.kept[n] = true
-		}
-		g.counted[d] = c
-	}
-	return c
+	return nil
 }
 
-// Hides reports whether the node is a kept spare the gang may not use.
+// Hides reports whether the node is a kept spare the gang may not use. A
+// domain's kept nodes are found once, from its last node backwards, until
+// PerDomain wholly free ones are found: as CountDomain keeps them.
 func (g *Guard) Hides(node string) bool {
 	if g == nil {
 		return false
 	}
-	c := g.domain(node)
-	return c != nil && c.kept[node]
+	d := g.domain(node)
+	if d == nil {
+		return false
+	}
+	kept := g.counted[d]
+	if kept == nil {
+		kept = map[string]bool{}
+		for i := len(d.Nodes) - 1; i >= 0 && len(kept) < g.p.PerDomain; i-- {
+			if g.gpus(d.Nodes[i]).WhollyFree() {
+				kept[d.Nodes[i]] = true
+			}
+		}
+		g.counted[d] = kept
+	}
+	return kept[node]
 }
 
 // maxNamed bounds the domains a refusal names.
@@ -82,15 +82,17 @@ func (g *Guard) Explain(d *topology.Domain) (why, action string) {
 		return "", ""
 	}
 	var parts []string
-	seen, n := map[*guarded]bool{}, 0
+	seen, n := map[*topology.Domain]bool{}, 0
 	for _, node := range d.Nodes {
-		c := g.domain(node)
-		if c == nil || seen[c] || len(c.Kept) == 0 {
+		sd := g.domain(node)
+		if sd == nil || seen[sd] {
 			continue
 		}
-		seen[c] = true
-		if n++; n <= maxNamed {
-			parts = append(parts, fmt.Sprintf("domain %s: %s", c.ID, keptText(c.Domain)))
+		seen[sd] = true
+		if c := CountDomain(sd, g.p.PerDomain, g.gpus); len(c.Kept) > 0 {
+			if n++; n <= maxNamed {
+				parts = append(parts, fmt.Sprintf("domain %s: %s", c.ID, keptText(c)))
+			}
 		}
 	}
 	if n == 0 {
