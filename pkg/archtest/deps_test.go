@@ -58,10 +58,10 @@ var rules = []struct {
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	// inspect reads priorities as the scheduler does (pure helpers), and
 	// the free-room view in the format the scheduler writes.
-	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/freeroom"}},
+	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
 	// The plugin's commands may also use the simulator's file format and
 	// the placement engine (dry runs); pkg/inspect itself does not.
-	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim", "pkg/gang/freeroom"}},
+	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
 	{"pkg/component", nil},
 }
 
