@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpufabric/gpufabric/pkg/component/delegatedauth"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 )
 
 // TestEnvTwins: an environment twin fills a flag not given on the command
@@ -55,6 +56,10 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_PLACEMENT_ALLOCATE_CALLS": "500",
 		"GPUFABRIC_PLACEMENT_TIME_BUDGET":    "250ms",
 		"GPUFABRIC_FREE_ROOM_INTERVAL":       "30s",
+
+		"GPUFABRIC_SPARE_NODES_PER_DOMAIN": "2",
+		"GPUFABRIC_SPARE_LEVEL":            "rack",
+		"GPUFABRIC_SPARES_FOR_NEW_GANGS":   "true",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
@@ -72,6 +77,9 @@ func TestEnvTwins(t *testing.T) {
 	}
 	if err := o.validate(); err != nil {
 		t.Errorf("validate: %v", err)
+	}
+	if o.spares != (spares.Policy{PerDomain: 2, Level: "rack", ForNewGangs: true}) {
+		t.Errorf("spares %+v", o.spares)
 	}
 	if diff := cmp.Diff([]string{"rack", "leaf", "spine"}, o.levels()); diff != "" {
 		t.Errorf("levels (-want +got):\n%s", diff)
@@ -123,6 +131,10 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--tls-cert-file=/tls/tls.crt", "--tls-private-key-file=/tls/tls.key"}},
 		{args: []string{"--require-admin-topology-labels", "--topology-levels=topology.gpufabric.dev/rack"}, wantErr: `--require-admin-topology-labels: topology level "topology.gpufabric.dev/rack" is a label kubelets can set`},
 		{args: []string{"--require-admin-topology-labels", "--topology-levels=node-restriction.kubernetes.io/gpufabric.rack"}},
+		{args: []string{"--spare-nodes-per-domain=2"}},
+		{args: []string{"--spare-nodes-per-domain=2", "--spare-level=rack", "--topology-levels=rack"}},
+		{args: []string{"--spare-nodes-per-domain=-1"}, wantErr: "--spare-nodes-per-domain, --spare-level: spare nodes per domain must be 0..1024, got -1"},
+		{args: []string{"--spare-level=rack"}, wantErr: `spare level "rack" is no level of the fabric`},
 		{args: []string{"--kube-api-content-type=yaml"}, wantErr: `--kube-api-content-type must be application/vnd.kubernetes.protobuf or application/json, got "yaml"`},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -45,6 +46,9 @@ type options struct {
 	serving         servingOptions
 	// requireAdminLabels: --require-admin-topology-labels.
 	requireAdminLabels bool
+	// spares: --spare-nodes-per-domain, --spare-level,
+	// --spares-for-new-gangs.
+	spares spares.Policy
 }
 
 // preemptionOptions are the priority settings (docs/design/preemption.md).
@@ -109,6 +113,9 @@ var envTwins = map[string]string{
 	"tls-private-key-file":             "GPUFABRIC_TLS_PRIVATE_KEY_FILE",
 	"authorization-always-allow-paths": "GPUFABRIC_AUTHORIZATION_ALWAYS_ALLOW_PATHS",
 	"require-admin-topology-labels":    "GPUFABRIC_REQUIRE_ADMIN_TOPOLOGY_LABELS",
+	"spare-nodes-per-domain":           "GPUFABRIC_SPARE_NODES_PER_DOMAIN",
+	"spare-level":                      "GPUFABRIC_SPARE_LEVEL",
+	"spares-for-new-gangs":             "GPUFABRIC_SPARES_FOR_NEW_GANGS",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -142,6 +149,9 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.syncTimeout, "informer-sync-timeout", 2*time.Minute, "how long the leader's informers may take to sync before /readyz and the log name what is missing (an API not served, RBAC) instead of \"waiting\"")
 	fs.IntVar(&o.budget.calls, "placement-allocate-calls", cost.DefaultCalls, fmt.Sprintf("allocator calls one placement attempt may make, plus %d per member of the gang; a gang that needs more is refused as timed out and backs off harder", cost.CallsPerMember))
 	fs.DurationVar(&o.budget.time, "placement-time-budget", cost.DefaultTime, fmt.Sprintf("wall time one placement attempt may spend in allocator calls, plus %s per member; past it the attempt stops at the next call and the gang is refused as timed out", cost.TimePerMember))
+	fs.IntVar(&o.spares.PerDomain, "spare-nodes-per-domain", 0, fmt.Sprintf("wholly free nodes every domain of --spare-level keeps for replacements (late members of a placed gang, a gang restarting into its previous domain): a new gang never takes them; 0..%d, 0: off", spares.MaxPerDomain))
+	fs.StringVar(&o.spares.Level, "spare-level", topology.TopologyKeyNVLinkDomain, "the fabric level whose domains keep spare nodes: "+topology.TopologyKeyNVLinkDomain+" or one of --topology-levels (e.g. a rack label)")
+	fs.BoolVar(&o.spares.ForNewGangs, "spares-for-new-gangs", false, "let new gangs take spare nodes too: spares are still counted and shown (kubectl gpufabric status, the free-room view), not kept")
 	p := &o.preemption
 	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
@@ -213,6 +223,9 @@ func (o *options) validate() error {
 	}
 	if o.commitsInFlight < 1 || o.commitsInFlight > 256 {
 		return fmt.Errorf("--commits-in-flight must be 1..256, got %d", o.commitsInFlight)
+	}
+	if err := o.spares.Validate(o.levels()); err != nil {
+		return fmt.Errorf("--spare-nodes-per-domain, --spare-level: %w", err)
 	}
 	if _, err := placement.ParsePackOrder(o.packOrder); err != nil {
 		return fmt.Errorf("--pack-order: %w", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/fabricrank"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -161,9 +162,8 @@ type placer struct {
 	// warnings about the gang's spec, for the Decision or Unschedulable.
 	warnings []string
 	// meter counts the Allocate calls against Config.Budget.
-	meter *cost.Meter
-	// fabricNote is Decision.FabricHealth.
-	fabricNote string
+	meter      *cost.Meter
+	fabricNote string // Decision.FabricHealth
 }
 
 // newPlacer makes the pieces of one Place call, each given what it needs.
@@ -182,6 +182,7 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 		return nil, err
 	}
 	fit := newFits(ctx, m, s, pins)
+	fit.spares = spares.NewGuard(cfg.Spares, s, g.BoundNodes, g.PreviousNodes)
 	fill := newFiller(ctx, cfg, s, g, fit, alloc, refused, shared)
 	p := &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused, meter: alloc.meter}
 	if g.SegmentSize > 0 {
@@ -236,11 +237,8 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 		entries, healthy = fabricrank.Order(p.s, entries) // sick domains last (docs/design/health.md)
 	}
 	for i, e := range entries {
-		if best != nil && i == healthy {
-			break
-		}
 		left := e.Free() - p.need
-		if best != nil && (left > best.score.LeftoverDevices || compared >= p.cfg.CompareDomains || best.score.RailSets <= 1) {
+		if best != nil && (i == healthy || left > best.score.LeftoverDevices || compared >= p.cfg.CompareDomains || best.score.RailSets <= 1) {
 			break
 		}
 		if e.PodsBound(p.perPod) < len(p.per) {
@@ -270,9 +268,7 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 		}
 	}
 	if best != nil {
-		if healthy >= 0 {
-			p.fabricNote = fabricrank.Note(p.s, entries, healthy, bestAt)
-		}
+		p.fabricNote = fabricrank.Note(p.s, entries, healthy, bestAt)
 		return best, nil
 	}
 	if err := p.report(ctx, li, &rep); err != nil {

@@ -30,9 +30,8 @@ type Decision struct {
 	// Warnings about the gang's spec that did not stop the placement (a
 	// preferred topology key no node carries).
 	Warnings []string
-	// FabricHealth says when fabric health decided the domain of a large
-	// gang (Config.LargeGangGPUs): a healthier one was chosen, or only
-	// sick ones had room; "" otherwise.
+	// FabricHealth says when fabric health decided a large gang's domain
+	// (Config.LargeGangGPUs, fabricrank.Note); "" otherwise.
 	FabricHealth string
 	// Segments of a segmented gang (Gang.SegmentSize), in rank order: the
 	// domain of SegmentTopologyKey each placed segment is in.

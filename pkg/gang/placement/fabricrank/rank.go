@@ -43,11 +43,15 @@ func Order(s *index.Snapshot, entries []*index.DomainEntry) ([]*index.DomainEntr
 	return append(healthy, sick...), len(healthy)
 }
 
-// Note says what fabric health did for a large gang placed in chosen, the
-// entry at position at of the ordered candidates of which the first
-// healthy are healthy; "" when it made no difference (no sick candidate
-// came before the chosen one in the engine's order).
+// Note says what fabric health did for a large gang placed in the entry
+// at position at of the ordered candidates, of which the first healthy
+// are healthy; "" when it made no difference (no sick candidate came
+// before the chosen one in the engine's order) or healthy < 0 (the gang
+// was not ranked).
 func Note(s *index.Snapshot, ordered []*index.DomainEntry, healthy, at int) string {
+	if healthy < 0 || at >= len(ordered) {
+		return ""
+	}
 	chosen := ordered[at]
 	if at >= healthy {
 		return fmt.Sprintf("fabric health: only domains with link errors or degraded links had room; %s has %d such devices",

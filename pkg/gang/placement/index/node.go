@@ -96,6 +96,10 @@ func (ns *NodeState) BoundPods() []*v1.Pod { return ns.boundPods }
 // device.
 func (ns *NodeState) Allocated(id structured.DeviceID) bool { return ns.allocated.Has(id) }
 
+// DeviceIDs returns the node-local devices (newest generation of each
+// pool), sorted. Callers must not modify the slice.
+func (ns *NodeState) DeviceIDs() []structured.DeviceID { return ns.devices().ids }
+
 // Device returns the node-local device (of its pool's newest generation),
 // or nil.
 func (ns *NodeState) Device(id structured.DeviceID) *resourceapi.Device {
