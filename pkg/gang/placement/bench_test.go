@@ -26,6 +26,10 @@ import (
 // spares' check costs (docs/benchmarks.md).
 var benchSpares = flag.Int("bench-spares", 0, "spare nodes per rack kept from new gangs in the HGX benchmarks")
 
+// benchLargeGang sets Config.LargeGangGPUs in the HGX benchmarks, to
+// measure what ranking domains by fabric health costs (docs/benchmarks.md).
+var benchLargeGang = flag.Int("bench-large-gang-gpus", 0, "Config.LargeGangGPUs in the HGX benchmarks (0: off)")
+
 func buildBench(b *testing.B, nodes int, seed uint64, gangs ...scenario.GangSpec) *scenario.Built {
 	b.Helper()
 	sc := scenario.HGXScenario(nodes, seed)
@@ -35,6 +39,7 @@ func buildBench(b *testing.B, nodes int, seed uint64, gangs ...scenario.GangSpec
 	if err != nil {
 		b.Fatal(err)
 	}
+	built.Config.LargeGangGPUs = *benchLargeGang
 	return built
 }
 
