@@ -111,3 +111,20 @@ func TestFabricHealthEventsBounded(t *testing.T) {
 		t.Errorf("%d events (last %v), want %d and a summary of 2 more", len(evs), evs[len(evs)-1], maxFabricEvents+1)
 	}
 }
+
+// TestFabricFlagsEnvTwins: the fabric flags default from their env twins.
+func TestFabricFlagsEnvTwins(t *testing.T) {
+	t.Setenv("GPUFABRIC_FABRIC_ERROR_THRESHOLD", "25")
+	t.Setenv("GPUFABRIC_FABRIC_ERROR_WINDOW", "90s")
+	var o runOptions
+	if err := o.flags([]string{"--node", "n"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.fabric.config(); got != (fabrichealth.Config{Window: 90 * time.Second, Threshold: 25}) {
+		t.Errorf("fabric config %+v, want threshold 25 and window 90s from the environment", got)
+	}
+	t.Setenv("GPUFABRIC_FABRIC_ERROR_THRESHOLD", "ten")
+	if err := (&runOptions{}).flags([]string{"--node", "n"}); err == nil || !strings.Contains(err.Error(), "GPUFABRIC_FABRIC_ERROR_THRESHOLD") {
+		t.Errorf("bad threshold in the environment: %v", err)
+	}
+}

@@ -60,6 +60,7 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_SPARE_NODES_PER_DOMAIN": "2",
 		"GPUFABRIC_SPARE_LEVEL":            "rack",
 		"GPUFABRIC_SPARES_FOR_NEW_GANGS":   "true",
+		"GPUFABRIC_LARGE_GANG_GPUS":        "32",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
@@ -77,6 +78,9 @@ func TestEnvTwins(t *testing.T) {
 	}
 	if err := o.validate(); err != nil {
 		t.Errorf("validate: %v", err)
+	}
+	if o.largeGangGPUs != 32 {
+		t.Errorf("large gang GPUs %d, want 32 from GPUFABRIC_LARGE_GANG_GPUS", o.largeGangGPUs)
 	}
 	if o.spares != (spares.Policy{PerDomain: 2, Level: "rack", ForNewGangs: true}) {
 		t.Errorf("spares %+v", o.spares)
@@ -126,6 +130,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--kube-api-content-type=application/json"}},
 		{args: []string{"--pack-order=fullest-nodes"}},
 		{args: []string{"--pack-order=least-spread"}},
+		{args: []string{"--large-gang-gpus=0"}},
+		{args: []string{"--large-gang-gpus=-1"}, wantErr: "--large-gang-gpus must be 0 (off) or more, got -1"},
 		{args: []string{"--pack-order=spread"}, wantErr: `--pack-order: pack order "spread" is not one of "least-spread", "fullest-nodes"`},
 		{args: []string{"--tls-cert-file=/tls/tls.crt"}, wantErr: "--tls-cert-file and --tls-private-key-file go together"},
 		{args: []string{"--tls-cert-file=/tls/tls.crt", "--tls-private-key-file=/tls/tls.key"}},
