@@ -61,6 +61,9 @@ var rules = []struct {
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
 		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
+	// The failure model is a leaf of the simulator: rates, the seeded
+	// schedule and checkpoint arithmetic, no cluster view.
+	{"pkg/sim/failures", nil},
 	// inspect reads priorities as the scheduler does (pure helpers), and
 	// the free-room view in the format the scheduler writes.
 	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
@@ -72,7 +75,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()
