@@ -44,7 +44,7 @@ var rules = []struct {
 	// The spare-node policy is a leaf too: it reads the cluster index.
 	{"pkg/gang/placement/spares", []string{"pkg/topology", "pkg/gang/placement/index"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
-	{"pkg/gang/freeroom", []string{"pkg/topology"}},
+	{"pkg/gang/freeroom", []string{"pkg/topology", "pkg/gang/placement/spares", "pkg/gang/placement/index"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
 	{"pkg/gang/gate", nil},
 	{"pkg/gang/report", nil},

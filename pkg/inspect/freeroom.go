@@ -49,6 +49,10 @@ func RenderFreeRoom(w io.Writer, r *FreeRoomReport, st Style) error {
 		fmt.Fprintf(w, "%s, %d GPUs free, the most in one %d; domains with %s\n\n",
 			plural(l.Domains, "domain", "domains"), l.FreeGPUs, l.LargestFree, atLeast(l.AtLeast))
 	}
+	if sp := v.Spares; sp != nil {
+		fmt.Fprintf(w, "Spares (%d per %s, kept for replacements, not counted free): %s, %d GPUs; %s short of spares\n",
+			sp.PerDomain, sp.Level, plural(sp.KeptNodes, "node", "nodes"), sp.KeptGPUs, plural(sp.DomainsShort, "domain", "domains"))
+	}
 	_, err := fmt.Fprintf(w, "Cluster: %s, %d free\nLegend: %s held by claims  %s free\n", plural(v.GPUs, "GPU", "GPUs"), v.FreeGPUs, cellUsed, cellFree)
 	return err
 }

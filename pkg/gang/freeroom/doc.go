@@ -20,10 +20,15 @@
 //   - Written only when its counts changed, at most once per interval, by
 //     server-side apply, and only while the fence holds; a failed write is
 //     retried at the next interval and never stops the scheduler.
+//   - Spare nodes the scheduler keeps for replacements
+//     (--spare-nodes-per-domain) are no free room for a tenant's new gang:
+//     their GPUs are taken off the free ones and only their sum is shown
+//     (View.Spares), counted as pkg/gang/placement/spares counts them from
+//     the nodes, slices and claims (ListerGPUs).
 //   - Owned by the fabric-domain DeviceClass (ClassOwner), as the pools and
 //     the Lease: it goes with `helm uninstall`.
 //
 // Files: view.go (View, Build, Encode, Decode), publisher.go (Run),
 // source.go (ListerTree, the tree from listers, rebuilt on change;
-// ClassOwner).
+// ClassOwner), spares.go (Spares, ListerGPUs: the kept spares).
 package freeroom

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -50,6 +51,11 @@ type Config struct {
 	// Owner, when set, returns the view's owner (nil: none), so that the
 	// garbage collector deletes the view with it (ClassOwner).
 	Owner func() *metav1.OwnerReference
+	// Spares is the scheduler's spare-node policy; with PerDomain > 0
+	// and NodeGPUs set, the kept spares' GPUs are taken off the free ones
+	// and summed in View.Spares.
+	Spares   spares.Policy
+	NodeGPUs NodeGPUsSource
 	// Options of Build.
 	Options Options
 	// Now is the clock; time.Now when nil.
@@ -106,7 +112,12 @@ func (p *publisher) step(ctx context.Context, tick int) error {
 	if err != nil {
 		return fmt.Errorf("fabric tree: %w", err)
 	}
+	sum, err := p.takeSpares(tree, free)
+	if err != nil {
+		return err
+	}
 	v := Build(tree, free, p.cfg.Now(), p.cfg.Options)
+	v.Spares = sum
 	if !SameCounts(v, p.written) {
 		if err := p.write(ctx, v); err != nil {
 			return err // seen unchanged: the next step computes and writes again
@@ -115,6 +126,23 @@ func (p *publisher) step(ctx context.Context, tick int) error {
 	}
 	p.seen, p.computed = n, true
 	return nil
+}
+
+// takeSpares takes the kept spares' GPUs off free (per NVLink domain) and
+// returns the view's summary of them; nothing without a policy.
+func (p *publisher) takeSpares(tree *topology.Tree, free map[string]int) (*Spares, error) {
+	if p.cfg.Spares.PerDomain <= 0 || p.cfg.NodeGPUs == nil {
+		return nil, nil
+	}
+	gpus, err := p.cfg.NodeGPUs.NodeGPUs()
+	if err != nil {
+		return nil, fmt.Errorf("spares: %w", err)
+	}
+	kept, sum := keptSpares(tree, p.cfg.Spares, gpus)
+	for d, n := range kept {
+		free[d] = max(0, free[d]-n)
+	}
+	return sum, nil
 }
 
 // write applies the view to the ConfigMap (created when missing).

@@ -53,6 +53,9 @@ type View struct {
 	FreeGPUs int `json:"freeGPUs"`
 	// Levels from the NVLink domain outwards.
 	Levels []Level `json:"levels"`
+	// Spares the scheduler keeps for replacements, when it keeps any:
+	// their GPUs are counted neither free here nor in any level.
+	Spares *Spares `json:"spares,omitempty"`
 }
 
 // Level is one level of the fabric tree.

@@ -11,12 +11,15 @@ import (
 // free GPUs of the metrics, and the fabric tree from the informers, built
 // again only after a node was added, deleted or relabelled or a slice
 // changed; written to RecordNamespace past the fence, owned by the
-// fabric-domain DeviceClass.
+// fabric-domain DeviceClass; the spares the placement keeps are not
+// counted free.
 func freeRoomConfig(s *Scheduler) freeroom.Config {
 	inf := s.inf
 	return freeroom.Config{Client: s.cfg.Client, Namespace: s.cfg.RecordNamespace, Interval: s.cfg.FreeRoomInterval,
 		FreeGPUs: s.snaps.freeGPUs, Changes: inf.capacityEvents.Load, Fence: s.gate.Fenced,
 		Owner: freeroom.ClassOwner(resourcelisters.NewDeviceClassLister(inf.classes.GetIndexer())),
 		Tree: &freeroom.ListerTree{Config: s.cfg.Tree, Changes: inf.topologyEvents.Load,
-			Nodes: corelisters.NewNodeLister(inf.nodes.GetIndexer()), Slices: resourcelisters.NewResourceSliceLister(inf.slices.GetIndexer())}}
+			Nodes: corelisters.NewNodeLister(inf.nodes.GetIndexer()), Slices: resourcelisters.NewResourceSliceLister(inf.slices.GetIndexer())},
+		Spares: s.cfg.Placement.Spares, NodeGPUs: &freeroom.ListerGPUs{Nodes: corelisters.NewNodeLister(inf.nodes.GetIndexer()),
+			Slices: resourcelisters.NewResourceSliceLister(inf.slices.GetIndexer()), Claims: resourcelisters.NewResourceClaimLister(inf.claims.GetIndexer())}}
 }

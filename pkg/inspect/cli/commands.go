@@ -53,6 +53,9 @@ gpufabric-free-room in --scheduler-namespace).`,
 			}
 			opts := o.reportOptions()
 			opts.Spares = sp
+			if !cmd.Flags().Changed("spare-nodes-per-domain") {
+				opts.Spares = o.publishedSpares(cmd, schedulerNS)
+			}
 			rep, err := inspect.BuildStatus(cl, opts)
 			if err != nil {
 				return err
@@ -62,7 +65,7 @@ gpufabric-free-room in --scheduler-namespace).`,
 			return inspect.Write(cmd.OutOrStdout(), o.output, rep, func(w io.Writer) error { return inspect.RenderStatus(w, rep, st) })
 		},
 	}
-	cmd.Flags().IntVar(&sp.PerDomain, "spare-nodes-per-domain", 0, "the scheduler's --spare-nodes-per-domain: show the spare nodes each domain keeps for replacements (kept, in use)")
+	cmd.Flags().IntVar(&sp.PerDomain, "spare-nodes-per-domain", 0, "the scheduler's --spare-nodes-per-domain: show the spare nodes each domain keeps for replacements (kept, in use); by default what the scheduler published in its free-room view")
 	cmd.Flags().StringVar(&sp.Level, "spare-level", topology.TopologyKeyNVLinkDomain, "the scheduler's --spare-level")
 	cmd.Flags().IntVar(&barWidth, "bar-width", barWidth, "most cells of an occupancy bar (a domain with fewer GPUs gets one cell per GPU)")
 	cmd.Flags().StringVar(&schedulerNS, "scheduler-namespace", schedulerNS,
@@ -74,22 +77,42 @@ gpufabric-free-room in --scheduler-namespace).`,
 // a user to whom listing the cluster is forbidden (listErr); when the view
 // cannot be read either, both errors are returned.
 func (o *options) freeRoom(cmd *cobra.Command, ns string, barWidth int, listErr error) error {
-	c, err := o.client()
+	v, err := o.readView(cmd, ns)
 	if err != nil {
-		return err
-	}
-	cm, err := c.CoreV1().ConfigMaps(ns).Get(cmd.Context(), freeroom.ConfigMapName, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("%w; the free-room view %s/%s cannot be read either (--scheduler-namespace): %w", listErr, ns, freeroom.ConfigMapName, err)
-	}
-	v, err := freeroom.Decode(cm)
-	if err != nil {
-		return fmt.Errorf("%w; the free-room view %s/%s: %w", listErr, ns, freeroom.ConfigMapName, err)
+		return fmt.Errorf("%w; %w", listErr, err)
 	}
 	rep := &inspect.FreeRoomReport{Source: ns + "/" + freeroom.ConfigMapName, Reason: listErr.Error(), View: v}
 	st := o.style()
 	st.BarWidth = barWidth
 	return inspect.Write(cmd.OutOrStdout(), o.output, rep, func(w io.Writer) error { return inspect.RenderFreeRoom(w, rep, st) })
+}
+
+// readView reads the scheduler's free-room view from namespace ns.
+func (o *options) readView(cmd *cobra.Command, ns string) (*freeroom.View, error) {
+	c, err := o.client()
+	if err != nil {
+		return nil, err
+	}
+	cm, err := c.CoreV1().ConfigMaps(ns).Get(cmd.Context(), freeroom.ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("the free-room view %s/%s cannot be read either (--scheduler-namespace): %w", ns, freeroom.ConfigMapName, err)
+	}
+	v, err := freeroom.Decode(cm)
+	if err != nil {
+		return nil, fmt.Errorf("the free-room view %s/%s: %w", ns, freeroom.ConfigMapName, err)
+	}
+	return v, nil
+}
+
+// publishedSpares is the spare-node policy the scheduler published in its
+// free-room view (none when the view cannot be read or keeps none): status
+// shows the spares without the user repeating the scheduler's flags.
+func (o *options) publishedSpares(cmd *cobra.Command, ns string) spares.Policy {
+	v, err := o.readView(cmd, ns)
+	if err != nil || v.Spares == nil {
+		return spares.Policy{}
+	}
+	return spares.Policy{PerDomain: v.Spares.PerDomain, Level: v.Spares.Level}
 }
 
 func newNodesCommand(o *options) *cobra.Command {

@@ -9,9 +9,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
@@ -20,7 +22,8 @@ import (
 // (minCount 2) on a 4-node domain is placed 2 pods on the nodes that are no
 // spares; its third member, a late member, is a replacement and takes a
 // spare; a new 1-pod gang is then refused the last free node, which is a
-// spare, and says so.
+// spare, and says so. The tenants' free-room view counts that spare's GPUs
+// as no free room: 0 free, 1 spare node (4 GPUs) kept, the domain short.
 func TestSchedulerSpares(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true})
 	admin := cp.AdminClient(t)
@@ -28,7 +31,7 @@ func TestSchedulerSpares(t *testing.T) {
 	const ns = "spares"
 	itest.GangNamespace(t, admin, ns, 4)
 	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"),
-		scheduler.Config{DomainChannels: 4, Placement: placement.Config{Spares: spares.Policy{PerDomain: 2}}})
+		scheduler.Config{DomainChannels: 4, Placement: placement.Config{Spares: spares.Policy{PerDomain: 2}}, FreeRoomInterval: 200 * time.Millisecond})
 
 	itest.CreateGang(t, admin, ns, "job", 2, 3)
 	waitBound(t, admin, ns, "job", 3)
@@ -55,5 +58,20 @@ func TestSchedulerSpares(t *testing.T) {
 			return fmt.Errorf("bound to %s", p.Spec.NodeName)
 		}
 		return podScheduledSays(p, "its 1 free node is a spare kept for replacements (--spare-nodes-per-domain=2)")
+	})
+	itest.Poll(t, "the free-room view keeps the spare out of the free GPUs", 30*time.Second, func(ctx context.Context) error {
+		cm, err := admin.CoreV1().ConfigMaps(itest.RecordNamespace).Get(ctx, freeroom.ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		v, err := freeroom.Decode(cm)
+		if err != nil {
+			return err
+		}
+		want := freeroom.Spares{PerDomain: 2, Level: topology.TopologyKeyNVLinkDomain, KeptNodes: 1, KeptGPUs: 4, DomainsShort: 1}
+		if v.Spares == nil || *v.Spares != want || v.FreeGPUs != 0 {
+			return fmt.Errorf("view: %d free, spares %+v; want 0 free, spares %+v", v.FreeGPUs, v.Spares, want)
+		}
+		return nil
 	})
 }
