@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"io"
 	"net/http"
 	"strings"
@@ -55,6 +56,9 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_PLACEMENT_ALLOCATE_CALLS": "500",
 		"GPUFABRIC_PLACEMENT_TIME_BUDGET":    "250ms",
 		"GPUFABRIC_FREE_ROOM_INTERVAL":       "30s",
+		"GPUFABRIC_NODE_FAILURE_GRACE":       "45s",
+		"GPUFABRIC_REPLACEMENT_TIMEOUT":      "2m",
+		"GPUFABRIC_MEMBER_LOSS_POLICY":       "Fail",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
@@ -69,6 +73,9 @@ func TestEnvTwins(t *testing.T) {
 		reservationsPerNS: 2}
 	if diff := cmp.Diff(want, o.preemption, cmp.AllowUnexported(preemptionOptions{})); diff != "" {
 		t.Errorf("preemption options (-want +got):\n%s", diff)
+	}
+	if o.replace != (scheduler.ReplaceConfig{NodeFailureGrace: 45 * time.Second, ReplacementTimeout: 2 * time.Minute, Policy: "Fail"}) {
+		t.Errorf("replace options %+v", o.replace)
 	}
 	if err := o.validate(); err != nil {
 		t.Errorf("validate: %v", err)
@@ -107,6 +114,10 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--preemption-budget=1ms"}, wantErr: "--preemption-budget must be at least 10ms"},
 		{args: []string{"--max-unschedulable-wait=0s"}, wantErr: "--max-unschedulable-wait must be at least 1s"},
 		{args: []string{"--free-room-interval=0"}},
+		{args: []string{"--member-loss-policy=Wait", "--replacement-timeout=1h", "--node-failure-grace=1s"}},
+		{args: []string{"--member-loss-policy=restart"}, wantErr: `member loss policy "restart": want Wait, Restart or Fail`},
+		{args: []string{"--replacement-timeout=2h"}, wantErr: "replacement timeout 2h0m0s: want 0s..1h0m0s"},
+		{args: []string{"--node-failure-grace=0s"}, wantErr: "--node-failure-grace and --replacement-timeout must be more than 0s"},
 		{args: []string{"--free-room-interval=100ms"}, wantErr: "--free-room-interval must be 0 (off) or at least 1s"},
 		{args: []string{"--free-room-interval=-1s"}, wantErr: "--free-room-interval must be at least 0s"},
 		{args: []string{"--commits-in-flight=0"}, wantErr: "--commits-in-flight must be 1..256, got 0"},

@@ -14,6 +14,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -41,6 +42,7 @@ type options struct {
 	budget          placementBudget
 	freeRoom        time.Duration
 	preemption      preemptionOptions
+	replace         scheduler.ReplaceConfig
 	serving         servingOptions
 	// requireAdminLabels: --require-admin-topology-labels.
 	requireAdminLabels bool
@@ -98,6 +100,9 @@ var envTwins = map[string]string{
 	"placement-allocate-calls":    "GPUFABRIC_PLACEMENT_ALLOCATE_CALLS",
 	"placement-time-budget":       "GPUFABRIC_PLACEMENT_TIME_BUDGET",
 	"free-room-interval":          "GPUFABRIC_FREE_ROOM_INTERVAL",
+	"node-failure-grace":          "GPUFABRIC_NODE_FAILURE_GRACE",
+	"replacement-timeout":         "GPUFABRIC_REPLACEMENT_TIMEOUT",
+	"member-loss-policy":          "GPUFABRIC_MEMBER_LOSS_POLICY",
 	"v":                           "GPUFABRIC_V",
 	"logging-format":              "GPUFABRIC_LOGGING_FORMAT",
 
@@ -139,6 +144,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.syncTimeout, "informer-sync-timeout", 2*time.Minute, "how long the leader's informers may take to sync before /readyz and the log name what is missing (an API not served, RBAC) instead of \"waiting\"")
 	fs.IntVar(&o.budget.calls, "placement-allocate-calls", cost.DefaultCalls, fmt.Sprintf("allocator calls one placement attempt may make, plus %d per member of the gang; a gang that needs more is refused as timed out and backs off harder", cost.CallsPerMember))
 	fs.DurationVar(&o.budget.time, "placement-time-budget", cost.DefaultTime, fmt.Sprintf("wall time one placement attempt may spend in allocator calls, plus %s per member; past it the attempt stops at the next call and the gang is refused as timed out", cost.TimePerMember))
+	fs.DurationVar(&o.replace.NodeFailureGrace, "node-failure-grace", 30*time.Second, "a node whose Ready condition is False or Unknown this long has lost its gang members, which are replaced in place (0s..1h; docs/design/health.md)")
+	fs.DurationVar(&o.replace.ReplacementTimeout, "replacement-timeout", 60*time.Second, "how long a lost member's replacement may take before --member-loss-policy applies, unless the PodGroup's annotation "+vocab.AnnotationReplacementTimeout+" says otherwise (0s..1h)")
+	fs.StringVar(&o.replace.Policy, "member-loss-policy", vocab.PolicyRestart, "what happens to a gang whose lost member found no replacement in time, unless the PodGroup's annotation "+vocab.AnnotationOnMemberLoss+" says otherwise: "+
+		vocab.PolicyWait+" (keep waiting), "+vocab.PolicyRestart+" (restart the whole gang wherever it fits best) or "+vocab.PolicyFail+" (fail the PodGroup)")
 	p := &o.preemption
 	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
@@ -173,6 +182,12 @@ func (o *options) validate() error {
 		if d.v < d.min {
 			return fmt.Errorf("--%s must be at least %s, got %s", d.name, d.min, d.v)
 		}
+	}
+	if o.replace.NodeFailureGrace <= 0 || o.replace.ReplacementTimeout <= 0 {
+		return fmt.Errorf("--node-failure-grace and --replacement-timeout must be more than 0s, got %s and %s", o.replace.NodeFailureGrace, o.replace.ReplacementTimeout)
+	}
+	if _, err := o.replace.WithDefaults(); err != nil {
+		return fmt.Errorf("--node-failure-grace, --replacement-timeout, --member-loss-policy: %w", err)
 	}
 	if p.reservationsPerNS < 1 {
 		return fmt.Errorf("--starvation-reservations-per-namespace must be at least 1, got %d", p.reservationsPerNS)

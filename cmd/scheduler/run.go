@@ -115,6 +115,7 @@ func (o *options) schedulerConfig(client kubernetes.Interface, metrics *schedule
 		MaxUnschedulableWait: o.preemption.unschedulableWait,
 
 		StarvationReservationsPerNamespace: o.preemption.reservationsPerNS,
+		Replace:                            o.replace,
 	}
 }
 

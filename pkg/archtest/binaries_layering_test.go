@@ -15,7 +15,7 @@ var wiring = []struct {
 	may    []string
 	never  []string
 }{
-	{"cmd/", []string{"pkg/"}, []string{"pkg/gang/queue", "pkg/gang/commit", "pkg/gang/evict", "pkg/gang/guard", "pkg/gang/nodetrust"}},
+	{"cmd/", []string{"pkg/"}, []string{"pkg/gang/queue", "pkg/gang/commit", "pkg/gang/evict", "pkg/gang/guard", "pkg/gang/nodetrust", "pkg/gang/replace"}},
 	{"hack/", []string{"pkg/", "test/integration/framework"}, nil},
 }
 

@@ -103,6 +103,11 @@ type Config struct {
 	// StarvationReservationsPerNamespace bounds the reservations the
 	// starving gangs of one namespace hold at once (0: 1).
 	StarvationReservationsPerNamespace int
+	// NodeLost, when set, reports whether a member's node is lost (pkg/gang/replace:
+	// NotReady past the grace, tainted, deleted): a terminating member
+	// there counts as gone for a whole-gang restart, which would otherwise
+	// wait for a kubelet that never confirms it.
+	NodeLost func(p *v1.Pod) bool
 	// Clock, when set, replaces the real clock of the restart backoff and
 	// the preemption budget (tests).
 	Clock clock.PassiveClock

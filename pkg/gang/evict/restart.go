@@ -61,7 +61,29 @@ func taintDisruption(p *v1.Pod) string {
 // zero value is ready; safe for concurrent use.
 type Disruptions struct {
 	mu sync.Mutex
-	m  map[string]string
+	m  map[string]disruption
+}
+
+// disruption is a gang's recorded disruption: why (a sentence), and
+// anyMode when it restarts the gang whatever its disruption mode (the
+// replace room's Restart).
+type disruption struct {
+	why     string
+	anyMode bool
+}
+
+var _ interface{ Restart(key, why string) } = (*Disruptions)(nil)
+
+// Restart records that the gang key restarts whole whatever its
+// disruption mode (pkg/gang/replace: a member lost to a trigger in a gang
+// disrupted only whole, or the policy Restart); why says what was lost.
+func (d *Disruptions) Restart(key, why string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[string]disruption{}
+	}
+	d.m[key] = disruption{why: why, anyMode: true}
 }
 
 // Note records p when it is a bound member of ours that a taint manager
@@ -77,14 +99,17 @@ func (d *Disruptions) Note(p *v1.Pod) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.m == nil {
-		d.m = map[string]string{}
+		d.m = map[string]disruption{}
 	}
-	d.m[keyOf(p)] = fmt.Sprintf("%s on %s (%s)", p.Name, p.Spec.NodeName, reason)
+	if d.m[keyOf(p)].anyMode {
+		return true // a restart asked for already says more
+	}
+	d.m[keyOf(p)] = disruption{why: fmt.Sprintf("member %s on %s (%s) was deleted by a taint manager and the group is disrupted only whole", p.Name, p.Spec.NodeName, reason)}
 	return true
 }
 
 // take returns and forgets the PodGroup's recorded disruption.
-func (d *Disruptions) take(key string) string {
+func (d *Disruptions) take(key string) disruption {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cause := d.m[key]
@@ -95,11 +120,11 @@ func (d *Disruptions) take(key string) string {
 // restore puts back a disruption taken for a restart that could not
 // start (an API error): the gang's next turn tries again, unless a newer
 // one was noted meanwhile.
-func (d *Disruptions) restore(key, cause string) {
+func (d *Disruptions) restore(key string, cause disruption) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.m == nil {
-		d.m = map[string]string{}
+		d.m = map[string]disruption{}
 	}
 	if _, newer := d.m[key]; !newer {
 		d.m[key] = cause
@@ -224,17 +249,18 @@ func (r *Restarter) unblock(key string) {
 func (r *Restarter) RestartGang(ctx context.Context, pg *schedulingv1beta1.PodGroup, pending, running int) (going, replaced bool, err error) {
 	key := vocab.PodGroupKey(pg.Namespace, pg.Name)
 	cause := r.cfg.Disruptions.take(key)
-	if !wholeDisruption(pg) {
+	cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget)
+	active := cond != nil && cond.Status == metav1.ConditionTrue
+	restarting := active && (cond.Reason == vocab.ReasonMemberDisrupted || cond.Reason == vocab.ReasonReplacingMembers)
+	if !wholeDisruption(pg) && !cause.anyMode && !restarting {
 		r.unblock(key)
 		return false, false, nil
 	}
-	cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget)
-	active := cond != nil && cond.Status == metav1.ConditionTrue
 	var boundary time.Time
 	switch {
 	case active && cond.Reason == vocab.ReasonMemberDisrupted:
 		boundary = cond.LastTransitionTime.Time
-	case cause != "":
+	case cause.why != "":
 		if boundary, err = r.startRestart(ctx, pg, active, cause); err != nil {
 			r.cfg.Disruptions.restore(vocab.PodGroupKey(pg.Namespace, pg.Name), cause)
 			return true, false, err
@@ -278,7 +304,7 @@ func (r *Restarter) replaced(ctx context.Context, pg *schedulingv1beta1.PodGroup
 // and returns the restart's boundary, its lastTransitionTime. A condition
 // already True (a preemption, a restart whose new gang lost a member) is
 // set False first, so that the boundary is this restart's.
-func (r *Restarter) startRestart(ctx context.Context, pg *schedulingv1beta1.PodGroup, active bool, cause string) (time.Time, error) {
+func (r *Restarter) startRestart(ctx context.Context, pg *schedulingv1beta1.PodGroup, active bool, cause disruption) (time.Time, error) {
 	if active {
 		err := r.cfg.Conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionFalse,
 			Reason: vocab.ReasonGangRestarted, Message: schedulerName + ": superseded by a new restart"})
@@ -286,15 +312,15 @@ func (r *Restarter) startRestart(ctx context.Context, pg *schedulingv1beta1.PodG
 			return time.Time{}, err
 		}
 	}
-	msg := fmt.Sprintf("%s: member %s was deleted by a taint manager and the group is disrupted only whole: evicting the other members; the group is placed again when its controller recreates them",
-		schedulerName, cause)
+	msg := fmt.Sprintf("%s: %s: evicting the other members; the group is placed again when its controller recreates them",
+		schedulerName, cause.why)
 	boundary := time.Now().Truncate(time.Second)
 	if err := r.cfg.Conditions.SetCondition(ctx, pg, metav1.Condition{Type: schedulingv1beta1.DisruptionTarget, Status: metav1.ConditionTrue,
 		Reason: vocab.ReasonMemberDisrupted, Message: msg, LastTransitionTime: metav1.NewTime(boundary)}); err != nil {
 		return time.Time{}, err
 	}
 	r.cfg.Report.Event(pg, v1.EventTypeWarning, vocab.EventGangRestart, "Restarting", msg)
-	klog.FromContext(ctx).Info("Restarting a gang whole", "podgroup", klog.KObj(pg), "cause", cause)
+	klog.FromContext(ctx).Info("Restarting a gang whole", "podgroup", klog.KObj(pg), "cause", cause.why)
 	return boundary, nil
 }
 
@@ -313,6 +339,9 @@ func (r *Restarter) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.P
 	for _, p := range pods {
 		if !podstate.Ours(p) || p.Spec.NodeName == "" || p.CreationTimestamp.After(boundary) || podstate.Terminated(p) {
 			continue
+		}
+		if p.DeletionTimestamp != nil && r.cfg.NodeLost != nil && r.cfg.NodeLost(p) {
+			continue // its node will never confirm it: gone
 		}
 		left++
 		if p.DeletionTimestamp != nil || wait {

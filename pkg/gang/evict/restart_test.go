@@ -1,6 +1,7 @@
 package evict
 
 import (
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -50,10 +51,10 @@ func TestDisruptionLog(t *testing.T) {
 				t.Errorf("note = %v", noted)
 			}
 			key := vocab.PodGroupKey("ns", "train")
-			if got := d.take(key); got != tc.want {
+			if got := d.take(key).why; !strings.Contains(got, tc.want) || (got == "") != (tc.want == "") {
 				t.Errorf("take = %q, want %q", got, tc.want)
 			}
-			if got := d.take(key); got != "" {
+			if got := d.take(key).why; got != "" {
 				t.Errorf("second take = %q, want nothing", got)
 			}
 			if tc.want == "" {
@@ -61,13 +62,13 @@ func TestDisruptionLog(t *testing.T) {
 			}
 			// A restart that could not start puts its cause back, unless
 			// a newer one came meanwhile.
-			d.restore(key, tc.want)
-			if got := d.take(key); got != tc.want {
+			d.restore(key, disruption{why: tc.want})
+			if got := d.take(key).why; got != tc.want {
 				t.Errorf("take after restore = %q, want %q", got, tc.want)
 			}
 			d.Note(tc.pod)
-			d.restore(key, "older")
-			if got := d.take(key); got != tc.want {
+			d.restore(key, disruption{why: "older"})
+			if got := d.take(key).why; !strings.Contains(got, tc.want) {
 				t.Errorf("restore overwrote a newer disruption: %q", got)
 			}
 		})

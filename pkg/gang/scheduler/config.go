@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -23,6 +24,10 @@ const DefaultCommitsInFlight = 8
 // DefaultStarvationReservationsPerNamespace is
 // Config.StarvationReservationsPerNamespace's default.
 const DefaultStarvationReservationsPerNamespace = 1
+
+// ReplaceConfig is the replace room's Config (binaries wire rooms only
+// through the loop).
+type ReplaceConfig = replace.Config
 
 // Config of a Scheduler. Client is required; the zero value of every other
 // field is usable.
@@ -88,6 +93,9 @@ type Config struct {
 	// namespace that hold a domain at once; the others wait without one.
 	// Default DefaultStarvationReservationsPerNamespace.
 	StarvationReservationsPerNamespace int
+	// Replace: how lost members are replaced in place (pkg/gang/replace;
+	// zero fields: its defaults).
+	Replace replace.Config
 	// RebuildSnapshots makes every attempt build its snapshot from the
 	// listers, as before the snapshot cache (docs/design/snapshot-cache.md):
 	// the baseline of the benchmarks, and a way to rule the cache out when
@@ -164,6 +172,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StarvationReservationsPerNamespace == 0 {
 		c.StarvationReservationsPerNamespace = DefaultStarvationReservationsPerNamespace
+	}
+	var err error
+	if c.Replace, err = c.Replace.WithDefaults(); err != nil {
+		return c, fmt.Errorf("config: %w", err)
 	}
 	if c.MetricsInterval <= 0 {
 		c.MetricsInterval = 15 * time.Second

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"time"
 
@@ -39,8 +40,9 @@ type attempt struct {
 	// eff is the gang's effective priority and preemption policy
 	// (evict.Priorities).
 	eff preemption.Effective
-	// members are the gang's pods to place.
+	// members are the gang's pods to place; late: they join a placed gang.
 	members []*v1.Pod
+	late    bool
 	// async: the attempt's commit runs in the pipeline, which reports it.
 	async bool
 	// short: refused because no domain had enough free devices, lacking
@@ -82,13 +84,14 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		}
 		g, err := placement.NewPodGang(pod, s.getClaim)
 		if err == nil {
-			err = s.volumes.pinVolumes(g)
+			err = s.volumes.Pin(g)
 		}
 		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, eff: preemption.ResolvePod(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		s.status.replacer.Forget(key)
 		s.status.podGroupMissing(ctx, ns, name)
 		s.forget(key)
 		return s.evict.GangDone(ctx, key)
@@ -116,6 +119,10 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		s.queue.RetryAfter(key, time.Second)
 		return nil
 	}
+	if failed, err := s.status.failed(ctx, pg); failed || err != nil {
+		s.forget(key) // until the PodGroup is recreated
+		return errors.Join(err, s.evict.GangDone(ctx, key))
+	}
 	if s.status.membersArriving(ctx, key, pg, cycle) {
 		return nil
 	}
@@ -124,11 +131,21 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		return err
 	}
 	s.status.markGated(ctx, ms.gated)
-	if err := s.status.checkMembers(ctx, pg, ms); err != nil {
-		if gate.Stops(err) {
-			return err
-		}
+	out, err := s.status.checkMembers(ctx, key, pg, ms)
+	if gate.Stops(err) {
+		return err
+	} else if err != nil {
 		klog.FromContext(ctx).Error(err, "Updating the members-lost condition", "podgroup", klog.KObj(pg))
+	}
+	retry := out.RetryIn // its bound, or a member lost soon
+	if ms.recheck > 0 && (retry == 0 || ms.recheck < retry) {
+		retry = ms.recheck
+	}
+	if retry > 0 {
+		s.queue.RetryAfter(key, retry)
+	}
+	if out.Stop {
+		return nil
 	}
 	restarting, replaced, err := s.restarts.RestartGang(ctx, pg, len(ms.pending), len(ms.running))
 	if replaced {
@@ -160,8 +177,11 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	switch {
 	case err == nil:
 		g.BoundNodes = ms.boundNodes
+		if !ms.anyBound { // a gang restarted whole goes back to its domain when it fits
+			g.BoundNodes = s.status.replacer.Prefer(key)
+		}
 		g.Running = ms.running // a segmented gang's late members join their segments
-		if err = s.volumes.pinVolumes(g); err == nil {
+		if err = s.volumes.Pin(g); err == nil {
 			// A gang no commit record can hold is refused before it is
 			// placed, not at every commit.
 			err = commit.RecordFits(g)
@@ -169,7 +189,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	case errors.Is(err, placement.ErrNotReady) && len(ms.gated) > 0:
 		err = fmt.Errorf("%w (%d members have scheduling gates)", err, len(ms.gated))
 	}
-	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, eff: s.prios.Group(pg), members: ms.pending}
+	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, eff: s.prios.Group(pg), members: ms.pending, late: ms.anyBound}
 	s.prios.Tell(pg, a.eff)
 	return s.place(ctx, a, g, err)
 }
@@ -208,6 +228,10 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		cfg.Budget.Deadline = cost.DeadlineFor(time.Now(), s.cfg.PlacementTime, len(g.Members))
 		g.Memory = s.costs.For(a.key)
 		d, u, err = placement.Place(ctx, cfg, snap, g)
+		if u != nil && err == nil && len(g.BoundNodes) > 0 && a.pg != nil && !a.late {
+			g.BoundNodes = nil // its previous domain is full: wherever it fits best now
+			d, u, err = placement.Place(ctx, cfg, snap, g)
+		}
 		s.costs.Keep(a.key, g.Memory)
 	}
 	s.cfg.Metrics.observePlacement(time.Since(start).Seconds())
@@ -354,8 +378,8 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 	}
 	klog.FromContext(ctx).V(2).Info("Gang not placed", "reason", conditionReason, "message", message, "backoff", backoff)
 	s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Scheduling", message)
-	s.status.markUnschedulable(ctx, a, message, memberNote{
-		eventType: v1.EventTypeWarning, reason: vocab.EventFailedScheduling, why: conditionReason, message: message,
+	s.status.markUnschedulable(ctx, a, message, memberevents.Note{
+		EventType: v1.EventTypeWarning, Reason: vocab.EventFailedScheduling, Why: conditionReason, Message: message,
 	})
 	if a.pg == nil {
 		return nil

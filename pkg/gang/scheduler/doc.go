@@ -8,7 +8,8 @@
 // of gangs: active, backoff, parked; gang keys), pkg/gang/commit (the
 // commit protocol, the records, recovery, pipelined commits),
 // pkg/gang/evict (preemption, nominations, reservations, whole-gang
-// restarts), pkg/gang/guard (the double-allocation guard and device holds,
+// restarts), pkg/gang/replace (lost members replaced in place, the
+// bound and the policy after it), pkg/gang/guard (the double-allocation guard and device holds,
 // a controller with its own goroutines) and pkg/gang/podstate (the pod
 // predicates every room shares).
 //
@@ -22,12 +23,12 @@
 //   - snapshots: snapshot.go (the snapshots an attempt places on, the
 //     assume cache, free GPUs), cachefeed.go (the placement cache's feed
 //     from the informers), warm.go (the cache's warm-up).
-//   - volumes (volumes.go): members pinned to their volumes' nodes.
+//   - members are pinned to their volumes' nodes by pkg/gang/volumepins.
 //   - gangStatus: status.go (PodGroup conditions, PodScheduled on pods),
 //     lifecycle.go (a placed gang's members lost; PodGroups missing or
 //     deleting; gated pods), notready.go (the throttled status of gangs
-//     not ready yet); memberevents.go (memberEvents: one deduplicated,
-//     bounded event per waiting member that points to its PodGroup).
+//     not ready yet); its waiting members are told why through
+//     pkg/gang/memberevents (one deduplicated, bounded event per member).
 //   - priority.go: a gang's rank for the queue.
 //   - informers.go: the informers, their indexes, and the events they
 //     feed the queue; syncstatus.go: the informers not synced yet (for

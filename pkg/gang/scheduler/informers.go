@@ -17,6 +17,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/ungate"
 )
 
@@ -59,8 +60,10 @@ type informerSet struct {
 	pdbs      cache.SharedIndexInformer
 	// priorities: the PriorityClasses PodGroups name (evict.Priorities).
 	priorities cache.SharedIndexInformer
-	// disrupted: members a taint manager deleted, by gang key.
+	// disrupted: members a taint manager deleted, and restarts the replace
+	// room asked for, by gang key; deletions: when nodes were deleted.
 	disrupted evict.Disruptions
+	deletions replace.Deletions
 	// capacityEvents counts the events that can change free devices
 	// (slices, claims, nodes), so idle loops can skip their work.
 	capacityEvents atomic.Uint64
@@ -168,8 +171,17 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 			UpdateFunc: func(_, obj any) { wakeNamespace(q, obj) },
 		}},
 		{s.nodes, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { q.FlushParked() },
-			UpdateFunc: func(old, obj any) { nodeChanged(q, old, obj) },
+			AddFunc: func(obj any) {
+				if n, ok := obj.(*v1.Node); ok {
+					s.deletions.Added(n.Name)
+				}
+				q.FlushParked()
+			},
+			UpdateFunc: func(old, obj any) {
+				if nodeChanged(q, old, obj) {
+					s.nodeGangs(q, obj) // its members may be lost (replace in place)
+				}
+			},
 			DeleteFunc: func(obj any) { s.nodeDeleted(q, obj) },
 		}},
 	}
@@ -289,9 +301,20 @@ func (s *informerSet) nodeDeleted(q queue.Events, obj any) {
 	if !ok {
 		return
 	}
+	s.deletions.Deleted(n.Name, time.Now())
 	q.FlushParked()
-	for _, o := range s.pods.GetStore().List() {
-		if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName == n.Name && podstate.Ours(p) && queue.PodGroupName(p) != "" {
+	s.nodeGangs(q, n)
+}
+
+// nodeGangs queues the gangs with members bound to a node.
+func (s *informerSet) nodeGangs(q queue.Events, obj any) {
+	n, ok := tombstone[*v1.Node](obj)
+	if !ok {
+		return
+	}
+	objs, _ := s.pods.GetIndexer().ByIndex(nodeIndex, n.Name)
+	for _, o := range objs {
+		if p, ok := o.(*v1.Pod); ok && podstate.Ours(p) && queue.PodGroupName(p) != "" {
 			q.Add(queue.KeyOf(p))
 		}
 	}
@@ -393,18 +416,32 @@ func devicesFreed(q queue.Events, a *resourceapi.AllocationResult) {
 	}
 }
 
-func nodeChanged(q queue.Events, oldObj, obj any) {
+// nodeChanged flushes the parked gangs on a change that can free
+// capacity, and reports whether the node's taints or Ready condition
+// changed (its members may be lost).
+func nodeChanged(q queue.Events, oldObj, obj any) bool {
 	o, ok1 := oldObj.(*v1.Node)
 	n, ok2 := obj.(*v1.Node)
 	if !ok1 || !ok2 {
-		return
+		return false
 	}
-	if o.Spec.Unschedulable != n.Spec.Unschedulable ||
-		!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+	taints := !equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
+	if o.Spec.Unschedulable != n.Spec.Unschedulable || taints ||
 		!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 		!equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) {
 		q.FlushParked()
 	}
+	return taints || readyOf(o) != readyOf(n)
+}
+
+// readyOf is a node's Ready condition status ("" without one).
+func readyOf(n *v1.Node) v1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
 }
 
 func wakeNamespace(q queue.Events, obj any) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"sync"
@@ -45,10 +46,11 @@ func (p *peaks) observe(uid types.UID, running int) int {
 // waiting, gated: a Job recreates lost pods), and the most seen running in
 // this term. A running member is bound, not finished, not terminating, on a
 // node that exists.
-func (st *gangStatus) checkMembers(ctx context.Context, pg *schedulingv1beta1.PodGroup, ms *memberSet) error {
+// The replace room's Turn (replace in place) has the last word on it.
+func (st *gangStatus) checkMembers(ctx context.Context, key string, pg *schedulingv1beta1.PodGroup, ms *memberSet) (replace.Outcome, error) {
 	placed := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionInitiallyScheduled)
 	if placed == nil || placed.Status != metav1.ConditionTrue {
-		return nil
+		return replace.Outcome{}, nil
 	}
 	running := len(ms.running)
 	minCount := 1
@@ -62,15 +64,20 @@ func (st *gangStatus) checkMembers(ctx context.Context, pg *schedulingv1beta1.Po
 		cond = metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionTrue, Reason: vocab.ReasonMembersLost,
 			Message: lostMessage(running, expected, minCount, ms)}
 	}
+	out, err := st.replacer.Turn(ctx, replace.Turn{Key: key, PodGroup: pg, Losses: ms.losses, Running: ms.running, Pending: ms.pending, Expected: expected, Cond: cond})
+	if err != nil {
+		return out, err
+	}
+	cond = out.Cond
 	old := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionMembersLost)
 	if old == nil && cond.Status == metav1.ConditionFalse {
-		return nil // never lost any
+		return out, nil // never lost any
 	}
 	if old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
-		return nil
+		return out, nil
 	}
 	if err := st.conditions.SetCondition(ctx, pg, cond); err != nil {
-		return err
+		return out, err
 	}
 	if old == nil || old.Status != cond.Status {
 		typ, reason := v1.EventTypeWarning, vocab.EventMembersLost
@@ -79,7 +86,22 @@ func (st *gangStatus) checkMembers(ctx context.Context, pg *schedulingv1beta1.Po
 		}
 		st.report.Event(pg, typ, reason, "Monitoring", cond.Message)
 	}
-	return nil
+	return out, nil
+}
+
+// failed handles a PodGroup that failed (replace.Failed): its running
+// members are evicted, its waiting ones told, nothing of it is placed.
+func (st *gangStatus) failed(ctx context.Context, pg *schedulingv1beta1.PodGroup) (bool, error) {
+	if !replace.Failed(pg) {
+		return false, nil
+	}
+	ms, err := st.gangs.members(pg)
+	if err != nil {
+		return true, err
+	}
+	st.setPods(ctx, append(ms.pending, ms.gated...), vocab.ReasonNoReplacement,
+		fmt.Sprintf("pod group %s failed (condition %s): nothing of it is placed again until it is recreated", pg.Name, vocab.ConditionFailed))
+	return true, st.replacer.EvictFailed(ctx, ms.running)
 }
 
 func lostMessage(running, expected, minCount int, ms *memberSet) string {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
 )
 
@@ -24,6 +26,9 @@ var _ evict.Gangs = (*gangPods)(nil)
 type gangPods struct {
 	pods  cache.Indexer
 	nodes corelisters.NodeLister
+	// classify says whether a bound member is lost to a trigger
+	// (replace.Replacer.Classify); nil: never.
+	classify func(*v1.Pod, *v1.Node) (*replace.Loss, time.Duration)
 }
 
 // memberSet is what a PodGroup's pods say about its gang.
@@ -40,8 +45,12 @@ type memberSet struct {
 	running    []*v1.Pod
 	boundNodes []string
 	// lost describes bound members that do not run: failed, terminating,
-	// or on a deleted node.
-	lost []string
+	// or on a deleted node, or lost to a trigger (losses, which hold the
+	// terminating ones on a lost node too: those count as gone).
+	lost   []string
+	losses []replace.Loss
+	// recheck: a member is lost this soon if nothing changes (0: none).
+	recheck time.Duration
 }
 
 // members reads a PodGroup's pods from the informers.
@@ -63,8 +72,10 @@ func (g *gangPods) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
 			if p.Status.Phase == v1.PodSucceeded {
 				continue
 			}
-			if why := g.lostReason(p); why != "" {
+			if why := g.lostReason(ms, p); why != "" {
 				ms.lost = append(ms.lost, why)
+				continue
+			} else if p.DeletionTimestamp != nil {
 				continue
 			}
 			ms.running = append(ms.running, p)
@@ -81,18 +92,46 @@ func (g *gangPods) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
 	return ms, nil
 }
 
-// lostReason says why a bound member does not run, "" when it does.
-func (g *gangPods) lostReason(p *v1.Pod) string {
+// lostReason says why a bound member does not run, "" when it does or
+// when it is terminating on a lost node (gone); it notes ms's losses.
+func (g *gangPods) lostReason(ms *memberSet, p *v1.Pod) string {
+	node, err := g.nodes.Get(p.Spec.NodeName)
+	if err != nil {
+		node = nil
+	}
+	if g.classify != nil {
+		loss, recheck := g.classify(p, node)
+		if loss != nil {
+			ms.losses = append(ms.losses, *loss)
+			if p.DeletionTimestamp != nil {
+				return ""
+			}
+		} else if recheck > 0 && (ms.recheck == 0 || recheck < ms.recheck) {
+			ms.recheck = recheck
+		}
+		if loss != nil && p.Status.Phase != v1.PodFailed {
+			return loss.Why
+		}
+	}
 	switch {
 	case p.Status.Phase == v1.PodFailed:
 		return fmt.Sprintf("%s failed (%s)", p.Name, report.Truncate(strings.TrimSpace(p.Status.Reason+" "+p.Status.Message), report.MaxQuoted))
 	case p.DeletionTimestamp != nil:
 		return p.Name + " terminating"
-	}
-	if _, err := g.nodes.Get(p.Spec.NodeName); err != nil {
+	case node == nil:
 		return fmt.Sprintf("%s on deleted node %s", p.Name, p.Spec.NodeName)
 	}
 	return ""
+}
+
+// nodeLost reports whether p's node is lost (evict.Config.NodeLost).
+func (g *gangPods) nodeLost(p *v1.Pod) bool {
+	node, err := g.nodes.Get(p.Spec.NodeName)
+	if err != nil {
+		node = nil
+	}
+	loss, _ := g.classify(p, node)
+	return loss != nil && loss.Trigger != replace.PodFailed
 }
 
 // sortedLost sorts the lost members' descriptions.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/ungate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
@@ -60,6 +61,7 @@ type Metrics struct {
 	assumed     prometheus.Gauge
 	doubles     *prometheus.CounterVec
 	preempt     *evict.Metrics
+	replace     *replace.Metrics
 	commit      *commit.Metrics
 
 	mu sync.Mutex
@@ -131,6 +133,7 @@ func NewMetricsWith(reg prometheus.Registerer, o MetricsOptions) (*Metrics, erro
 	m.gangWait.WithLabelValues(resultPlaced)
 	m.gangWait.WithLabelValues(resultAbandoned)
 	m.preempt = evict.NewMetrics(fast)
+	m.replace = replace.NewMetrics()
 	m.commit = commit.NewMetrics()
 	collectors := []prometheus.Collector{m.placement, m.attempts, m.placed, m.refused, m.freeGPUs,
 		m.largestFree, m.gangWait, m.assumed, m.doubles, &stateCollector{m: m}}
@@ -141,6 +144,7 @@ func NewMetricsWith(reg prometheus.Registerer, o MetricsOptions) (*Metrics, erro
 	}
 	collectors = append(collectors, m.preempt.Collectors()...)
 	collectors = append(collectors, m.commit.Collectors()...)
+	collectors = append(collectors, m.replace.Collectors()...)
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -195,6 +199,14 @@ func (m *Metrics) evictMetrics() *evict.Metrics {
 		return nil
 	}
 	return m.preempt
+}
+
+// replaceMetrics are the replace room's metrics, nil without metrics.
+func (m *Metrics) replaceMetrics() *replace.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.replace
 }
 
 // attach makes the metrics report a term's queue and pending gangs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"strings"
 	"time"
@@ -41,7 +42,7 @@ const notReadySettle = time.Second
 // not-ready write times, what its members were told).
 func (st *gangStatus) forget(key string) {
 	st.writes.Forget(key)
-	st.toMembers.forget(key)
+	st.toMembers.Forget(key)
 }
 
 // notReady says why a gang cannot be tried yet: the PodGroup condition (and
@@ -71,7 +72,7 @@ func (st *gangStatus) notReady(ctx context.Context, a *attempt, why error) error
 		st.queue.RetryWhileWaiting(a.key, after)
 		return nil
 	}
-	note := memberNote{eventType: v1.EventTypeNormal, reason: vocab.ReasonWaitingForMembers, why: vocab.ReasonWaitingForMembers, message: msg}
+	note := memberevents.Note{EventType: v1.EventTypeNormal, Reason: vocab.ReasonWaitingForMembers, Why: vocab.ReasonWaitingForMembers, Message: msg}
 	old := meta.FindStatusCondition(a.pg.Status.Conditions, vocab.ConditionInitiallyScheduled)
 	if old != nil && (old.Status == metav1.ConditionTrue || old.Reason == vocab.ReasonWaitingForMembers && old.Message == msg) {
 		st.markUnschedulable(ctx, a, waitingPodMessage(a.pg), note)

@@ -11,9 +11,12 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
+	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/volumepins"
 )
 
 var (
@@ -21,6 +24,7 @@ var (
 	_ guard.ClaimReleaser = claimReleaser{}
 	_ commit.Conditions   = (*conditions)(nil)
 	_ evict.Conditions    = (*conditions)(nil)
+	_ replace.Conditions  = (*conditions)(nil)
 )
 
 // wireLoop takes the listers of this term's informers and builds the parts
@@ -43,10 +47,10 @@ func (s *Scheduler) wireLoop(factory informers.SharedInformerFactory) {
 	if !s.cfg.RebuildSnapshots {
 		s.snaps.cache = index.NewCache(s.cfg.Placement.Index)
 	}
-	s.volumes = &volumes{
-		pvcs:           factory.Core().V1().PersistentVolumeClaims().Lister(),
-		pvs:            factory.Core().V1().PersistentVolumes().Lister(),
-		storageClasses: factory.Storage().V1().StorageClasses().Lister(),
+	s.volumes = &volumepins.Pins{
+		PVCs:           factory.Core().V1().PersistentVolumeClaims().Lister(),
+		PVs:            factory.Core().V1().PersistentVolumes().Lister(),
+		StorageClasses: factory.Storage().V1().StorageClasses().Lister(),
 	}
 }
 
@@ -59,7 +63,7 @@ func (s *Scheduler) wireRooms() {
 		client: s.cfg.Client, gate: s.gate, conditions: s.conditions, report: s.report,
 		metrics: s.cfg.Metrics, parallelism: s.cfg.CommitParallelism,
 		templates: s.snaps.templates, gangs: s.gangs, queue: s.queue, pending: &s.pending,
-		toMembers: &memberEvents{report: s.report},
+		toMembers: memberevents.New(s.report),
 		writes:    report.Throttle{Interval: notReadyWriteInterval, Settle: notReadySettle},
 	}
 	s.commits = commit.New(commit.Config{
@@ -76,6 +80,10 @@ func (s *Scheduler) wireRooms() {
 		NominationTimeout: s.cfg.NominationTimeout, PreemptionBudget: s.cfg.PreemptionBudget, StarvationBound: s.cfg.StarvationBound,
 		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
+	s.status.replacer = replace.New(replace.Deps{Config: s.cfg.Replace, Client: s.cfg.Client, Gate: s.gate, Report: s.report,
+		Metrics: s.cfg.Metrics.replaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions})
+	s.gangs.classify = s.status.replacer.Classify
+	cfg.NodeLost = s.gangs.nodeLost
 	s.evict = evict.New(cfg)
 	s.prios = evict.NewPriorities(cfg)
 	s.restarts = evict.NewRestarter(cfg)

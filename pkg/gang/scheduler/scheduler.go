@@ -25,6 +25,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/volumepins"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	resourceapi "k8s.io/api/resource/v1"
 )
@@ -73,7 +74,7 @@ type Scheduler struct {
 	pdbs      policylisters.PodDisruptionBudgetLister
 	gangs     *gangPods
 	snaps     *snapshots
-	volumes   *volumes
+	volumes   *volumepins.Pins
 	status    *gangStatus
 	// report records events (notes bounded); gate is checked before every
 	// write.

@@ -20,8 +20,10 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
@@ -121,13 +123,15 @@ type gangStatus struct {
 	templates   resourcelisters.ResourceClaimTemplateLister
 	gangs       *gangPods
 	queue       waitQueue
+	// replacer replaces lost members in place (pkg/gang/replace).
+	replacer *replace.Replacer
 	// pending: why each gang waits, shared with the loop.
 	pending *pendingSet
 	peaks   peaks
 	// writes throttles the status writes of gangs not ready yet.
 	writes report.Throttle
 	// toMembers tells waiting members why their gang waits (events).
-	toMembers *memberEvents
+	toMembers *memberevents.Events
 }
 
 // waitQueue is what gangStatus needs of the queue: a gang that is not
@@ -144,8 +148,8 @@ var _ waitQueue = queue.Interface(nil)
 // `kubectl get pods` and `describe` say why. A pod whose condition already
 // says the same is not rewritten. Best effort: failures are logged, the
 // PodGroup condition and the event carry the same message. The members of
-// a PodGroup also get note's event (memberEvents: deduplicated, bounded).
-func (st *gangStatus) markUnschedulable(ctx context.Context, a *attempt, message string, note memberNote) {
+// a PodGroup also get note's event (memberevents.Events: deduplicated, bounded).
+func (st *gangStatus) markUnschedulable(ctx context.Context, a *attempt, message string, note memberevents.Note) {
 	st.markUnschedulableUntil(ctx, a, message, note, nil)
 }
 
@@ -156,7 +160,7 @@ var errStopWrites = errors.New("stop writing")
 // once stop (when not nil) reports true, checked before each pod; it
 // reports whether it stopped so (then it records no member event). Writes
 // already started complete.
-func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, message string, note memberNote, stop func() bool) bool {
+func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, message string, note memberevents.Note, stop func() bool) bool {
 	pods := []*v1.Pod{a.pod}
 	if a.pg != nil {
 		ms, err := st.gangs.members(a.pg)
@@ -179,7 +183,7 @@ func (st *gangStatus) markUnschedulableUntil(ctx context.Context, a *attempt, me
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Setting PodScheduled=False on waiting pods")
 	}
-	st.toMembers.tell(a.key, a.pg, note, pods)
+	st.toMembers.Tell(a.key, a.pg, note, pods)
 	return false
 }
 

@@ -35,6 +35,25 @@ const (
 	// members run than it had: pods deleted, evicted, failed, or on a node
 	// that was deleted. It goes back to False when enough members run again.
 	ConditionMembersLost = topology.DriverName + "/MembersLost"
+	// ConditionFailed is True on a PodGroup the scheduler gave up on
+	// (reason ReasonNoReplacement: a lost member found no replacement
+	// within its bound and the PodGroup's policy is Fail): its members are
+	// evicted and nothing of it is placed again until it is recreated.
+	ConditionFailed = topology.DriverName + "/Failed"
+)
+
+// Replace in place (docs/design/health.md): the PodGroup annotations that
+// choose what happens when a member is lost, and their values.
+const (
+	// AnnotationOnMemberLoss: PolicyWait, PolicyRestart or PolicyFail
+	// (default: the scheduler's --member-loss-policy).
+	AnnotationOnMemberLoss = topology.DriverName + "/on-member-loss"
+	// AnnotationReplacementTimeout: a Go duration, 0s..1h, the bound on
+	// a lost member's replacement (default: --replacement-timeout).
+	AnnotationReplacementTimeout = topology.DriverName + "/replacement-timeout"
+	PolicyWait                   = "Wait"
+	PolicyRestart                = "Restart"
+	PolicyFail                   = "Fail"
 )
 
 // Reasons of ConditionInitiallyScheduled.
@@ -62,6 +81,18 @@ const (
 const (
 	ReasonMembersLost       = "MembersLost"
 	ReasonAllMembersRunning = "AllMembersRunning"
+	// ReasonReplacingInPlace: a member was lost to a trigger (its node
+	// NotReady past the grace, an untolerated NoExecute taint, its node
+	// deleted, the pod failed); its replacement is placed in the gang's
+	// domain when its controller recreates it.
+	ReasonReplacingInPlace = "ReplacingInPlace"
+	// ReasonReplacedInPlace: the replacements run in the gang's domain
+	// (status False).
+	ReasonReplacedInPlace = "ReplacedInPlace"
+	// ReasonNoReplacement: the replacement bound passed with no
+	// replacement placed: on ConditionMembersLost with policy Wait (it
+	// keeps waiting), on ConditionFailed with policy Fail.
+	ReasonNoReplacement = "NoReplacement"
 	// ReasonMemberDisrupted: a member was deleted by a taint manager and
 	// the gang is being restarted whole.
 	ReasonMemberDisrupted = "MemberDisrupted"
@@ -122,6 +153,17 @@ const (
 	EventReserved = "Reserved"
 	// EventGangRestart is the PodGroup's event when its restart starts.
 	EventGangRestart = "GangRestart"
+	// EventReplacingInPlace: a member was lost to a trigger and is being
+	// replaced in place; EventReplacedInPlace: its replacement runs;
+	// EventNoReplacement: the bound passed (policy Wait or Fail says
+	// what follows); EventGangFailed: the PodGroup failed (policy Fail);
+	// EventInvalidAnnotation: an annotation's value was refused and the
+	// default used.
+	EventReplacingInPlace  = "ReplacingInPlace"
+	EventReplacedInPlace   = "ReplacedInPlace"
+	EventNoReplacement     = "NoReplacement"
+	EventGangFailed        = "GangFailed"
+	EventInvalidAnnotation = "InvalidAnnotation"
 	// EventNodeFabricRefused: on a Node whose slices declare an NVLink
 	// domain its admin label contradicts (or lacks, when required): nothing
 	// is placed on it (docs/topology-labels.md).

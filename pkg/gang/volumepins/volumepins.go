@@ -1,4 +1,4 @@
-package scheduler
+package volumepins
 
 import (
 	"fmt"
@@ -12,21 +12,22 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
 
-// volumes reads the persistent volumes that pin a gang's members to nodes.
-type volumes struct {
-	pvcs           corelisters.PersistentVolumeClaimLister
-	pvs            corelisters.PersistentVolumeLister
-	storageClasses storagelisters.StorageClassLister
+// Pins reads the persistent volumes that pin a gang's members to nodes,
+// from the informers' listers.
+type Pins struct {
+	PVCs           corelisters.PersistentVolumeClaimLister
+	PVs            corelisters.PersistentVolumeLister
+	StorageClasses storagelisters.StorageClassLister
 }
 
-// pinVolumes sets each member's VolumePins from its persistent volumes.
+// Pin sets each member's VolumePins from its persistent volumes.
 // Rules: a volume whose claim is bound to a PersistentVolume with node
 // affinity pins the member to the nodes that match it; a claim not bound
 // yet makes the gang wait (ErrNotReady), unless its StorageClass binds only
 // for a first consumer, which the engine does not do (ErrUnsupported: the
 // gang is refused with the volume named). A generic ephemeral volume is the
 // claim <pod>-<volume> that kube-controller-manager creates.
-func (v *volumes) pinVolumes(g *placement.Gang) error {
+func (v *Pins) Pin(g *placement.Gang) error {
 	for i := range g.Members {
 		pins, err := v.volumePins(g.Members[i].Pod)
 		if err != nil {
@@ -37,7 +38,7 @@ func (v *volumes) pinVolumes(g *placement.Gang) error {
 	return nil
 }
 
-func (v *volumes) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
+func (v *Pins) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
 	var pins []*v1.NodeSelector
 	for i, vol := range p.Spec.Volumes {
 		var claim string
@@ -50,7 +51,7 @@ func (v *volumes) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
 			continue
 		}
 		field := fmt.Sprintf("spec.volumes[%d] (%s)", i, vol.Name)
-		pvc, err := v.pvcs.PersistentVolumeClaims(p.Namespace).Get(claim)
+		pvc, err := v.PVCs.PersistentVolumeClaims(p.Namespace).Get(claim)
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: pod %s/%s: %s: persistent volume claim %s does not exist", placement.ErrNotReady, p.Namespace, p.Name, field, claim)
 		}
@@ -64,7 +65,7 @@ func (v *volumes) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
 			}
 			return nil, fmt.Errorf("%w: pod %s/%s: %s: persistent volume claim %s is not bound yet", placement.ErrNotReady, p.Namespace, p.Name, field, claim)
 		}
-		pv, err := v.pvs.Get(pvc.Spec.VolumeName)
+		pv, err := v.PVs.Get(pvc.Spec.VolumeName)
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: pod %s/%s: %s: persistent volume %s does not exist", placement.ErrNotReady, p.Namespace, p.Name, field, pvc.Spec.VolumeName)
 		}
@@ -80,11 +81,11 @@ func (v *volumes) volumePins(p *v1.Pod) ([]*v1.NodeSelector, error) {
 
 // delayedBinding reports whether an unbound claim's StorageClass binds
 // volumes only when a pod using it is scheduled.
-func (v *volumes) delayedBinding(pvc *v1.PersistentVolumeClaim) bool {
+func (v *Pins) delayedBinding(pvc *v1.PersistentVolumeClaim) bool {
 	name := pvc.Spec.StorageClassName
 	if name == nil || *name == "" {
 		return false
 	}
-	sc, err := v.storageClasses.Get(*name)
+	sc, err := v.StorageClasses.Get(*name)
 	return err == nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
 }

@@ -1,4 +1,4 @@
-package scheduler
+package memberevents
 
 import (
 	"fmt"
@@ -27,23 +27,23 @@ func memberPods(n int) []*v1.Pod {
 
 // TestMemberEventsPick: a member is told a gang's note once however often
 // the gang is retried with it; a changed note (reason or message), a note
-// past memberEventRefresh, or a forgotten gang tells again; new members
-// get the note they missed; a note reaches at most memberEventsPerChange
+// past Refresh, or a forgotten gang tells again; new members
+// get the note they missed; a note reaches at most PerChange
 // members of a 10,000-pod gang; bound members are not told; gangs do not
 // share what was told.
 func TestMemberEventsPick(t *testing.T) {
-	refused := memberNote{eventType: v1.EventTypeWarning, reason: "FailedScheduling", why: "Unschedulable", message: "no room"}
+	refused := Note{EventType: v1.EventTypeWarning, Reason: "FailedScheduling", Why: "Unschedulable", Message: "no room"}
 	other := refused
-	other.message = "no room in domain b"
-	waiting := memberNote{eventType: v1.EventTypeNormal, reason: "WaitingForMembers", why: "WaitingForMembers", message: "no room"}
+	other.Message = "no room in domain b"
+	waiting := Note{EventType: v1.EventTypeNormal, Reason: "WaitingForMembers", Why: "WaitingForMembers", Message: "no room"}
 	three, big := memberPods(3), memberPods(10000)
 	bound := memberPods(2)
 	bound[1].Spec.NodeName = "n"
-	var m memberEvents
+	var m Events
 	t0 := time.Unix(1000, 0)
 	for i, tc := range []struct {
 		key    string
-		note   memberNote
+		note   Note
 		pods   []*v1.Pod
 		at     time.Duration
 		forget bool
@@ -56,23 +56,23 @@ func TestMemberEventsPick(t *testing.T) {
 		{key: "pg:ns/a", note: other, pods: three, at: 2 * time.Minute, want: 3},
 		{key: "pg:ns/a", note: other, pods: three, at: 3 * time.Minute},
 		{key: "pg:ns/a", note: waiting, pods: three, at: 3 * time.Minute, want: 3}, // same message, another reason
-		{key: "pg:ns/a", note: waiting, pods: three, at: 3*time.Minute + memberEventRefresh - time.Nanosecond},
-		{key: "pg:ns/a", note: waiting, pods: three, at: 3*time.Minute + memberEventRefresh, want: 3},
-		{key: "pg:ns/a", note: waiting, pods: three, at: 4*time.Minute + memberEventRefresh, forget: true, want: 3},
+		{key: "pg:ns/a", note: waiting, pods: three, at: 3*time.Minute + Refresh - time.Nanosecond},
+		{key: "pg:ns/a", note: waiting, pods: three, at: 3*time.Minute + Refresh, want: 3},
+		{key: "pg:ns/a", note: waiting, pods: three, at: 4*time.Minute + Refresh, forget: true, want: 3},
 		{key: "pg:ns/b", note: refused, pods: bound, want: 1},
-		{key: "pg:ns/big", note: refused, pods: big, want: memberEventsPerChange},
+		{key: "pg:ns/big", note: refused, pods: big, want: PerChange},
 		{key: "pg:ns/big", note: refused, pods: big, at: time.Second},
-		{key: "pg:ns/big", note: other, pods: big, at: 2 * time.Second, want: memberEventsPerChange},
+		{key: "pg:ns/big", note: other, pods: big, at: 2 * time.Second, want: PerChange},
 	} {
 		if tc.forget {
-			m.forget(tc.key)
+			m.Forget(tc.key)
 		}
 		if got := m.pick(tc.key, tc.note, tc.pods, t0.Add(tc.at)); len(got) != tc.want {
-			t.Errorf("step %d (%s, %q at %v): %d pods told, want %d", i, tc.key, tc.note.message, tc.at, len(got), tc.want)
+			t.Errorf("step %d (%s, %q at %v): %d pods told, want %d", i, tc.key, tc.note.Message, tc.at, len(got), tc.want)
 		}
 	}
-	if r := m.gangs["pg:ns/big"]; len(r.told) > memberEventsPerChange {
-		t.Errorf("a 10,000-pod gang remembers %d members, want at most %d", len(r.told), memberEventsPerChange)
+	if r := m.gangs["pg:ns/big"]; len(r.told) > PerChange {
+		t.Errorf("a 10,000-pod gang remembers %d members, want at most %d", len(r.told), PerChange)
 	}
 }
 
@@ -80,20 +80,20 @@ func TestMemberEventsPick(t *testing.T) {
 // command that explains it, and cuts the PodGroup's message short.
 func TestMemberEventNote(t *testing.T) {
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "train"}}
-	note := memberEventNote(pg, memberNote{why: "Unschedulable", message: strings.Repeat("x", 5000)})
+	note := eventNote(pg, Note{Why: "Unschedulable", Message: strings.Repeat("x", 5000)})
 	for _, want := range []string{"PodGroup train: Unschedulable: ", "kubectl gpufabric explain train -n team", "PodGroupInitiallyScheduled", "x..."} {
 		if !strings.Contains(note, want) {
 			t.Errorf("note %q: want %q", note, want)
 		}
 	}
-	if len(note) > memberNoteMessageMax+300 {
+	if len(note) > noteMessageMax+300 {
 		t.Errorf("note is %d bytes: the PodGroup's message was not cut", len(note))
 	}
 }
 
 // BenchmarkMemberEventsTell: the worker's cost of telling a 10,000-pod
 // gang's members, a changed note each time (the worst case: every call
-// starts a round and records memberEventsPerChange events), through the
+// starts a round and records PerChange events), through the
 // scheduler's kind of recorder (an events broadcaster sending to a fake
 // clientset's sink) to measure that recording does not wait on the API.
 func BenchmarkMemberEventsTell(b *testing.B) {
@@ -102,8 +102,8 @@ func BenchmarkMemberEventsTell(b *testing.B) {
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: fake.NewClientset().EventsV1()})
 	broadcaster.StartRecordingToSink(b.Context().Done())
 	defer broadcaster.Shutdown()
-	m := memberEvents{report: report.New(broadcaster.NewRecorder(scheme.Scheme, "bench"))}
+	m := Events{report: report.New(broadcaster.NewRecorder(scheme.Scheme, "bench"))}
 	for i := 0; b.Loop(); i++ {
-		m.tell("pg:ns/big", pg, memberNote{eventType: v1.EventTypeWarning, reason: "FailedScheduling", why: "Unschedulable", message: fmt.Sprint(i)}, pods)
+		m.Tell("pg:ns/big", pg, Note{EventType: v1.EventTypeWarning, Reason: "FailedScheduling", Why: "Unschedulable", Message: fmt.Sprint(i)}, pods)
 	}
 }

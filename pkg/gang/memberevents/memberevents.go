@@ -1,4 +1,4 @@
-package scheduler
+package memberevents
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
-// memberEventsPerChange bounds the events one change of a gang's waiting
+// PerChange bounds the events one change of a gang's waiting
 // reason or message sends to its members. Events go through the
 // scheduler's own client (its rate limit is the one commits use) and the
 // events broadcaster's queue of 1,000, which drops what overflows: a
@@ -25,63 +25,66 @@ import (
 // (BenchmarkMemberEventsTell, a 10,000-pod gang, a new note each time):
 // 0.2 ms and 156 KB of the worker's time per change at 50, against 83 ms
 // and 41 MB telling every member (and 10,000 events for a queue of 1,000).
-const memberEventsPerChange = 50
+const PerChange = 50
 
-// memberEventRefresh: a gang whose reason and message did not change is
+// Refresh: a gang whose reason and message did not change is
 // told again after this long (the apiserver's event TTL is an hour by
 // default, after which `describe` would show none).
-const memberEventRefresh = 30 * time.Minute
+const Refresh = 30 * time.Minute
 
-// memberNoteMessageMax bounds the PodGroup's message quoted in a member's
+// noteMessageMax bounds the PodGroup's message quoted in a member's
 // event; the PodGroup's condition and its own events carry it whole.
-const memberNoteMessageMax = 256
+const noteMessageMax = 256
 
-// memberNote is what a waiting gang's members are told: the event type and
+// Note is what a waiting gang's members are told: the event type and
 // reason, and the PodGroup's reason and message.
-type memberNote struct {
-	eventType, reason string
-	// why is the PodGroup's condition reason; message its message.
-	why, message string
+type Note struct {
+	EventType, Reason string
+	// Why is the PodGroup's condition reason; Message its message.
+	Why, Message string
 }
 
-// memberEvents records one event per waiting member of a PodGroup gang
+// Events records one event per waiting member of a PodGroup gang
 // that points to the PodGroup's reason. Safe for concurrent use.
 //
 // Rules: a member gets an event when its gang's note changed, or when the
-// same note is older than memberEventRefresh; never again for the same
+// same note is older than Refresh; never again for the same
 // note otherwise, however often the gang is retried. Each note reaches at
-// most memberEventsPerChange members (first come), so the memory and the
+// most PerChange members (first come), so the memory and the
 // events of a gang are bounded whatever its size. Recording never blocks
 // (report.Reporter).
-type memberEvents struct {
+type Events struct {
 	report *report.Reporter
 	mu     sync.Mutex
-	gangs  map[string]*memberRound
+	gangs  map[string]*round
 }
 
-// memberRound is one note of a gang and the members told it.
-type memberRound struct {
-	note  memberNote
+// New returns the Events that record through r (nil: none).
+func New(r *report.Reporter) *Events { return &Events{report: r} }
+
+// round is one note of a gang and the members told it.
+type round struct {
+	note  Note
 	since time.Time
 	told  map[types.UID]bool
 }
 
 // pick returns the pods of the gang key that get an event for note at
 // now, and records them as told.
-func (m *memberEvents) pick(key string, note memberNote, pods []*v1.Pod, now time.Time) []*v1.Pod {
+func (m *Events) pick(key string, note Note, pods []*v1.Pod, now time.Time) []*v1.Pod {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.gangs == nil {
-		m.gangs = map[string]*memberRound{}
+		m.gangs = map[string]*round{}
 	}
 	r := m.gangs[key]
-	if r == nil || r.note != note || now.Sub(r.since) >= memberEventRefresh {
-		r = &memberRound{note: note, since: now, told: map[types.UID]bool{}}
+	if r == nil || r.note != note || now.Sub(r.since) >= Refresh {
+		r = &round{note: note, since: now, told: map[types.UID]bool{}}
 		m.gangs[key] = r
 	}
 	var out []*v1.Pod
 	for _, p := range pods {
-		if len(r.told) >= memberEventsPerChange {
+		if len(r.told) >= PerChange {
 			break
 		}
 		if p == nil || p.Spec.NodeName != "" || r.told[p.UID] {
@@ -95,7 +98,7 @@ func (m *memberEvents) pick(key string, note memberNote, pods []*v1.Pod, now tim
 
 // tell records note's event on the members of pg (gang key) that pick
 // chooses.
-func (m *memberEvents) tell(key string, pg *schedulingv1beta1.PodGroup, note memberNote, pods []*v1.Pod) {
+func (m *Events) Tell(key string, pg *schedulingv1beta1.PodGroup, note Note, pods []*v1.Pod) {
 	if m == nil || pg == nil {
 		return
 	}
@@ -103,14 +106,14 @@ func (m *memberEvents) tell(key string, pg *schedulingv1beta1.PodGroup, note mem
 	if len(picked) == 0 {
 		return
 	}
-	text := memberEventNote(pg, note)
+	text := eventNote(pg, note)
 	for _, p := range picked {
-		m.report.Event(p, note.eventType, note.reason, "Scheduling", text)
+		m.report.Event(p, note.EventType, note.Reason, "Scheduling", text)
 	}
 }
 
 // forget drops what was told to the members of a gang that is done.
-func (m *memberEvents) forget(key string) {
+func (m *Events) Forget(key string) {
 	if m == nil {
 		return
 	}
@@ -119,9 +122,9 @@ func (m *memberEvents) forget(key string) {
 	delete(m.gangs, key)
 }
 
-// memberEventNote says a member waits for its gang, why (cut short), and
+// eventNote says a member waits for its gang, why (cut short), and
 // where to read more. It names only the PodGroup, in the pod's namespace.
-func memberEventNote(pg *schedulingv1beta1.PodGroup, note memberNote) string {
+func eventNote(pg *schedulingv1beta1.PodGroup, note Note) string {
 	return fmt.Sprintf("waiting with its gang, PodGroup %s: %s: %s; see `kubectl gpufabric explain %s -n %s` or the PodGroup's condition %s",
-		pg.Name, note.why, report.Truncate(note.message, memberNoteMessageMax), pg.Name, pg.Namespace, vocab.ConditionInitiallyScheduled)
+		pg.Name, note.Why, report.Truncate(note.Message, noteMessageMax), pg.Name, pg.Namespace, vocab.ConditionInitiallyScheduled)
 }

@@ -1,0 +1,38 @@
+// Package replace replaces a placed gang's lost members in place
+// (docs/design/health.md, "Replace in place"): it says which members are
+// lost and to which trigger, how long their replacement may take, and
+// what the PodGroup's policy does when that bound passes; it deletes the
+// lost pods of a Pod-mode gang (their controller recreates them, and the
+// loop places the new pods as late members in the gang's domain), hands
+// whole-gang restarts to the evict room (Restarts), fails a PodGroup
+// whose policy is Fail, and records the MembersLost condition's words,
+// the events and gpufabric_scheduler_member_replacement_seconds.
+//
+// Types and files:
+//   - config.go: Config (the cluster defaults, validated) and the
+//     PodGroup's annotations (Policy, Timeout).
+//   - trigger.go: Trigger, Loss and Classify (pure: a member, its node and
+//     a clock in, the loss out), Deletions (when nodes were deleted).
+//   - replacer.go: Replacer, the turn of one placed gang (Turn) and its
+//     bounded memory per gang; write.go: its writes (pod deletions,
+//     evictions, the Failed condition) through the gate.
+//   - metrics.go: Metrics.
+//
+// Rules:
+//   - A member is lost when its node's Ready condition is False or
+//     Unknown for Config.NodeFailureGrace, when its node carries a
+//     NoExecute taint it does not tolerate (past its tolerationSeconds),
+//     when its node was deleted, or when its phase is Failed. A pod
+//     deleted by a user or its controller is not lost to a trigger.
+//   - Every trigger time comes from objects (the node condition's
+//     lastTransitionTime, the taint's timeAdded, the pod's status, the
+//     MembersLost condition's lastTransitionTime), never from memory
+//     alone, so a scheduler restart loses nothing; only a deleted node's
+//     time is remembered (Deletions), and after a restart the condition's
+//     time stands in for it.
+//   - Memory is bounded: one entry per gang with a lost member (dropped
+//     when its members run again or its PodGroup goes), at most maxLost
+//     descriptions and maxPrefer nodes each; at most maxDeletions nodes.
+//   - Every write passes the gate (gate.Gate.Check) first; this package
+//     never imports the loop.
+package replace

@@ -1,0 +1,349 @@
+package replace
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+)
+
+// Conditions sets one condition on a PodGroup (the loop's writer, past
+// the gate); an unchanged condition is not rewritten.
+type Conditions interface {
+	SetCondition(ctx context.Context, pg *schedulingv1beta1.PodGroup, cond metav1.Condition) error
+}
+
+// Restarts starts the whole-gang restart of a PodGroup whatever its
+// disruption mode (the evict room's Restarter carries it out); why says
+// what was lost.
+type Restarts interface {
+	Restart(key, why string)
+}
+
+// Deps is what a Replacer needs; the loop fills it for each leadership
+// term.
+type Deps struct {
+	Config
+	Client     kubernetes.Interface
+	Gate       *gate.Gate
+	Report     *report.Reporter
+	Metrics    *Metrics
+	Conditions Conditions
+	Restarts   Restarts
+	// Deletions are the node informer's (when nodes were deleted).
+	Deletions *Deletions
+	// Clock, when set, replaces the real clock (tests).
+	Clock clock.PassiveClock
+}
+
+// Outcomes: the metric's outcome label values.
+const (
+	OutcomeInPlace   = "in_place"
+	OutcomeRestarted = "restarted"
+	OutcomeFailed    = "failed"
+)
+
+// Bounds of a gang's memory.
+const (
+	maxLost   = 8
+	maxPrefer = 16
+)
+
+// phrases the condition's message carries, read back after a restart.
+const (
+	phraseRestarting = "restarting the whole gang"
+)
+
+// Replacer decides and carries out the replacement of placed gangs' lost
+// members (the package's rules). One per leadership term; safe for
+// concurrent use.
+type Replacer struct {
+	d     Deps
+	clock clock.PassiveClock
+
+	mu    sync.Mutex
+	gangs map[string]*gangState
+}
+
+// gangState is a gang with a member lost to a trigger.
+type gangState struct {
+	since   time.Time
+	trigger Trigger
+	// lost describes the lost members (at most maxLost).
+	lost []string
+	// outcome is OutcomeRestarted once a restart was asked for.
+	outcome string
+	// prefer are nodes the gang ran on before a restart of a whole gang
+	// (at most maxPrefer): the new gang goes back to their domain when it
+	// fits.
+	prefer []string
+	// said: the NoReplacement event and the invalid annotations' event
+	// were recorded.
+	waitSaid, invalidSaid bool
+}
+
+// New returns the Replacer of d; d.Config must be validated
+// (Config.WithDefaults).
+func New(d Deps) *Replacer {
+	r := &Replacer{d: d, clock: d.Clock, gangs: map[string]*gangState{}}
+	if r.clock == nil {
+		r.clock = clock.RealClock{}
+	}
+	if r.d.Deletions == nil {
+		r.d.Deletions = &Deletions{}
+	}
+	return r
+}
+
+// Classify is Classify with the Replacer's grace, clock and deletions.
+func (r *Replacer) Classify(p *v1.Pod, node *v1.Node) (*Loss, time.Duration) {
+	var deleted time.Time
+	if node == nil {
+		deleted = r.d.Deletions.At(p.Spec.NodeName)
+	}
+	return Classify(r.d.NodeFailureGrace, p, node, deleted, r.clock.Now())
+}
+
+// Turn is what the loop knows of one placed gang on this attempt.
+type Turn struct {
+	Key      string
+	PodGroup *schedulingv1beta1.PodGroup
+	// Losses are the bound members lost to a trigger, terminating ones
+	// included (those count as gone).
+	Losses  []Loss
+	Running []*v1.Pod
+	Pending []*v1.Pod
+	// Expected members; Cond is the loop's MembersLost condition for
+	// these counts.
+	Expected int
+	Cond     metav1.Condition
+}
+
+// Outcome is what the loop does with the gang after its Turn.
+type Outcome struct {
+	// Cond is the MembersLost condition to write.
+	Cond metav1.Condition
+	// Stop: place nothing of the gang now (it failed).
+	Stop bool
+	// RetryIn: look at the gang again then (its bound), 0: no need.
+	RetryIn time.Duration
+}
+
+// Failed reports whether pg failed (policy Fail): nothing of it is placed
+// again.
+func Failed(pg *schedulingv1beta1.PodGroup) bool {
+	return meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionFailed)
+}
+
+// whole reports whether pg is disrupted only whole (disruptionMode All).
+func whole(pg *schedulingv1beta1.PodGroup) bool {
+	return pg.Spec.DisruptionMode != nil && pg.Spec.DisruptionMode.All != nil
+}
+
+// Turn takes one turn of a placed gang: the rules of docs/design/health.md.
+func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
+	now := r.clock.Now()
+	out := Outcome{Cond: t.Cond}
+	old := meta.FindStatusCondition(t.PodGroup.Status.Conditions, vocab.ConditionMembersLost)
+	st := r.state(t.Key, old, t.Losses, now)
+	if st == nil {
+		return out, nil
+	}
+	ch := r.d.Choose(t.PodGroup)
+	if ch.Invalid != "" && !st.invalidSaid {
+		st.invalidSaid = true
+		r.d.Report.Event(t.PodGroup, v1.EventTypeWarning, vocab.EventInvalidAnnotation, "Replacing", ch.Invalid)
+	}
+	fresh := freshLosses(t.Losses)
+	if len(fresh) > 0 && whole(t.PodGroup) && st.outcome == "" {
+		r.restart(t, st, fmt.Sprintf("member %s was lost (%s); the group is disrupted only whole, so it restarts whole at once, in its domain if it fits", fresh[0].Why, fresh[0].Trigger), true)
+		out.Cond = r.cond(t, st, phraseRestarting+" now, in its domain if it fits")
+		return out, nil
+	}
+	if !whole(t.PodGroup) {
+		if err := r.deleteLost(ctx, t.PodGroup, fresh); err != nil {
+			return out, err
+		}
+	}
+	if len(fresh) == 0 && len(t.Pending) == 0 && len(t.Running) >= t.Expected && len(t.Running) > 0 {
+		out.Cond = r.replaced(t, st, now)
+		return out, nil
+	}
+	if st.outcome != "" {
+		out.Cond = r.cond(t, st, phraseRestarting+" ("+ch.Policy+" after "+ch.Timeout.String()+" or a whole gang)")
+		return out, nil
+	}
+	deadline := st.since.Add(ch.Timeout)
+	if now.Before(deadline) {
+		out.Cond = r.cond(t, st, fmt.Sprintf("replacing in place in the gang's domain within %s, then policy %s", ch.Timeout, ch.Policy))
+		out.RetryIn = deadline.Sub(now)
+		return out, nil
+	}
+	why := fmt.Sprintf("no replacement was placed within %s of the loss (%s at %s)", ch.Timeout, st.trigger, st.since.UTC().Format(time.RFC3339))
+	switch ch.Policy {
+	case vocab.PolicyWait:
+		out.Cond = r.cond(t, st, why+"; policy Wait: it keeps waiting for room in the gang's domain: "+waitingWhy(t.Pending))
+		out.Cond.Reason = vocab.ReasonNoReplacement
+		if !st.waitSaid {
+			st.waitSaid = true
+			r.d.Report.Event(t.PodGroup, v1.EventTypeWarning, vocab.EventNoReplacement, "Replacing", out.Cond.Message)
+		}
+	case vocab.PolicyRestart:
+		r.restart(t, st, fmt.Sprintf("%s; policy Restart: the group restarts whole, wherever it fits best now", why), false)
+		out.Cond = r.cond(t, st, phraseRestarting+" (policy Restart): "+why)
+	default:
+		out.Stop = true
+		return out, r.fail(ctx, t, st, why)
+	}
+	return out, nil
+}
+
+// freshLosses are the losses whose pods are not terminating yet.
+func freshLosses(ls []Loss) []Loss {
+	var out []Loss
+	for _, l := range ls {
+		if l.Pod.DeletionTimestamp == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// state returns the gang's state, started or recovered (from the
+// MembersLost condition) as needed, or nil when no member of it is lost
+// to a trigger.
+func (r *Replacer) state(key string, old *metav1.Condition, losses []Loss, now time.Time) *gangState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.gangs[key]
+	if st == nil && old != nil && old.Status == metav1.ConditionTrue && (old.Reason == vocab.ReasonReplacingInPlace || old.Reason == vocab.ReasonNoReplacement) {
+		st = &gangState{since: old.LastTransitionTime.Time, trigger: triggerIn(old.Message)}
+		st.waitSaid = old.Reason == vocab.ReasonNoReplacement
+		if strings.Contains(old.Message, phraseRestarting) {
+			st.outcome = OutcomeRestarted
+		}
+		r.gangs[key] = st
+	}
+	if len(losses) == 0 {
+		return st
+	}
+	if st == nil {
+		st = &gangState{}
+		r.gangs[key] = st
+	}
+	for _, l := range losses {
+		since := l.Since
+		if since.IsZero() {
+			since = now // a node deleted before this term, first seen
+			if old != nil && old.Status == metav1.ConditionTrue {
+				since = old.LastTransitionTime.Time
+			}
+		}
+		if st.since.IsZero() || since.Before(st.since) {
+			st.since, st.trigger = since, l.Trigger
+		}
+		if len(st.lost) < maxLost && !slices.Contains(st.lost, l.Why) {
+			st.lost = append(st.lost, l.Why)
+		}
+	}
+	return st
+}
+
+// triggerIn finds the trigger a condition's message names.
+func triggerIn(msg string) Trigger {
+	for _, t := range Triggers {
+		if strings.Contains(msg, "("+string(t)+")") {
+			return t
+		}
+	}
+	return NodeDeleted
+}
+
+// cond is the MembersLost condition of a gang being replaced: True,
+// ReplacingInPlace since the loss, the loop's counts, what was lost and
+// what happens next.
+func (r *Replacer) cond(t Turn, st *gangState, next string) metav1.Condition {
+	return metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionTrue, Reason: vocab.ReasonReplacingInPlace,
+		LastTransitionTime: metav1.NewTime(st.since),
+		Message: fmt.Sprintf("%s; lost to a trigger (%s) at %s: %s; %s", t.Cond.Message, st.trigger, st.since.UTC().Format(time.RFC3339),
+			strings.Join(st.lost, ", "), next)}
+}
+
+// replaced ends a gang's replacement: its members run again.
+func (r *Replacer) replaced(t Turn, st *gangState, now time.Time) metav1.Condition {
+	r.Forget(t.Key)
+	outcome := st.outcome
+	if outcome == "" {
+		outcome = OutcomeInPlace
+	}
+	took := now.Sub(st.since)
+	r.d.Metrics.observe(st.trigger, outcome, took.Seconds())
+	if outcome == OutcomeRestarted {
+		return t.Cond
+	}
+	msg := fmt.Sprintf("all %d members run: the members lost (%s) were replaced in place in %s", len(t.Running), st.trigger, took.Round(time.Second))
+	r.d.Report.Event(t.PodGroup, v1.EventTypeNormal, vocab.EventReplacedInPlace, "Replacing", msg)
+	return metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionFalse, Reason: vocab.ReasonReplacedInPlace, Message: msg}
+}
+
+// restart asks for the gang's whole restart; prefer: it goes back to the
+// domain of its running members when it fits.
+func (r *Replacer) restart(t Turn, st *gangState, why string, prefer bool) {
+	r.mu.Lock()
+	st.outcome = OutcomeRestarted
+	if prefer {
+		st.prefer = nil
+		for _, p := range t.Running {
+			if len(st.prefer) < maxPrefer && !slices.Contains(st.prefer, p.Spec.NodeName) {
+				st.prefer = append(st.prefer, p.Spec.NodeName)
+			}
+		}
+	}
+	r.mu.Unlock()
+	r.d.Restarts.Restart(t.Key, why)
+}
+
+// Prefer returns the nodes whose domain a restarting gang should go back
+// to when it fits, nil for none.
+func (r *Replacer) Prefer(key string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st := r.gangs[key]; st != nil {
+		return slices.Clone(st.prefer)
+	}
+	return nil
+}
+
+// Forget drops a gang's state (its PodGroup went, or it was replaced).
+func (r *Replacer) Forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.gangs, key)
+}
+
+// waitingWhy is why the gang's replacements wait: the first waiting
+// member's PodScheduled message, cut.
+func waitingWhy(pending []*v1.Pod) string {
+	if len(pending) == 0 {
+		return "no replacement pod exists yet (its controller has not recreated it)"
+	}
+	for _, c := range pending[0].Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Message != "" {
+			return report.Truncate(c.Message, 512)
+		}
+	}
+	return fmt.Sprintf("%d replacements not placed yet", len(pending))
+}

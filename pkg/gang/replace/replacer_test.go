@@ -1,0 +1,300 @@
+package replace
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+)
+
+type fakeConditions struct{ set []metav1.Condition }
+
+func (f *fakeConditions) SetCondition(_ context.Context, _ *schedulingv1beta1.PodGroup, c metav1.Condition) error {
+	f.set = append(f.set, c)
+	return nil
+}
+
+type fakeRestarts map[string]string
+
+func (f fakeRestarts) Restart(key, why string) { f[key] = why }
+
+// rig is a Replacer on fakes.
+type rig struct {
+	r        *Replacer
+	client   *fake.Clientset
+	conds    *fakeConditions
+	restarts fakeRestarts
+	metrics  *Metrics
+	events   *events.FakeRecorder
+	clock    *clocktesting.FakeClock
+}
+
+func newRig(t *testing.T, objs ...runtime.Object) *rig {
+	t.Helper()
+	cfg, err := Config{}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &rig{client: fake.NewClientset(objs...), conds: &fakeConditions{}, restarts: fakeRestarts{}, metrics: NewMetrics(),
+		events: events.NewFakeRecorder(100), clock: clocktesting.NewFakeClock(t0)}
+	g.r = New(Deps{Config: cfg, Client: g.client, Gate: &gate.Gate{}, Report: report.New(g.events), Metrics: g.metrics,
+		Conditions: g.conds, Restarts: g.restarts, Clock: g.clock})
+	return g
+}
+
+// reasons drains the recorded events' reasons.
+func (g *rig) reasons() string {
+	var out []string
+	for {
+		select {
+		case e := <-g.events.Events:
+			out = append(out, strings.Fields(e)[1])
+		default:
+			return strings.Join(out, ",")
+		}
+	}
+}
+
+// observed returns the count and sum of the metric's series.
+func (g *rig) observed(t *testing.T, tr Trigger, outcome string) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := g.metrics.seconds.WithLabelValues(string(tr), outcome).(prometheus.Histogram).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+// deleted lists the pods the client deleted or evicted.
+func (g *rig) writes() string {
+	var out []string
+	for _, a := range g.client.Actions() {
+		switch {
+		case a.GetVerb() == "delete" && a.GetResource().Resource == "pods":
+			out = append(out, "delete "+a.(interface{ GetName() string }).GetName())
+		case a.GetVerb() == "create" && a.GetSubresource() == "eviction":
+			out = append(out, "evict")
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func podGroup(whole bool, annotations map[string]string, conds ...metav1.Condition) *schedulingv1beta1.PodGroup {
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train", Annotations: annotations},
+		Status: schedulingv1beta1.PodGroupStatus{Conditions: conds}}
+	if whole {
+		pg.Spec.DisruptionMode = &schedulingv1beta1.DisruptionMode{All: &schedulingv1beta1.AllDisruptionMode{}}
+	}
+	return pg
+}
+
+func baseCond(status metav1.ConditionStatus) metav1.Condition {
+	return metav1.Condition{Type: vocab.ConditionMembersLost, Status: status, Reason: vocab.ReasonMembersLost, Message: "1 of 2 members remain running (minCount 2)"}
+}
+
+const key = "pg:ns/train"
+
+// TestTurnInPlace: a Pod-mode gang's member lost to its node's NotReady
+// is deleted, the condition says ReplacingInPlace since the loss (with
+// the bound), and once the replacement runs ReplacedInPlace, an event,
+// and the metric observe the time from the loss.
+func TestTurnInPlace(t *testing.T) {
+	lost, ok := member("train-1", "n2"), member("train-0", "n1")
+	g := newRig(t, lost, ok)
+	pg := podGroup(false, nil)
+	g.clock.SetTime(t0.Add(45 * time.Second))
+	loss := Loss{Pod: lost, Trigger: NodeNotReady, Since: t0.Add(30 * time.Second), Why: "train-1 on node n2, Ready=False"}
+	out, err := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Losses: []Loss{loss}, Running: []*v1.Pod{ok}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Stop || out.Cond.Reason != vocab.ReasonReplacingInPlace || !out.Cond.LastTransitionTime.Time.Equal(loss.Since) || out.RetryIn != 45*time.Second {
+		t.Errorf("outcome %+v", out)
+	}
+	for _, w := range []string{"(node_not_ready)", "train-1 on node n2", "within 1m0s, then policy Restart"} {
+		if !strings.Contains(out.Cond.Message, w) {
+			t.Errorf("message %q: want %q", out.Cond.Message, w)
+		}
+	}
+	if w := g.writes(); w != "delete train-1" {
+		t.Errorf("writes %q, want the lost pod deleted", w)
+	}
+	if r := g.reasons(); r != vocab.EventReplacingInPlace {
+		t.Errorf("events %q", r)
+	}
+	// The replacement runs 20 s later.
+	g.clock.SetTime(t0.Add(50 * time.Second))
+	repl := member("train-1b", "n3")
+	out, _ = g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Running: []*v1.Pod{ok, repl}, Expected: 2, Cond: baseCond(metav1.ConditionFalse)})
+	if out.Cond.Status != metav1.ConditionFalse || out.Cond.Reason != vocab.ReasonReplacedInPlace {
+		t.Errorf("after the replacement: %+v", out.Cond)
+	}
+	if n, sum := g.observed(t, NodeNotReady, OutcomeInPlace); n != 1 || sum != 20 {
+		t.Errorf("in_place observed %d times, sum %v; want once, 20 s", n, sum)
+	}
+	if r := g.reasons(); r != vocab.EventReplacedInPlace {
+		t.Errorf("events %q", r)
+	}
+	if g.r.gangs[key] != nil {
+		t.Error("the gang's state outlived its replacement")
+	}
+}
+
+// TestTurnPolicies: once the bound passes with no replacement placed, the
+// policy decides: Wait keeps waiting and says why, Restart asks for the
+// whole-gang restart naming the trigger, Fail fails the PodGroup and
+// evicts the members; a failed pod is never deleted (its controller
+// replaces it).
+func TestTurnPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy, timeout string
+		wantReason      string
+		wantWrites      string
+		wantEvents      string
+		stop            bool
+	}{
+		{policy: "Wait", wantReason: vocab.ReasonNoReplacement, wantEvents: vocab.EventNoReplacement},
+		{policy: "Restart", wantReason: vocab.ReasonReplacingInPlace},
+		{policy: "Fail", wantWrites: "evict", wantEvents: vocab.EventGangFailed, stop: true},
+		{policy: "Fail", timeout: "10m", wantReason: vocab.ReasonReplacingInPlace},
+		{policy: "bogus", wantReason: vocab.ReasonReplacingInPlace, wantEvents: vocab.EventInvalidAnnotation},
+	} {
+		t.Run(tc.policy+tc.timeout, func(t *testing.T) {
+			failed, ok := member("train-1", "n2"), member("train-0", "n1")
+			failed.Status.Phase = v1.PodFailed
+			waiting := member("train-1b", "")
+			waiting.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Message: "no room in domain nvl-a"}}
+			g := newRig(t, failed, ok)
+			ann := map[string]string{vocab.AnnotationOnMemberLoss: tc.policy}
+			if tc.timeout != "" {
+				ann[vocab.AnnotationReplacementTimeout] = tc.timeout
+			}
+			pg := podGroup(false, ann)
+			g.clock.SetTime(t0.Add(2 * time.Minute))
+			turn := Turn{Key: key, PodGroup: pg, Losses: []Loss{{Pod: failed, Trigger: PodFailed, Since: t0, Why: "train-1 failed"}},
+				Running: []*v1.Pod{ok}, Pending: []*v1.Pod{waiting}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)}
+			out, err := g.r.Turn(t.Context(), turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantReason != "" && out.Cond.Reason != tc.wantReason {
+				t.Errorf("reason %s (%s), want %s", out.Cond.Reason, out.Cond.Message, tc.wantReason)
+			}
+			if out.Stop != tc.stop {
+				t.Errorf("stop %v", out.Stop)
+			}
+			if w := g.writes(); w != tc.wantWrites {
+				t.Errorf("writes %q, want %q", w, tc.wantWrites)
+			}
+			if r := g.reasons(); r != tc.wantEvents {
+				t.Errorf("events %q, want %q", r, tc.wantEvents)
+			}
+			switch tc.policy + tc.timeout {
+			case "Wait":
+				if !strings.Contains(out.Cond.Message, "keeps waiting") || !strings.Contains(out.Cond.Message, "no room in domain nvl-a") {
+					t.Errorf("message %q", out.Cond.Message)
+				}
+				g.r.Turn(t.Context(), turn)
+				if r := g.reasons(); r != "" {
+					t.Errorf("a second turn recorded %q again", r)
+				}
+			case "Restart":
+				if why := g.restarts[key]; !strings.Contains(why, "(pod_failed") || !strings.Contains(why, "policy Restart") {
+					t.Errorf("restart asked with %q", why)
+				}
+				if g.r.Prefer(key) != nil {
+					t.Error("policy Restart prefers the old domain, which had no room")
+				}
+			case "Fail":
+				if len(g.conds.set) != 1 || g.conds.set[0].Type != vocab.ConditionFailed || g.conds.set[0].Reason != vocab.ReasonNoReplacement ||
+					!strings.Contains(g.conds.set[0].Message, "until it is recreated") {
+					t.Errorf("conditions %+v", g.conds.set)
+				}
+				if n, _ := g.observed(t, PodFailed, OutcomeFailed); n != 1 {
+					t.Errorf("failed observed %d times", n)
+				}
+			case "Fail10m":
+				if out.RetryIn != 8*time.Minute {
+					t.Errorf("retry in %s, want the bound's 8m", out.RetryIn)
+				}
+			}
+			if tc.policy != "Restart" && tc.policy != "bogus" && len(g.restarts) > 0 {
+				t.Errorf("restart asked: %v", g.restarts)
+			}
+		})
+	}
+}
+
+// TestTurnWhole: a gang disrupted only whole is restarted at once on any
+// trigger (never left partly running), preferring the domain of its
+// running members; nothing is deleted; once it runs again the metric
+// observes a restart.
+func TestTurnWhole(t *testing.T) {
+	lost, ok := member("train-1", "n2"), member("train-0", "n1")
+	g := newRig(t, lost, ok)
+	pg := podGroup(true, nil)
+	g.clock.SetTime(t0.Add(time.Minute))
+	out, err := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Losses: []Loss{{Pod: lost, Trigger: NodeTainted, Since: t0, Why: "train-1 on node n2, tainted x:NoExecute"}},
+		Running: []*v1.Pod{ok}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := g.restarts[key]; !strings.Contains(why, "(node_tainted)") || !strings.Contains(why, "disrupted only whole") {
+		t.Errorf("restart asked with %q", why)
+	}
+	if p := g.r.Prefer(key); len(p) != 1 || p[0] != "n1" {
+		t.Errorf("prefer %v, want the running member's node n1", p)
+	}
+	if w := g.writes(); w != "" || out.Stop {
+		t.Errorf("writes %q, stop %v", w, out.Stop)
+	}
+	// The restarted gang runs.
+	g.clock.SetTime(t0.Add(90 * time.Second))
+	base := baseCond(metav1.ConditionFalse)
+	out, _ = g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Running: []*v1.Pod{member("a", "n1"), member("b", "n3")}, Expected: 2, Cond: base})
+	if out.Cond != base {
+		t.Errorf("after the restart: %+v", out.Cond)
+	}
+	if n, sum := g.observed(t, NodeTainted, OutcomeRestarted); n != 1 || sum != 90 {
+		t.Errorf("restarted observed %d, sum %v", n, sum)
+	}
+}
+
+// TestTurnRecovers: a new term (nothing in memory) reads the loss's time
+// and trigger back from the MembersLost condition, so the bound is not
+// restarted by a scheduler restart; a gang never lost to a trigger is
+// left as the loop says.
+func TestTurnRecovers(t *testing.T) {
+	g := newRig(t)
+	cond := metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionTrue, Reason: vocab.ReasonReplacingInPlace,
+		LastTransitionTime: metav1.NewTime(t0), Message: "1 of 2 members remain running; lost to a trigger (node_deleted) at ...; replacing in place"}
+	pg := podGroup(false, map[string]string{vocab.AnnotationOnMemberLoss: "Wait"}, cond)
+	g.clock.SetTime(t0.Add(61 * time.Second))
+	out, _ := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Running: []*v1.Pod{member("a", "n1")}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)})
+	if out.Cond.Reason != vocab.ReasonNoReplacement || !strings.Contains(out.Cond.Message, "(node_deleted") || !out.Cond.LastTransitionTime.Time.Equal(t0) {
+		t.Errorf("recovered %+v", out.Cond)
+	}
+	plain := podGroup(false, nil)
+	base := baseCond(metav1.ConditionTrue)
+	out, _ = g.r.Turn(t.Context(), Turn{Key: "pg:ns/other", PodGroup: plain, Running: []*v1.Pod{member("a", "n1")}, Expected: 2, Cond: base})
+	if out.Cond != base || out.Stop || out.RetryIn != 0 {
+		t.Errorf("a gang without a trigger: %+v", out)
+	}
+	if !Failed(podGroup(false, nil, metav1.Condition{Type: vocab.ConditionFailed, Status: metav1.ConditionTrue})) || Failed(plain) {
+		t.Error("Failed")
+	}
+}

@@ -1,0 +1,104 @@
+package replace
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+)
+
+// deleteLost deletes the lost members of a Pod-mode gang so that their
+// controller recreates them (a Job replaces a terminating pod by
+// default): a pod on a deleted node at once (no kubelet will confirm
+// it), the others with their grace period (on an unreachable node the pod
+// stays Terminating until the node comes back or is deleted, and counts
+// as gone meanwhile). Failed pods are left to their controller, which
+// replaces them and keeps their logs.
+func (r *Replacer) deleteLost(ctx context.Context, pg *schedulingv1beta1.PodGroup, fresh []Loss) error {
+	var deleted []string
+	for _, l := range fresh {
+		if l.Trigger == PodFailed {
+			continue
+		}
+		if err := r.d.Gate.Check(gate.StepEvict, l.Pod.Namespace+"/"+l.Pod.Name); err != nil {
+			return err
+		}
+		opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.Pod.UID}}
+		if l.Trigger == NodeDeleted {
+			opts.GracePeriodSeconds = new(int64)
+		}
+		err := r.d.Client.CoreV1().Pods(l.Pod.Namespace).Delete(ctx, l.Pod.Name, opts)
+		switch {
+		case err == nil:
+			deleted = append(deleted, l.Why)
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			return fmt.Errorf("delete lost member %s/%s: %w", l.Pod.Namespace, l.Pod.Name, err)
+		}
+	}
+	if len(deleted) > 0 {
+		klog.FromContext(ctx).Info("Deleted lost gang members for their replacement in place", "podgroup", klog.KObj(pg), "members", len(deleted))
+		r.d.Report.Event(pg, v1.EventTypeWarning, vocab.EventReplacingInPlace, "Replacing",
+			fmt.Sprintf("lost %s: deleted, to be replaced in place in the gang's domain when its controller recreates them", joinCut(deleted)))
+	}
+	return nil
+}
+
+// joinCut joins at most maxLost descriptions and counts the others.
+func joinCut(s []string) string {
+	if len(s) <= maxLost {
+		return strings.Join(s, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(s[:maxLost], ", "), len(s)-maxLost)
+}
+
+// fail fails a PodGroup (policy Fail): the Failed condition (the PodGroup
+// is never placed again), an event, the metric, then its members'
+// evictions.
+func (r *Replacer) fail(ctx context.Context, t Turn, st *gangState, why string) error {
+	msg := fmt.Sprintf("member %s was lost (%s) and %s; policy Fail: its members are evicted and nothing of this PodGroup is placed again until it is recreated",
+		strings.Join(st.lost, ", "), st.trigger, why)
+	err := r.d.Conditions.SetCondition(ctx, t.PodGroup, metav1.Condition{Type: vocab.ConditionFailed, Status: metav1.ConditionTrue,
+		Reason: vocab.ReasonNoReplacement, Message: msg})
+	if err != nil {
+		return err
+	}
+	r.d.Report.Event(t.PodGroup, v1.EventTypeWarning, vocab.EventGangFailed, "Failing", msg)
+	r.d.Metrics.observe(st.trigger, OutcomeFailed, r.clock.Since(st.since).Seconds())
+	r.Forget(t.Key)
+	return r.EvictFailed(ctx, t.Running)
+}
+
+// EvictFailed evicts the running members of a failed PodGroup through the
+// Eviction API (a PodDisruptionBudget may refuse: the next turn tries
+// again).
+func (r *Replacer) EvictFailed(ctx context.Context, running []*v1.Pod) error {
+	for _, p := range running {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.d.Gate.Check(gate.StepEvict, p.Namespace+"/"+p.Name); err != nil {
+			return err
+		}
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
+			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
+		err := r.d.Client.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
+		switch {
+		case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		case apierrors.IsTooManyRequests(err):
+			klog.FromContext(ctx).V(2).Info("Eviction of a failed gang's member refused; retried", "pod", klog.KObj(p))
+		default:
+			return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return nil
+}
