@@ -11,13 +11,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
 
-// watch checks the invariants every second.
+// watch checks the invariants every second (and notes the gangs that
+// recovered from node faults).
 func (s *soak) watch(ctx context.Context) {
 	for ctx.Err() == nil {
 		s.check(ctx)
+		if s.nf != nil {
+			s.nf.observe(ctx, false)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -145,6 +150,16 @@ func placedOrRefused(st *itest.GangState, pg *schedulingv1beta1.PodGroup) error 
 	case pods > 0 && bound == pods:
 		return nil
 	case bound == 0 && c != nil && c.Status == metav1.ConditionFalse && c.Reason == schedulingv1beta1.PodGroupReasonUnschedulable && c.Message != "":
+		return nil
+	}
+	// A gang a fault hit whose policy is Fail ends failed, with a reason;
+	// one restarting whole waits for room, saying so (the calm deletes
+	// no gang: the room may not come).
+	if f := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionFailed); f != nil && f.Status == metav1.ConditionTrue && f.Message != "" {
+		return nil
+	}
+	if d := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget); bound == 0 && d != nil &&
+		d.Status == metav1.ConditionTrue && d.Reason == vocab.ReasonReplacingMembers && d.Message != "" {
 		return nil
 	}
 	return fmt.Errorf("%d of %d bound, condition %+v", bound, pods, c)
