@@ -156,3 +156,43 @@ func TestRestartBlockedByBudgetBacksOff(t *testing.T) {
 		t.Errorf("RetryIn once evictions go through = %v, want %v", got, RestartRetry)
 	}
 }
+
+// TestRestartAnyModeAndLostNodes: a taint manager's deletion does not
+// restart a Pod-mode gang, a restart the replace room asks for does
+// (whatever the mode: policy Restart), naming what was lost; an old member
+// terminating on a lost node counts as gone, so the restart goes on
+// instead of waiting for a kubelet that never confirms it (before, it
+// waited for ever).
+func TestRestartAnyModeAndLostNodes(t *testing.T) {
+	for _, lostNode := range []bool{false, true} {
+		f := newRestartFixture(t)
+		f.refuse = false
+		f.pg.Spec.DisruptionMode, f.pg.Status.Conditions = nil, nil
+		gangs := f.r.cfg.Gangs.(*fakeGangs)
+		f.r.cfg.NodeLost = func(p *v1.Pod) bool { return lostNode && p.Spec.NodeName == "n1" }
+		key := vocab.PodGroupKey("ns", "train")
+		tainted := gangs.pods[0].DeepCopy()
+		tainted.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: reasonNodeTaintManager}}
+		f.r.cfg.Disruptions.Note(tainted)
+		if going, replaced, err := f.r.RestartGang(t.Context(), f.pg, 0, 3); going || replaced || err != nil || f.evictions != 0 {
+			t.Fatalf("a Pod-mode gang restarted on a taint manager's deletion: going %v, replaced %v, err %v, %d evictions", going, replaced, err, f.evictions)
+		}
+		f.r.cfg.Disruptions.Restart(key, "member train-2 was lost (node_not_ready); policy Restart")
+		f.clk.Step(time.Second) // the restart's boundary is after the members' creation
+		going, _, err := f.r.RestartGang(t.Context(), f.pg, 0, 3)
+		if err != nil || !going || f.evictions != 3 {
+			t.Fatalf("restart asked: going %v, err %v, %d evictions; want the 3 old members evicted", going, err, f.evictions)
+		}
+		cond := meta.FindStatusCondition(f.pg.Status.Conditions, schedulingv1beta1.DisruptionTarget)
+		if cond == nil || cond.Reason != vocab.ReasonMemberDisrupted || !strings.Contains(cond.Message, "(node_not_ready); policy Restart") {
+			t.Fatalf("condition %+v", cond)
+		}
+		for _, p := range gangs.pods { // evicted: terminating, their kubelet gone
+			p.DeletionTimestamp = ptr.To(metav1.NewTime(f.clk.Now()))
+		}
+		going, _, err = f.r.RestartGang(t.Context(), f.pg, 0, 0)
+		if err != nil || going == lostNode {
+			t.Errorf("lost node %v: going %v (err %v); want the restart to go on only when their node is lost", lostNode, going, err)
+		}
+	}
+}

@@ -168,6 +168,9 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 		r.d.Report.Event(t.PodGroup, v1.EventTypeWarning, vocab.EventInvalidAnnotation, "Replacing", ch.Invalid)
 	}
 	fresh := freshLosses(t.Losses)
+	if whole(t.PodGroup) && st.outcome == "" && len(fresh) == 0 {
+		r.restarting(t, st, true) // a taint manager's deletion: the evict room restarts it
+	}
 	if len(fresh) > 0 && whole(t.PodGroup) && st.outcome == "" {
 		r.restart(t, st, fmt.Sprintf("member %s was lost (%s); the group is disrupted only whole, so it restarts whole at once, in its domain if it fits", fresh[0].Why, fresh[0].Trigger), true)
 		out.Cond = r.cond(t, st, phraseRestarting+" now, in its domain if it fits")
@@ -278,8 +281,16 @@ func triggerIn(msg string) Trigger {
 func (r *Replacer) cond(t Turn, st *gangState, next string) metav1.Condition {
 	return metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionTrue, Reason: vocab.ReasonReplacingInPlace,
 		LastTransitionTime: metav1.NewTime(st.since),
-		Message: fmt.Sprintf("%s; lost to a trigger (%s) at %s: %s; %s", t.Cond.Message, st.trigger, st.since.UTC().Format(time.RFC3339),
-			strings.Join(st.lost, ", "), next)}
+		Message: fmt.Sprintf("%s; lost to a trigger (%s) at %s, lost: %s; %s", t.Cond.Message, st.trigger, st.since.UTC().Format(time.RFC3339),
+			r.lostOf(st), next)}
+}
+
+// lostOf describes a gang's lost members (Disrupted adds to them from the
+// informers' goroutine).
+func (r *Replacer) lostOf(st *gangState) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(st.lost, ", ")
 }
 
 // replaced ends a gang's replacement: its members run again.
@@ -302,7 +313,15 @@ func (r *Replacer) replaced(t Turn, st *gangState, now time.Time) metav1.Conditi
 // restart asks for the gang's whole restart; prefer: it goes back to the
 // domain of its running members when it fits.
 func (r *Replacer) restart(t Turn, st *gangState, why string, prefer bool) {
+	r.restarting(t, st, prefer)
+	r.d.Restarts.Restart(t.Key, why)
+}
+
+// restarting marks the gang's restart; prefer: remember the nodes of its
+// running members.
+func (r *Replacer) restarting(t Turn, st *gangState, prefer bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	st.outcome = OutcomeRestarted
 	if prefer {
 		st.prefer = nil
@@ -312,8 +331,34 @@ func (r *Replacer) restart(t Turn, st *gangState, why string, prefer bool) {
 			}
 		}
 	}
-	r.mu.Unlock()
-	r.d.Restarts.Restart(t.Key, why)
+}
+
+// reasonDeviceTaintManager is kube-controller-manager's DisruptionTarget
+// reason for a pod deleted for a device NoExecute taint.
+const reasonDeviceTaintManager = "DeletionByDeviceTaintManager"
+
+// Disrupted notes a member of the gang key that a taint manager deletes
+// (the evict room's Disruptions saw it): a device_taint loss (node_tainted
+// for a node taint) from now, so that its replacement is bounded and
+// measured like the others.
+func (r *Replacer) Disrupted(key string, p *v1.Pod) {
+	trigger := NodeTainted
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Reason == reasonDeviceTaintManager {
+			trigger = DeviceTaint
+		}
+	}
+	why := fmt.Sprintf("%s on node %s, deleted by a taint manager", p.Name, p.Spec.NodeName)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.gangs[key]
+	if st == nil {
+		st = &gangState{since: r.clock.Now(), trigger: trigger}
+		r.gangs[key] = st
+	}
+	if len(st.lost) < maxLost && !slices.Contains(st.lost, why) {
+		st.lost = append(st.lost, why)
+	}
 }
 
 // Prefer returns the nodes whose domain a restarting gang should go back

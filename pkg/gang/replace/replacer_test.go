@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -84,10 +85,8 @@ func (g *rig) writes() string {
 	var out []string
 	for _, a := range g.client.Actions() {
 		switch {
-		case a.GetVerb() == "delete" && a.GetResource().Resource == "pods":
-			out = append(out, "delete "+a.(interface{ GetName() string }).GetName())
 		case a.GetVerb() == "create" && a.GetSubresource() == "eviction":
-			out = append(out, "evict")
+			out = append(out, "evict "+a.(interface{ GetObject() runtime.Object }).GetObject().(*policyv1.Eviction).Name)
 		}
 	}
 	return strings.Join(out, ",")
@@ -130,7 +129,7 @@ func TestTurnInPlace(t *testing.T) {
 			t.Errorf("message %q: want %q", out.Cond.Message, w)
 		}
 	}
-	if w := g.writes(); w != "delete train-1" {
+	if w := g.writes(); w != "evict train-1" {
 		t.Errorf("writes %q, want the lost pod deleted", w)
 	}
 	if r := g.reasons(); r != vocab.EventReplacingInPlace {
@@ -169,7 +168,7 @@ func TestTurnPolicies(t *testing.T) {
 	}{
 		{policy: "Wait", wantReason: vocab.ReasonNoReplacement, wantEvents: vocab.EventNoReplacement},
 		{policy: "Restart", wantReason: vocab.ReasonReplacingInPlace},
-		{policy: "Fail", wantWrites: "evict", wantEvents: vocab.EventGangFailed, stop: true},
+		{policy: "Fail", wantWrites: "evict train-0", wantEvents: vocab.EventGangFailed, stop: true},
 		{policy: "Fail", timeout: "10m", wantReason: vocab.ReasonReplacingInPlace},
 		{policy: "bogus", wantReason: vocab.ReasonReplacingInPlace, wantEvents: vocab.EventInvalidAnnotation},
 	} {
@@ -296,5 +295,40 @@ func TestTurnRecovers(t *testing.T) {
 	}
 	if !Failed(podGroup(false, nil, metav1.Condition{Type: vocab.ConditionFailed, Status: metav1.ConditionTrue})) || Failed(plain) {
 		t.Error("Failed")
+	}
+}
+
+// TestTurnDisrupted: a member a device taint manager deleted starts a
+// device_taint loss: a Pod-mode gang replaces it in place within the
+// bound; a whole gang is left to the evict room's restart and measured as
+// restarted.
+func TestTurnDisrupted(t *testing.T) {
+	gone := member("train-1", "n2")
+	gone.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "DeletionByDeviceTaintManager"}}
+	ok := member("train-0", "n1")
+	for _, whole := range []bool{false, true} {
+		g := newRig(t)
+		g.r.Disrupted(key, gone)
+		g.clock.SetTime(t0.Add(10 * time.Second))
+		out, err := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: podGroup(whole, nil), Running: []*v1.Pod{ok}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Cond.Reason != vocab.ReasonReplacingInPlace || !strings.Contains(out.Cond.Message, "(device_taint)") || !strings.Contains(out.Cond.Message, "train-1 on node n2") {
+			t.Errorf("whole %v: %+v", whole, out.Cond)
+		}
+		if !whole && out.RetryIn != 50*time.Second {
+			t.Errorf("retry in %s, want the bound's 50s", out.RetryIn)
+		}
+		g.clock.SetTime(t0.Add(2 * time.Minute)) // past the bound: a whole gang waits for its restart, policy or not
+		g.r.Turn(t.Context(), Turn{Key: key, PodGroup: podGroup(whole, nil), Running: []*v1.Pod{ok}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)})
+		if _, asked := g.restarts[key]; asked == whole {
+			t.Errorf("whole %v: the replace room asked for a restart: %v", whole, asked)
+		}
+		g.r.Turn(t.Context(), Turn{Key: key, PodGroup: podGroup(whole, nil), Running: []*v1.Pod{ok, member("b", "n3")}, Expected: 2, Cond: baseCond(metav1.ConditionFalse)})
+		outcome := OutcomeRestarted // the policy Restart, or the whole gang's own
+		if n, _ := g.observed(t, DeviceTaint, outcome); n != 1 {
+			t.Errorf("whole %v: %s observed %d times", whole, outcome, n)
+		}
 	}
 }

@@ -44,10 +44,10 @@ type Loss struct {
 // now (0: never). deletedAt is when node was deleted, zero if unknown.
 func Classify(grace time.Duration, p *v1.Pod, node *v1.Node, deletedAt, now time.Time) (*Loss, time.Duration) {
 	switch {
+	case node == nil: // before Failed: pod GC fails the pods of a deleted node
+		return &Loss{Pod: p, Trigger: NodeDeleted, Since: deletedAt, Why: fmt.Sprintf("%s on deleted node %s", p.Name, p.Spec.NodeName)}, 0
 	case p.Status.Phase == v1.PodFailed:
 		return &Loss{Pod: p, Trigger: PodFailed, Since: failedAt(p), Why: fmt.Sprintf("%s failed", p.Name)}, 0
-	case node == nil:
-		return &Loss{Pod: p, Trigger: NodeDeleted, Since: deletedAt, Why: fmt.Sprintf("%s on deleted node %s", p.Name, p.Spec.NodeName)}, 0
 	}
 	var recheck time.Duration
 	if c := readyCondition(node); c != nil && c.Status != v1.ConditionTrue {
@@ -119,7 +119,8 @@ func readyCondition(node *v1.Node) *v1.NodeCondition {
 }
 
 // failedAt is when a failed pod failed: the latest time a container
-// finished, else its Ready condition's last transition, else zero.
+// finished, else the last transition of its Ready=False or
+// DisruptionTarget=True condition, else zero (unknown).
 func failedAt(p *v1.Pod) time.Time {
 	var at time.Time
 	for _, cs := range p.Status.ContainerStatuses {
@@ -129,7 +130,7 @@ func failedAt(p *v1.Pod) time.Time {
 	}
 	if at.IsZero() {
 		for _, c := range p.Status.Conditions {
-			if c.Type == v1.PodReady {
+			if (c.Type == v1.PodReady && c.Status == v1.ConditionFalse || c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue) && c.LastTransitionTime.After(at) {
 				at = c.LastTransitionTime.Time
 			}
 		}

@@ -37,6 +37,10 @@ func TestClassify(t *testing.T) {
 	failed := member("f", "n1")
 	failed.Status.Phase = v1.PodFailed
 	failed.Status.ContainerStatuses = []v1.ContainerStatus{{State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{FinishedAt: metav1.NewTime(t0.Add(5 * time.Second))}}}}
+	gcFailed := member("g", "n1")
+	gcFailed.Status.Phase = v1.PodFailed
+	gcFailed.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))},
+		{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(7 * time.Second))}}
 	tolerating := func(seconds *int64) *v1.Pod {
 		p := member("t", "n1")
 		p.Spec.Tolerations = []v1.Toleration{{Key: v1.TaintNodeUnreachable, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: seconds}}
@@ -66,6 +70,8 @@ func TestClassify(t *testing.T) {
 		{name: "node deleted, time known", pod: member("a", "gone"), deletedAt: t0, want: NodeDeleted, since: t0},
 		{name: "node deleted, time unknown", pod: member("a", "gone"), want: NodeDeleted},
 		{name: "pod failed", pod: failed, node: node("n1", v1.ConditionTrue, t0), want: PodFailed, since: t0.Add(5 * time.Second)},
+		{name: "pod failed, no container finished", pod: gcFailed, node: node("n1", v1.ConditionTrue, t0), want: PodFailed, since: t0.Add(7 * time.Second)},
+		{name: "pod failed on a deleted node", pod: failed, deletedAt: t0.Add(3 * time.Second), want: NodeDeleted, since: t0.Add(3 * time.Second)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			loss, recheck := Classify(grace, tc.pod, tc.node, tc.deletedAt, now)

@@ -16,39 +16,36 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
-// deleteLost deletes the lost members of a Pod-mode gang so that their
-// controller recreates them (a Job replaces a terminating pod by
-// default): a pod on a deleted node at once (no kubelet will confirm
-// it), the others with their grace period (on an unreachable node the pod
-// stays Terminating until the node comes back or is deleted, and counts
-// as gone meanwhile). Failed pods are left to their controller, which
-// replaces them and keeps their logs.
+// deleteLost deletes the lost members of a Pod-mode gang through the
+// Eviction API (its PodDisruptionBudgets apply: a refusal is retried on
+// the gang's next turn) so that their controller recreates them (a Job
+// replaces a terminating pod by default): a pod on a deleted node at once
+// (no kubelet will confirm it), the others with their grace period (on an
+// unreachable node the pod stays Terminating until the node comes back or
+// is deleted, and counts as gone meanwhile). Failed pods are left to
+// their controller, which replaces them and keeps their logs.
 func (r *Replacer) deleteLost(ctx context.Context, pg *schedulingv1beta1.PodGroup, fresh []Loss) error {
 	var deleted []string
 	for _, l := range fresh {
 		if l.Trigger == PodFailed {
 			continue
 		}
-		if err := r.d.Gate.Check(gate.StepEvict, l.Pod.Namespace+"/"+l.Pod.Name); err != nil {
+		var grace *int64
+		if l.Trigger == NodeDeleted {
+			grace = new(int64)
+		}
+		ok, err := r.evict(ctx, l.Pod, grace)
+		if err != nil {
 			return err
 		}
-		opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.Pod.UID}}
-		if l.Trigger == NodeDeleted {
-			opts.GracePeriodSeconds = new(int64)
-		}
-		err := r.d.Client.CoreV1().Pods(l.Pod.Namespace).Delete(ctx, l.Pod.Name, opts)
-		switch {
-		case err == nil:
+		if ok {
 			deleted = append(deleted, l.Why)
-		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		default:
-			return fmt.Errorf("delete lost member %s/%s: %w", l.Pod.Namespace, l.Pod.Name, err)
 		}
 	}
 	if len(deleted) > 0 {
 		klog.FromContext(ctx).Info("Deleted lost gang members for their replacement in place", "podgroup", klog.KObj(pg), "members", len(deleted))
 		r.d.Report.Event(pg, v1.EventTypeWarning, vocab.EventReplacingInPlace, "Replacing",
-			fmt.Sprintf("lost %s: deleted, to be replaced in place in the gang's domain when its controller recreates them", joinCut(deleted)))
+			fmt.Sprintf("lost %s: evicted, to be replaced in place in the gang's domain when its controller recreates them", joinCut(deleted)))
 	}
 	return nil
 }
@@ -66,7 +63,7 @@ func joinCut(s []string) string {
 // evictions.
 func (r *Replacer) fail(ctx context.Context, t Turn, st *gangState, why string) error {
 	msg := fmt.Sprintf("member %s was lost (%s) and %s; policy Fail: its members are evicted and nothing of this PodGroup is placed again until it is recreated",
-		strings.Join(st.lost, ", "), st.trigger, why)
+		r.lostOf(st), st.trigger, why)
 	err := r.d.Conditions.SetCondition(ctx, t.PodGroup, metav1.Condition{Type: vocab.ConditionFailed, Status: metav1.ConditionTrue,
 		Reason: vocab.ReasonNoReplacement, Message: msg})
 	if err != nil {
@@ -86,19 +83,31 @@ func (r *Replacer) EvictFailed(ctx context.Context, running []*v1.Pod) error {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		if err := r.d.Gate.Check(gate.StepEvict, p.Namespace+"/"+p.Name); err != nil {
+		if _, err := r.evict(ctx, p, nil); err != nil {
 			return err
-		}
-		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
-			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
-		err := r.d.Client.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
-		switch {
-		case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		case apierrors.IsTooManyRequests(err):
-			klog.FromContext(ctx).V(2).Info("Eviction of a failed gang's member refused; retried", "pod", klog.KObj(p))
-		default:
-			return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
 	return nil
+}
+
+// evict evicts p (the pod with p's UID only; grace, when set, is its
+// grace period) past the gate, and reports whether the API took it; a
+// refusal (a PodDisruptionBudget) or a pod already gone is no error.
+func (r *Replacer) evict(ctx context.Context, p *v1.Pod, grace *int64) (bool, error) {
+	if err := r.d.Gate.Check(gate.StepEvict, p.Namespace+"/"+p.Name); err != nil {
+		return false, err
+	}
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}, GracePeriodSeconds: grace}}
+	err := r.d.Client.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev)
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return false, nil
+	case apierrors.IsTooManyRequests(err):
+		klog.FromContext(ctx).V(2).Info("Eviction of a lost or failed gang's member refused; retried", "pod", klog.KObj(p))
+		return false, nil
+	}
+	return false, fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 }

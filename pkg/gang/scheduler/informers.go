@@ -64,6 +64,8 @@ type informerSet struct {
 	// room asked for, by gang key; deletions: when nodes were deleted.
 	disrupted evict.Disruptions
 	deletions replace.Deletions
+	// lost hears of the members disrupted notes (replace.Replacer.Disrupted).
+	lost func(key string, p *v1.Pod)
 	// capacityEvents counts the events that can change free devices
 	// (slices, claims, nodes), so idle loops can skip their work.
 	capacityEvents atomic.Uint64
@@ -350,6 +352,9 @@ func (s *informerSet) podGone(obj any) {
 // its gang (evict.Restarter).
 func (s *informerSet) noteDisruption(q queue.Events, obj any) {
 	if p, ok := tombstone[*v1.Pod](obj); ok && s.disrupted.Note(p) {
+		if s.lost != nil {
+			s.lost(queue.KeyOf(p), p)
+		}
 		q.Add(queue.KeyOf(p))
 	}
 }

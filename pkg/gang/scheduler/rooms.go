@@ -82,7 +82,7 @@ func (s *Scheduler) wireRooms() {
 	}
 	s.status.replacer = replace.New(replace.Deps{Config: s.cfg.Replace, Client: s.cfg.Client, Gate: s.gate, Report: s.report,
 		Metrics: s.cfg.Metrics.replaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions})
-	s.gangs.classify = s.status.replacer.Classify
+	s.gangs.classify, s.inf.lost = s.status.replacer.Classify, s.status.replacer.Disrupted
 	cfg.NodeLost = s.gangs.nodeLost
 	s.evict = evict.New(cfg)
 	s.prios = evict.NewPriorities(cfg)

@@ -2,7 +2,7 @@
 // control plane (etcd and kube-apiserver; kube-controller-manager and kwok
 // where a test needs them): a gang placed in one fabric domain, the gang
 // queue, waiting and settling, priorities, preemption, starvation, crash
-// recovery and restarts, large gangs (records in parts) and claims several
+// recovery and restarts, lost members replaced in place, large gangs (records in parts) and claims several
 // members share, leader election and fencing, the trust boundary,
 // fabric-domain pools, beside kube-scheduler and under Kueue. Most tests
 // run the scheduler in the test process (startScheduler, with the shipped
