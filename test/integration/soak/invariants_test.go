@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,7 +77,7 @@ func transientStates(st *itest.GangState) []string {
 	type count struct{ pods, bound int }
 	groups := map[string]*count{}
 	for _, p := range st.Pods {
-		if p.DeletionTimestamp != nil || p.Spec.SchedulingGroup == nil {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Spec.SchedulingGroup == nil {
 			continue
 		}
 		g := ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "")
@@ -138,6 +139,10 @@ func (s *soak) settled(ctx context.Context) error {
 func placedOrRefused(st *itest.GangState, pg *schedulingv1beta1.PodGroup) error {
 	pods, bound := 0, 0
 	for _, p := range st.Pods {
+		// Terminating and failed pods (left by node faults) are no members.
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
 		if p.Spec.SchedulingGroup != nil && ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "") == pg.Name {
 			pods++
 			if p.Spec.NodeName != "" {

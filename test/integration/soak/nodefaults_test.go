@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,10 +67,15 @@ type faultHit struct {
 	g       *soakGang
 	node    string // the node that failed ("" for a failed pod)
 	at      time.Time
+	fixed   time.Time            // when the node was repaired
 	uids    map[string]types.UID // its pods when hit, by name
 	ended   time.Time
-	outcome string // in_place, restarted, failed, deleted, survived
+	outcome string // in_place, restarted, restarting, failed, deleted, survived
 }
+
+// soakLostBy: a node broken this long has lost its members (the node
+// monitor grace, the node failure grace, and slack for a kill).
+const soakLostBy = soakNodeMonitorGrace + soakNodeFailureGrace + 5*time.Second
 
 func newNodeFaults(s *soak) *nodeFaults {
 	return &nodeFaults{s: s, broken: map[string]brokenNode{}, injected: map[string]int{}}
@@ -97,10 +101,13 @@ func (f *nodeFaults) inject(ctx context.Context) {
 	full := len(f.broken) >= soakBrokenNodes
 	f.mu.Unlock()
 	pods := f.s.boundPods(ctx)
-	if len(pods) == 0 {
+	f.mu.Lock()
+	healthy := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { _, bad := f.broken[p.Spec.NodeName]; return bad })
+	f.mu.Unlock()
+	if len(healthy) == 0 {
 		return
 	}
-	victim := pods[f.s.intn(len(pods))]
+	victim := healthy[f.s.intn(len(healthy))]
 	kinds := []string{soakFaultPodFailed}
 	if !full {
 		for _, k := range itest.NodeFaults {
@@ -122,6 +129,7 @@ func (f *nodeFaults) inject(ctx context.Context) {
 	if kind == soakFaultPodFailed {
 		hit = []*corev1.Pod{victim}
 	}
+	f.s.t.Logf("node fault %s: %s/%s on %s", kind, victim.Namespace, victim.Name, node)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.injected[kind]++
@@ -164,8 +172,26 @@ func (f *nodeFaults) repair(ctx context.Context, all bool) {
 		}
 		if err := itest.RepairNode(ctx, f.s.admin, node, itest.DomainOf(node), soakGPUsPerNode, b.fault); err == nil {
 			delete(f.broken, node)
+			for _, h := range f.hits {
+				if h.node == node && h.fixed.IsZero() {
+					h.fixed = time.Now()
+				}
+			}
 		}
 	}
+}
+
+// open counts the gangs hit that have not recovered yet.
+func (f *nodeFaults) open() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, h := range f.hits {
+		if h.ended.IsZero() {
+			n++
+		}
+	}
+	return n
 }
 
 // holding reports whether g was hit and has not recovered yet (for at
@@ -181,7 +207,9 @@ func (f *nodeFaults) holding(g *soakGang) bool {
 // observe notes the hit gangs that recovered: all members bound again and
 // at least one a new pod (in place: some old pods still run; restarted:
 // none), failed (gpufabric.dev/Failed), or deleted.
-// At the end (final), a gang that runs its old pods survived.
+// At the end (final: the calm, every node repaired), a gang that runs
+// its old pods survived, one evicted whole whose restart waits for room is
+// restarting.
 func (f *nodeFaults) observe(ctx context.Context, final bool) {
 	f.mu.Lock()
 	open := slices.DeleteFunc(slices.Clone(f.hits), func(h *faultHit) bool { return !h.ended.IsZero() })
@@ -208,6 +236,10 @@ func (f *nodeFaults) outcome(ctx context.Context, h *faultHit, final bool) strin
 	if c := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
 		return "failed"
 	}
+	restarting := false
+	if c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget); c != nil && c.Status == metav1.ConditionTrue {
+		restarting = c.Reason == vocab.ReasonReplacingMembers
+	}
 	same, bound := 0, 0
 	for _, p := range f.s.boundPods(ctx) {
 		if f.s.gangOf(p) != h.g {
@@ -219,12 +251,15 @@ func (f *nodeFaults) outcome(ctx context.Context, h *faultHit, final bool) strin
 		}
 	}
 	switch {
+	case bound == 0 && restarting && final:
+		// Evicted whole; its restart waits for room (the calm deletes no
+		// gang, so the room may not come).
+		return "restarting"
 	case bound < h.g.pods:
 		return ""
 	case same == bound && h.node != "" && !f.isBroken(h.node) && (final || time.Since(h.at) > soakSurvived):
 		// Its node came back and its members never were replaced: a
-		// violation (the node was broken for 20 s or more, past any
-		// grace).
+		// violation if the node was broken for soakLostBy or more.
 		return "survived"
 	case same == bound:
 		return ""
@@ -261,7 +296,10 @@ func (f *nodeFaults) report(ctx context.Context) {
 		outcomes[h.outcome]++
 		switch h.outcome {
 		case "survived":
-			f.s.violation("gang %s/%s runs its old pods after its node %s was broken for 20 s or more: its members were not counted lost", h.g.ns, h.g.name, h.node)
+			if h.fixed.IsZero() || h.fixed.Sub(h.at) >= soakLostBy {
+				f.s.violation("gang %s/%s runs its old pods after its node %s was broken for %s: its members were not counted lost",
+					h.g.ns, h.g.name, h.node, h.fixed.Sub(h.at).Round(time.Second))
+			}
 		case "in_place", "restarted", "failed":
 			took = append(took, h.ended.Sub(h.at))
 			if d := h.ended.Sub(h.at); d > soakRecoverBound {
@@ -307,37 +345,43 @@ func (s *soak) gangOf(p *corev1.Pod) *soakGang {
 	return nil
 }
 
-// replaceLost is the workload controller of the soak's gangs: a member
-// whose pod failed is deleted, a member whose pod is gone is created again.
+// rankLabel is a soak member's rank: its pods, the first and the
+// replacements, carry it.
+const rankLabel = "soak.gpufabric.dev/rank"
+
+// replaceLost is the workload controller of the soak's gangs, as a Job
+// is: a rank with no live pod (none, or only terminating or failed ones,
+// which stay as a Job leaves them) gets a new pod.
 func (s *soak) replaceLost(ctx context.Context) {
 	s.mu.Lock()
 	gangs := slices.Clone(s.gangs)
 	s.mu.Unlock()
-	byNS := map[string]map[string]*corev1.Pod{}
+	live := map[string]bool{} // ns/group/rank
+	listed := map[string]bool{}
 	for _, g := range gangs {
 		if g.deleted || ctx.Err() != nil {
 			continue
 		}
-		if byNS[g.ns] == nil {
+		if !listed[g.ns] {
 			pods, err := s.admin.CoreV1().Pods(g.ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return
 			}
-			byNS[g.ns] = map[string]*corev1.Pod{}
-			for i := range pods.Items {
-				byNS[g.ns][pods.Items[i].Name] = &pods.Items[i]
+			listed[g.ns] = true
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed && p.Spec.SchedulingGroup != nil {
+					live[p.Namespace+"/"+ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "")+"/"+p.Labels[rankLabel]] = true
+				}
 			}
 		}
 		for j := range g.pods {
-			name := fmt.Sprintf("%s-%d", g.name, j)
-			switch p := byNS[g.ns][name]; {
-			case p == nil:
-				_, err := s.admin.CoreV1().Pods(g.ns).Create(ctx, soakPod(g, j), metav1.CreateOptions{})
-				if err != nil && !apierrors.IsAlreadyExists(err) {
-					return
-				}
-			case p.Status.Phase == corev1.PodFailed && p.DeletionTimestamp == nil:
-				_ = s.admin.CoreV1().Pods(g.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			if live[fmt.Sprintf("%s/%s/%d", g.ns, g.name, j)] {
+				continue
+			}
+			p := soakPod(g, j)
+			p.Name = fmt.Sprintf("%s-%d-r%d", g.name, j, s.replacements.Add(1))
+			if _, err := s.admin.CoreV1().Pods(g.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				return
 			}
 		}
 	}
@@ -347,6 +391,7 @@ func (s *soak) replaceLost(ctx context.Context) {
 // it (and the unreachable ones only after the default 300 s).
 func soakPod(g *soakGang, j int) *corev1.Pod {
 	p := itest.TemplatePod(g.ns, fmt.Sprintf("%s-%d", g.name, j), g.name)
+	p.Labels = map[string]string{rankLabel: fmt.Sprint(j)}
 	p.Spec.Tolerations = nil
 	return p
 }

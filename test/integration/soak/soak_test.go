@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -118,7 +119,10 @@ func TestChaosSoak(t *testing.T) {
 		s.replaceLost(ctx)
 		if s.nf != nil {
 			s.nf.repair(ctx, true)
-			s.nf.observe(ctx, false)
+			s.nf.observe(ctx, true)
+			if n := s.nf.open(); n > 0 {
+				return fmt.Errorf("%d gangs hit by node faults not recovered yet", n)
+			}
 		}
 		err := s.settled(ctx)
 		// Keep the last real answer over the deadline's: in the last
@@ -159,6 +163,8 @@ type soak struct {
 	placed  atomic.Int64
 	deleted atomic.Int64
 	kills   atomic.Int64
+	// replacements names the pods replaceLost creates.
+	replacements atomic.Int64
 
 	violations  atomic.Int64
 	lastSettle  atomic.Value // string: the last answer of settled
@@ -327,7 +333,7 @@ func (s *soak) cycle(ctx context.Context, expire bool) int {
 			return soakLiveGangs
 		}
 		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" && p.Spec.SchedulingGroup != nil {
+			if p.Spec.NodeName != "" && p.Spec.SchedulingGroup != nil && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed {
 				bound[p.Namespace+"/"+ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "")]++
 			}
 		}
@@ -356,8 +362,13 @@ func (s *soak) cycle(ctx context.Context, expire bool) int {
 }
 
 func (s *soak) deleteGang(ctx context.Context, g *soakGang) {
-	for j := range g.pods {
-		_ = s.admin.CoreV1().Pods(g.ns).Delete(ctx, fmt.Sprintf("%s-%d", g.name, j), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	// Its pods: the first ones and any replacements (replaceLost).
+	if pods, err := s.admin.CoreV1().Pods(g.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			if p.Spec.SchedulingGroup != nil && ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "") == g.name {
+				_ = s.admin.CoreV1().Pods(g.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			}
+		}
 	}
 	_ = s.admin.SchedulingV1beta1().PodGroups(g.ns).Delete(ctx, g.name, metav1.DeleteOptions{})
 	g.deleted = true
