@@ -1,6 +1,8 @@
 // Command gpufabric-sim replays a trace of gang arrivals and departures on a
 // generated (or loaded) fabric with the gpufabric placement engine and the
-// baseline policies, and prints a markdown table; see docs/benchmarks.md.
+// baseline policies, and prints a markdown table; with --failures it
+// injects failures at published rates and prints each failure policy's
+// goodput instead. See docs/benchmarks.md.
 package main
 
 import (
@@ -28,6 +30,7 @@ type flags struct {
 	bestKey                bool
 	starvation             int64
 	horizon, timeout       int64
+	fail                   failureFlags
 }
 
 func main() {
@@ -50,6 +53,7 @@ func main() {
 	flag.Int64Var(&f.starvation, "starvation-bound", sim.DefaultStarvationBound, "gpufabric-reserve: seconds a gang waits before it holds the domain closest to fitting it")
 	flag.Int64Var(&f.horizon, "horizon", 0, "end of the run in simulated seconds (0: last arrival)")
 	flag.Int64Var(&f.timeout, "timeout", sim.DefaultTimeout, "teardown timeout of partial gangs (pod-first-fit), seconds")
+	f.fail.add(flag.CommandLine)
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	logOpts, err := logging.AddFlags(flag.CommandLine, "", nil)
 	if err != nil {
@@ -98,6 +102,9 @@ func run(ctx context.Context, f flags) error {
 		if err := sim.SaveTrace(f.traceOut, tr); err != nil {
 			return err
 		}
+	}
+	if f.fail.on {
+		return runFailures(ctx, f, fab, tr)
 	}
 	rep, err := sim.RunAll(ctx, fab, tr, strings.Split(f.policies, ","), sim.PolicyOptions{Key: f.key, BestKey: f.bestKey, StarvationBound: f.starvation},
 		sim.Options{Horizon: f.horizon, Timeout: f.timeout})

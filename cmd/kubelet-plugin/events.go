@@ -28,6 +28,10 @@ type pluginMetrics struct {
 	// eventToPublish is the time from a GPU event to its taint handed to
 	// the slice controller (which writes it at once).
 	eventToPublish prometheus.Histogram
+	// watcherRestarts counts restarts of the GPU event watcher.
+	watcherRestarts prometheus.Counter
+	// fabricTainted is how many devices carry the fabric-errors taint.
+	fabricTainted prometheus.Gauge
 }
 
 func newPluginMetrics(reg prometheus.Registerer) (*pluginMetrics, error) {
@@ -41,29 +45,26 @@ func newPluginMetrics(reg prometheus.Registerer) (*pluginMetrics, error) {
 			Help:    "Time from a GPU event to the publication of its device taint.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		watcherRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpufabric_kubelet_plugin_event_watcher_restarts_total",
+			Help: "Restarts of the GPU event watcher after it died.",
+		}),
+		fabricTainted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpufabric_kubelet_plugin_fabric_tainted_devices",
+			Help: "Devices tainted gpufabric.dev/fabric-errors: link errors in the window at or past --fabric-error-threshold.",
+		}),
 	}
 	for _, k := range []devices.EventKind{devices.EventXID, devices.EventDoubleBitECC, devices.EventSingleBitECC, devices.EventGPULost} {
 		for _, tainted := range []string{"true", "false"} {
 			m.gpuEvents.WithLabelValues(kindLabel(k), tainted) // every series from the start, at zero
 		}
 	}
-	for _, c := range []prometheus.Collector{m.gpuEvents, m.eventToPublish} {
+	for _, c := range []prometheus.Collector{m.gpuEvents, m.eventToPublish, m.watcherRestarts, m.fabricTainted} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
 	return m, nil
-}
-
-// watchEvents watches the GPUs' NVML events until ctx is done. A node
-// whose NVML has no event sets keeps its health from re-discovery (an
-// event on the Node says so).
-func (p *plugin) watchEvents(ctx context.Context, backend devices.Backend, out chan<- devices.Event) {
-	if err := devices.WatchEvents(ctx, backend.NVML(), out); err != nil {
-		klog.FromContext(ctx).Error(err, "GPU events are not watched; health comes from re-discovery only", "interval", p.opts.healthInterval)
-		p.recordEvent(ctx, node.Event{Type: corev1.EventTypeWarning, Reason: reasonGPUEventsUnwatched,
-			Message: fmt.Sprintf("GPU Xid/ECC events are not watched (%v); faults show up within %s", err, p.opts.healthInterval)})
-	}
 }
 
 // kindLabel is an event kind as the kind label of gpu_events_total spells

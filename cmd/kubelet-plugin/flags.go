@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/claims"
 	"github.com/gpufabric/gpufabric/pkg/claims/node"
 	"github.com/gpufabric/gpufabric/pkg/devices"
+	"github.com/gpufabric/gpufabric/pkg/devices/fabrichealth"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -33,6 +35,23 @@ type runOptions struct {
 	mig            string
 	cdi            cdiOptions
 	serving        servingOptions
+	fabric         fabricOptions
+}
+
+// fabricOptions say when link error counters taint a device.
+type fabricOptions struct {
+	threshold int64
+	window    time.Duration
+}
+
+// defaultFabricErrorThreshold: OFED's ibcheckerrs flags a port at 10
+// symbol errors, link error recoveries, link downs or receive errors
+// (its predefined thresholds); the same 10, within the window, for the
+// sum of a device's counters (docs/design/health.md, "Sick fabric").
+const defaultFabricErrorThreshold = 10
+
+func (f fabricOptions) config() fabrichealth.Config {
+	return fabrichealth.Config{Window: f.window, Threshold: f.threshold}
 }
 
 // healthOptions say which GPU events taint how.
@@ -92,6 +111,7 @@ func (o *runOptions) flags(args []string) error {
 		help           string
 	}{
 		{&o.healthInterval, "health-interval", "GPUFABRIC_HEALTH_INTERVAL", "30s", "how often hardware is re-discovered and health re-published"},
+		{&o.fabric.window, "fabric-error-window", "GPUFABRIC_FABRIC_ERROR_WINDOW", "10m", "how far back link error counters' increases count toward fabricErrors and --fabric-error-threshold (1s..24h; shorter than --health-interval counts one interval's increase)"},
 		{&o.imex.readyTimeout, "imex-ready-timeout", "GPUFABRIC_IMEX_READY_TIMEOUT", claims.DefaultIMEXReadyTimeout.String(), "how long a prepare waits for the IMEX daemon before it fails"},
 	}
 	for _, d := range durations {
@@ -101,6 +121,12 @@ func (o *runOptions) flags(args []string) error {
 		}
 		fs.DurationVar(d.p, d.name, v, fmt.Sprintf("%s (env %s)", d.help, d.env))
 	}
+	threshold, err := strconv.ParseInt(envOr("GPUFABRIC_FABRIC_ERROR_THRESHOLD", strconv.Itoa(defaultFabricErrorThreshold)), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: GPUFABRIC_FABRIC_ERROR_THRESHOLD: %v", errUsage, err)
+	}
+	fs.Int64Var(&o.fabric.threshold, "fabric-error-threshold", threshold,
+		"taint a GPU or NIC gpufabric.dev/fabric-errors (NoSchedule) once its link error counters (NVLink replay, recovery, CRC; IB link_downed, symbol_error, port_rcv_errors, link_error_recovery) rose this much within --fabric-error-window; 0: never (env GPUFABRIC_FABRIC_ERROR_THRESHOLD)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -151,6 +177,10 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: --nvidia-cdi-hook must be an absolute host path, got %q", errUsage, o.cdi.hookPath)
 	case o.imex.channels != "managed" && o.imex.channels != "off":
 		return fmt.Errorf("%w: --imex-channels must be managed or off, got %q", errUsage, o.imex.channels)
+	case o.fabric.threshold < 0:
+		return fmt.Errorf("%w: --fabric-error-threshold must be 0 (off) or more, got %d", errUsage, o.fabric.threshold)
+	case o.fabric.window < time.Second || o.fabric.window > 24*time.Hour:
+		return fmt.Errorf("%w: --fabric-error-window must be 1s..24h, got %s", errUsage, o.fabric.window)
 	case o.imex.readyTimeout <= 0:
 		return fmt.Errorf("%w: --imex-ready-timeout must be positive, got %s", errUsage, o.imex.readyTimeout)
 	case len(strings.Fields(o.imex.ctl)) == 0 && o.imex.channels == "managed" && o.backend == "nvml":

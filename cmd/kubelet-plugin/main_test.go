@@ -49,6 +49,12 @@ func TestDispatch(t *testing.T) {
 		"run with an xid both fatal and ignored": {
 			args: []string{"run", "--node", "n", "--ignored-xids", "13,79"}, wantCode: 2, wantErr: "xid 79 is both fatal and ignored",
 		},
+		"run with a negative fabric error threshold": {
+			args: []string{"run", "--node", "n", "--fabric-error-threshold", "-1"}, wantCode: 2, wantErr: "--fabric-error-threshold must be 0 (off) or more",
+		},
+		"run with a fabric error window past a day": {
+			args: []string{"run", "--node", "n", "--fabric-error-window", "25h"}, wantCode: 2, wantErr: "--fabric-error-window must be 1s..24h",
+		},
 		"run with a certificate and no key": {
 			args: []string{"run", "--node", "n", "--tls-cert-file", "/tls/tls.crt"}, wantCode: 2, wantErr: "--tls-cert-file and --tls-private-key-file go together",
 		},

@@ -45,6 +45,8 @@ type plugin struct {
 	rails   *railStore
 	// excluded are the MIG-enabled GPUs not published, as last reported.
 	excluded string
+	// fabric keeps the link error counters' windows (fabric.go).
+	fabric *fabricHealth
 }
 
 // newPlugin discovers the node, starts the claim driver and the kubelet
@@ -68,7 +70,9 @@ func newPlugin(ctx context.Context, o *runOptions, client kubernetes.Interface, 
 		resolver: newInventoryResolver(backend.DevRoot(), inv, devices.NewMIGManager(backend.NVML(), backend.ProcRoot())),
 		health:   make(chan kubeletplugin.DeviceHealthReport, 1),
 		inv:      inv, monitor: backend, rails: rails,
+		fabric: newFabricHealth(o.fabric.config()),
 	}
+	p.fabric.observe(ctx, backend, inv, time.Now()) // the counters' baseline
 	if p.metrics, err = newPluginMetrics(registry); err != nil {
 		return nil, err
 	}
@@ -164,7 +168,7 @@ func (p *plugin) loop(ctx context.Context, interval time.Duration, events <-chan
 			continue
 		case <-ticker.C:
 		}
-		inv, _, err := p.opts.discover(ctx, p.rails.option())
+		inv, b, err := p.opts.discover(ctx, p.rails.option())
 		if err != nil && ctx.Err() != nil {
 			return // stopped mid-discovery (SIGTERM): not a hardware failure
 		}
@@ -176,8 +180,12 @@ func (p *plugin) loop(ctx context.Context, interval time.Duration, events <-chan
 		p.rails.remember(ctx, inv.Rails)
 		p.resolver.update(inv)
 		p.inv = inv
+		fabricEvents := p.fabric.observe(ctx, b, inv, time.Now())
 		if err := p.publish(ctx); err != nil {
 			logger.Error(err, "Publishing resources failed")
+		}
+		for _, ev := range fabricEvents {
+			p.recordEvent(ctx, ev)
 		}
 		p.reportExcluded(ctx)
 	}
@@ -194,7 +202,8 @@ func (p *plugin) publish(ctx context.Context) error {
 		// rewrites the file.
 		klog.FromContext(ctx).Error(err, "Reading GPU event taints failed")
 	}
-	inv := p.inv.WithTaints(taints)
+	inv, fabricTainted := p.fabric.apply(p.inv.WithTaints(taints))
+	p.metrics.fabricTainted.Set(float64(fabricTainted))
 	dr := inv.DriverResources()
 	p.sendHealth(dr)
 	if p.published != nil && equality.Semantic.DeepEqual(dr, p.published) {

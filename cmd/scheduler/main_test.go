@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpufabric/gpufabric/pkg/component/delegatedauth"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 )
 
 // TestEnvTwins: an environment twin fills a flag not given on the command
@@ -59,6 +60,11 @@ func TestEnvTwins(t *testing.T) {
 		"GPUFABRIC_NODE_FAILURE_GRACE":       "45s",
 		"GPUFABRIC_REPLACEMENT_TIMEOUT":      "2m",
 		"GPUFABRIC_MEMBER_LOSS_POLICY":       "Fail",
+
+		"GPUFABRIC_SPARE_NODES_PER_DOMAIN": "2",
+		"GPUFABRIC_SPARE_LEVEL":            "rack",
+		"GPUFABRIC_SPARES_FOR_NEW_GANGS":   "true",
+		"GPUFABRIC_LARGE_GANG_GPUS":        "32",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	if err := applyEnv(fs, lookup); err != nil {
@@ -79,6 +85,12 @@ func TestEnvTwins(t *testing.T) {
 	}
 	if err := o.validate(); err != nil {
 		t.Errorf("validate: %v", err)
+	}
+	if o.largeGangGPUs != 32 {
+		t.Errorf("large gang GPUs %d, want 32 from GPUFABRIC_LARGE_GANG_GPUS", o.largeGangGPUs)
+	}
+	if o.spares != (spares.Policy{PerDomain: 2, Level: "rack", ForNewGangs: true}) {
+		t.Errorf("spares %+v", o.spares)
 	}
 	if diff := cmp.Diff([]string{"rack", "leaf", "spine"}, o.levels()); diff != "" {
 		t.Errorf("levels (-want +got):\n%s", diff)
@@ -129,11 +141,17 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--kube-api-content-type=application/json"}},
 		{args: []string{"--pack-order=fullest-nodes"}},
 		{args: []string{"--pack-order=least-spread"}},
+		{args: []string{"--large-gang-gpus=0"}},
+		{args: []string{"--large-gang-gpus=-1"}, wantErr: "--large-gang-gpus must be 0 (off) or more, got -1"},
 		{args: []string{"--pack-order=spread"}, wantErr: `--pack-order: pack order "spread" is not one of "least-spread", "fullest-nodes"`},
 		{args: []string{"--tls-cert-file=/tls/tls.crt"}, wantErr: "--tls-cert-file and --tls-private-key-file go together"},
 		{args: []string{"--tls-cert-file=/tls/tls.crt", "--tls-private-key-file=/tls/tls.key"}},
 		{args: []string{"--require-admin-topology-labels", "--topology-levels=topology.gpufabric.dev/rack"}, wantErr: `--require-admin-topology-labels: topology level "topology.gpufabric.dev/rack" is a label kubelets can set`},
 		{args: []string{"--require-admin-topology-labels", "--topology-levels=node-restriction.kubernetes.io/gpufabric.rack"}},
+		{args: []string{"--spare-nodes-per-domain=2"}},
+		{args: []string{"--spare-nodes-per-domain=2", "--spare-level=rack", "--topology-levels=rack"}},
+		{args: []string{"--spare-nodes-per-domain=-1"}, wantErr: "--spare-nodes-per-domain, --spare-level: spare nodes per domain must be 0..1024, got -1"},
+		{args: []string{"--spare-level=rack"}, wantErr: `spare level "rack" is no level of the fabric`},
 		{args: []string{"--kube-api-content-type=yaml"}, wantErr: `--kube-api-content-type must be application/vnd.kubernetes.protobuf or application/json, got "yaml"`},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -38,6 +39,7 @@ type options struct {
 	apiBurst        int
 	apiContentType  string
 	packOrder       string
+	largeGangGPUs   int
 	syncTimeout     time.Duration
 	budget          placementBudget
 	freeRoom        time.Duration
@@ -46,6 +48,9 @@ type options struct {
 	serving         servingOptions
 	// requireAdminLabels: --require-admin-topology-labels.
 	requireAdminLabels bool
+	// spares: --spare-nodes-per-domain, --spare-level,
+	// --spares-for-new-gangs.
+	spares spares.Policy
 }
 
 // preemptionOptions are the priority settings (docs/design/preemption.md).
@@ -91,6 +96,7 @@ var envTwins = map[string]string{
 	"kube-api-burst":              "GPUFABRIC_KUBE_API_BURST",
 	"kube-api-content-type":       "GPUFABRIC_KUBE_API_CONTENT_TYPE",
 	"pack-order":                  "GPUFABRIC_PACK_ORDER",
+	"large-gang-gpus":             "GPUFABRIC_LARGE_GANG_GPUS",
 	"disable-preemption":          "GPUFABRIC_DISABLE_PREEMPTION",
 	"nomination-timeout":          "GPUFABRIC_NOMINATION_TIMEOUT",
 	"preemption-budget":           "GPUFABRIC_PREEMPTION_BUDGET",
@@ -112,6 +118,9 @@ var envTwins = map[string]string{
 	"tls-private-key-file":             "GPUFABRIC_TLS_PRIVATE_KEY_FILE",
 	"authorization-always-allow-paths": "GPUFABRIC_AUTHORIZATION_ALWAYS_ALLOW_PATHS",
 	"require-admin-topology-labels":    "GPUFABRIC_REQUIRE_ADMIN_TOPOLOGY_LABELS",
+	"spare-nodes-per-domain":           "GPUFABRIC_SPARE_NODES_PER_DOMAIN",
+	"spare-level":                      "GPUFABRIC_SPARE_LEVEL",
+	"spares-for-new-gangs":             "GPUFABRIC_SPARES_FOR_NEW_GANGS",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -141,6 +150,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.apiBurst, "kube-api-burst", 2000, "client-side burst of API requests (a 512-pod gang's commit is ~1,540 writes)")
 	fs.StringVar(&o.packOrder, "pack-order", string(placement.PackLeastSpread), "how a gang takes a domain's nodes: "+string(placement.PackLeastSpread)+
 		" (the fewest racks and NVLink domains below it) or "+string(placement.PackFullestNodes)+" (the fullest nodes first: fewer holes, more domains per gang)")
+	fs.IntVar(&o.largeGangGPUs, "large-gang-gpus", defaultLargeGangGPUs, "a gang of at least this many GPUs tries the domains (NVLink domains, racks, leaves) whose devices report no link errors or degraded links before the others; 0: fabric health never ranks domains")
 	fs.DurationVar(&o.syncTimeout, "informer-sync-timeout", 2*time.Minute, "how long the leader's informers may take to sync before /readyz and the log name what is missing (an API not served, RBAC) instead of \"waiting\"")
 	fs.IntVar(&o.budget.calls, "placement-allocate-calls", cost.DefaultCalls, fmt.Sprintf("allocator calls one placement attempt may make, plus %d per member of the gang; a gang that needs more is refused as timed out and backs off harder", cost.CallsPerMember))
 	fs.DurationVar(&o.budget.time, "placement-time-budget", cost.DefaultTime, fmt.Sprintf("wall time one placement attempt may spend in allocator calls, plus %s per member; past it the attempt stops at the next call and the gang is refused as timed out", cost.TimePerMember))
@@ -148,6 +158,9 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.replace.ReplacementTimeout, "replacement-timeout", 60*time.Second, "how long a lost member's replacement may take before --member-loss-policy applies, unless the PodGroup's annotation "+vocab.AnnotationReplacementTimeout+" says otherwise (0s..1h)")
 	fs.StringVar(&o.replace.Policy, "member-loss-policy", vocab.PolicyRestart, "what happens to a gang whose lost member found no replacement in time, unless the PodGroup's annotation "+vocab.AnnotationOnMemberLoss+" says otherwise: "+
 		vocab.PolicyWait+" (keep waiting), "+vocab.PolicyRestart+" (restart the whole gang wherever it fits best) or "+vocab.PolicyFail+" (fail the PodGroup)")
+	fs.IntVar(&o.spares.PerDomain, "spare-nodes-per-domain", 0, fmt.Sprintf("wholly free nodes every domain of --spare-level keeps for replacements (late members of a placed gang, a gang restarting into its previous domain): a new gang never takes them; 0..%d, 0: off", spares.MaxPerDomain))
+	fs.StringVar(&o.spares.Level, "spare-level", topology.TopologyKeyNVLinkDomain, "the fabric level whose domains keep spare nodes: "+topology.TopologyKeyNVLinkDomain+" or one of --topology-levels (e.g. a rack label)")
+	fs.BoolVar(&o.spares.ForNewGangs, "spares-for-new-gangs", false, "let new gangs take spare nodes too: spares are still counted and shown (kubectl gpufabric status, the free-room view), not kept")
 	p := &o.preemption
 	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
@@ -158,6 +171,11 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&p.unschedulableWait, "max-unschedulable-wait", time.Minute, "how long an unschedulable gang waits for a cluster change before it is retried anyway")
 	return o
 }
+
+// defaultLargeGangGPUs is --large-gang-gpus' default: 16 GPUs span at
+// least two 8-GPU nodes, whose all-reduce crosses the fabric a sick link
+// slows (docs/design/health.md, "Sick fabric").
+const defaultLargeGangGPUs = 16
 
 // defaultStarvationBound is --starvation-bound's default: the simulator's
 // 30-minute bound (docs/benchmarks.md, "Starvation").
@@ -215,8 +233,14 @@ func (o *options) validate() error {
 	if o.budget.calls < 1 {
 		return fmt.Errorf("--placement-allocate-calls must be at least 1, got %d", o.budget.calls)
 	}
+	if o.largeGangGPUs < 0 {
+		return fmt.Errorf("--large-gang-gpus must be 0 (off) or more, got %d", o.largeGangGPUs)
+	}
 	if o.commitsInFlight < 1 || o.commitsInFlight > 256 {
 		return fmt.Errorf("--commits-in-flight must be 1..256, got %d", o.commitsInFlight)
+	}
+	if err := o.spares.Validate(o.levels()); err != nil {
+		return fmt.Errorf("--spare-nodes-per-domain, --spare-level: %w", err)
 	}
 	if _, err := placement.ParsePackOrder(o.packOrder); err != nil {
 		return fmt.Errorf("--pack-order: %w", err)

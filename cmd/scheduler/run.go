@@ -105,7 +105,7 @@ func (o *options) schedulerConfig(client kubernetes.Interface, metrics *schedule
 		Metrics:           metrics,
 		CommitParallelism: o.commitWorkers,
 		CommitsInFlight:   o.commitsInFlight,
-		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder), Budget: cost.Budget{Calls: o.budget.calls}},
+		Placement:         placement.Config{PackOrder: placement.PackOrder(o.packOrder), Budget: cost.Budget{Calls: o.budget.calls}, Spares: o.spares, LargeGangGPUs: o.largeGangGPUs},
 		PlacementTime:     o.budget.time,
 
 		DisablePreemption:    o.preemption.disabled,

@@ -26,6 +26,9 @@ var rules = []struct {
 	{"pkg/topology", nil},
 	{"pkg/devices", []string{"pkg/topology"}},
 	{"pkg/devices/mock", []string{"pkg/devices", "pkg/topology"}},
+	// Fabric health is a leaf of the node side: counters in, windows out;
+	// it never imports pkg/devices (which may one day import it).
+	{"pkg/devices/fabrichealth", []string{"pkg/topology"}},
 	{"pkg/claims", []string{"pkg/topology"}},
 	{"pkg/gang/placement", []string{"pkg/topology"}},
 	// The cluster index is a leaf of the engine: nothing of the engine
@@ -36,6 +39,10 @@ var rules = []struct {
 	{"pkg/gang/placement/cost", nil},
 	// The segment planner is a leaf too: plain numbers in, picks out.
 	{"pkg/gang/placement/segment", nil},
+	// Fabric health ranking: domains by their nodes' sick devices.
+	{"pkg/gang/placement/fabricrank", []string{"pkg/topology", "pkg/gang/placement/index"}},
+	// The spare-node policy is a leaf too: it reads the cluster index.
+	{"pkg/gang/placement/spares", []string{"pkg/topology", "pkg/gang/placement/index"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
 	{"pkg/gang/freeroom", []string{"pkg/topology"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
@@ -57,18 +64,21 @@ var rules = []struct {
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
 		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
+	// The failure model is a leaf of the simulator: rates, the seeded
+	// schedule and checkpoint arithmetic, no cluster view.
+	{"pkg/sim/failures", nil},
 	// inspect reads priorities as the scheduler does (pure helpers), and
 	// the free-room view in the format the scheduler writes.
-	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/freeroom"}},
+	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
 	// The plugin's commands may also use the simulator's file format and
 	// the placement engine (dry runs); pkg/inspect itself does not.
-	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim", "pkg/gang/freeroom"}},
+	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
 	{"pkg/component", nil},
 }
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/preemption", "pkg/sim", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

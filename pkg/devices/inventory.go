@@ -80,6 +80,9 @@ type GPU struct {
 	DeviceNodes []string
 	// Taints say what is wrong with the GPU; empty when healthy.
 	Taints []resourceapi.DeviceTaint
+	// FabricErrors, when set, is published as the fabricErrors attribute:
+	// link errors counted in the plugin's window (discovery leaves it nil).
+	FabricErrors *int64
 }
 
 // NIC is one RDMA device (an HCA port) from /sys/class/infiniband.
@@ -109,6 +112,8 @@ type NIC struct {
 	// one) and /dev/infiniband/rdma_cm.
 	DeviceNodes []string
 	Taints      []resourceapi.DeviceTaint
+	// FabricErrors: as GPU.FabricErrors.
+	FabricErrors *int64
 }
 
 // PCIInfo is where a device sits on the PCI tree.

@@ -133,6 +133,7 @@ func gpuDevice(driverVersion string, g GPU) resourceapi.Device {
 		a.str(topology.AttrIBDevice, g.IBDevice)
 	}
 	a.pci(g.PCI)
+	a.optInt(topology.AttrFabricErrors, g.FabricErrors)
 	d := resourceapi.Device{Name: g.Name, Attributes: a, Taints: g.Taints}
 	if g.MemoryBytes > 0 {
 		d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
@@ -154,6 +155,7 @@ func nicDevice(n NIC) resourceapi.Device {
 	a.str(topology.AttrPortState, n.PortState)
 	a.str(topology.AttrNodeGUID, n.NodeGUID)
 	a.pci(n.PCI)
+	a.optInt(topology.AttrFabricErrors, n.FabricErrors)
 	return resourceapi.Device{Name: n.Name, Attributes: a, Taints: n.Taints}
 }
 
@@ -180,6 +182,13 @@ func (a attributes) str(name resourceapi.QualifiedName, v string) {
 
 func (a attributes) int(name resourceapi.QualifiedName, v int64) {
 	a[name] = resourceapi.DeviceAttribute{IntValue: &v}
+}
+
+// optInt adds an int attribute when v is set.
+func (a attributes) optInt(name resourceapi.QualifiedName, v *int64) {
+	if v != nil {
+		a.int(name, *v)
+	}
 }
 
 func (a attributes) boolean(name resourceapi.QualifiedName, v bool) {

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -34,6 +35,8 @@ type Options struct {
 	// Levels are node label keys above the NVLink domain, innermost first,
 	// as the scheduler's --topology-levels.
 	Levels []string
+	// Spares is the scheduler's spare-node policy, for status.
+	Spares spares.Policy
 }
 
 // Labels read from pods.

@@ -52,6 +52,8 @@ type StatusReport struct {
 	Levels []LevelStatus `json:"levels"`
 	// Cluster sums every node.
 	Cluster DomainStatus `json:"cluster"`
+	// Spares per domain, when the scheduler keeps them.
+	Spares *SparesStatus `json:"spares,omitempty"`
 	// Waiting lists the PodGroups not placed yet.
 	Waiting []WaitingGang `json:"waiting,omitempty"`
 	// Warnings from building the fabric tree (e.g. a node whose GPUs

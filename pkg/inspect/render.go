@@ -77,6 +77,7 @@ func RenderStatus(w io.Writer, r *StatusReport, st Style) error {
 	fmt.Fprintf(w, "Cluster: %s, %s: %d used, %d tainted, %d free; fabric-domain channels: %d of %d used\n",
 		plural(c.Nodes, "node", "nodes"), plural(c.GPUs.Total, "GPU", "GPUs"), c.GPUs.Used, c.GPUs.Tainted, c.GPUs.Free,
 		c.Channels.Used, c.Channels.Total)
+	renderSpares(w, r.Spares)
 	if len(r.Waiting) > 0 {
 		fmt.Fprintf(w, "Waiting PodGroups (%d):\n", len(r.Waiting))
 		t := newTable(w)

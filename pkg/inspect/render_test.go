@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"sigs.k8s.io/yaml"
 )
 
@@ -38,6 +40,15 @@ func TestRenderGolden(t *testing.T) {
 				return err
 			}
 			return RenderStatus(w, r, Style{BarWidth: 4, Now: testNow})
+		}},
+		{"status-spares", func(c *Cluster, w io.Writer) error {
+			opts := testLevels
+			opts.Spares = spares.Policy{PerDomain: 2}
+			r, err := BuildStatus(c, opts)
+			if err != nil {
+				return err
+			}
+			return RenderStatus(w, r, st)
 		}},
 		{"nodes", func(c *Cluster, w io.Writer) error {
 			r, err := BuildNodes(c, testLevels)

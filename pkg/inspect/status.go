@@ -38,6 +38,9 @@ func BuildStatus(c *Cluster, opts Options) (*StatusReport, error) {
 		}
 		rep.Levels = append(rep.Levels, ix.levelStatus(l))
 	}
+	if rep.Spares, err = spareStatus(ix, opts.Spares); err != nil {
+		return nil, err
+	}
 	rep.Waiting = waitingGangs(c, ix)
 	return rep, nil
 }

@@ -3,6 +3,8 @@ package sim
 import (
 	"context"
 	"testing"
+
+	"github.com/gpufabric/gpufabric/pkg/sim/failures"
 )
 
 // BenchmarkSim5000 replays a trace on 5,000 HGX nodes (40,000 GPUs, 16
@@ -46,6 +48,38 @@ func BenchmarkSim5000(b *testing.B) {
 			b.ReportMetric(float64(s.Placed), "placed")
 			b.ReportMetric(s.BusyPct, "busy-%")
 			b.ReportMetric(s.AllocAtRefusalPct, "alloc-at-refusal-%")
+		})
+	}
+}
+
+// BenchmarkGoodput is one failure run per failure policy on 8 NVL72
+// domains (576 GPUs): 400 gangs of a day's mean duration at load 1.3 with
+// failures at 10× the published rate. One iteration is one whole replay;
+// run it with -benchtime 1x. Reports the run's goodput and interruptions.
+func BenchmarkGoodput(b *testing.B) {
+	f, err := GenerateFabric(FabricSpec{Kind: KindNVL72, Size: 8, RacksPerLeaf: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultTraceConfig(1, f)
+	cfg.Gangs, cfg.MeanDuration = 400, 86400
+	tr, err := GenerateTrace(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fc := FailureConfig{Model: failures.Default(), Seed: 1}
+	fc.Model.Scale = 10
+	for _, name := range FailurePolicyNames() {
+		b.Run(name, func(b *testing.B) {
+			var rep *GoodputReport
+			for b.Loop() {
+				if rep, err = RunGoodput(context.Background(), f, tr, []string{name}, fc, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			g := rep.Results[0].Goodput
+			b.ReportMetric(g.Pct(), "goodput-%")
+			b.ReportMetric(float64(g.Interruptions), "hits")
 		})
 	}
 }

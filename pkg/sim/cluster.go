@@ -14,6 +14,8 @@ type Cluster struct {
 	Fabric    *Fabric
 	Free      []int
 	FreeTotal int
+	// down nodes (failure runs) have no free GPUs and get none back.
+	down []bool
 }
 
 // NewCluster returns the cluster with only the fabric's existing load.
@@ -36,6 +38,9 @@ func (c *Cluster) take(node, gpus int) error {
 }
 
 func (c *Cluster) give(node, gpus int) {
+	if c.down != nil && c.down[node] {
+		return
+	}
 	c.Free[node] += gpus
 	c.FreeTotal += gpus
 }

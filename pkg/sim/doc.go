@@ -10,10 +10,16 @@
 // placement engine as a policy), sim.go (the discrete-event loop),
 // metrics.go (per-policy results), report.go (markdown table), svg.go
 // (occupancy chart), reserve.go (gpufabric-reserve: starvation
-// reservations as a policy), sizes.go (the large-gang table by gang size).
+// reservations as a policy), sizes.go (the large-gang table by gang size),
+// recovery.go (the failure policies: replacement rules, spares),
+// goodput.go (failure runs: failures, replacements, restarts, work kept),
+// goodput_report.go (per-policy goodput and its table), engine_replace.go
+// (the engine policy's hidden nodes and moved pods). The failure model
+// (rates, schedule, checkpoint arithmetic) is pkg/sim/failures.
 //
 // Rules: pure and deterministic — no client-go, no clocks except to measure
-// decision latency, no randomness except the trace generator's seeded PCG.
+// decision latency, no randomness except the seeded PCGs of the trace
+// generator and the failure schedule.
 //
 // See docs/design/simulator.md.
 package sim

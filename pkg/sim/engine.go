@@ -43,6 +43,10 @@ type EnginePolicy struct {
 	// date with every placement.
 	in     index.SnapshotInput
 	starve *simStarvation
+	// hidden nodes are left out of the snapshot (failure runs:
+	// engine_replace.go); nodeGPUs is the fabric's GPUs by node.
+	hidden   []bool
+	nodeGPUs map[string]topology.NodeGPUInfo
 }
 
 // boundGang is what a running gang adds to the snapshot input.
@@ -82,7 +86,7 @@ func (e *EnginePolicy) Sync(ctx context.Context) (bool, error) {
 	if e.snap != nil {
 		return false, nil
 	}
-	in := e.fabric.Input
+	in := e.visible(e.fabric.Input)
 	in.Pods = append([]*v1.Pod(nil), in.Pods...)
 	in.ResourceClaims = append([]*resourceapi.ResourceClaim(nil), in.ResourceClaims...)
 	ids := make([]int, 0, len(e.running))

@@ -58,6 +58,8 @@ type Result struct {
 	// Syncs counts the policy's rebuilds (Syncer), SyncTime their wall time.
 	Syncs    int
 	SyncTime time.Duration
+	// Goodput of a failure run (Options.Failures), nil otherwise.
+	Goodput *Goodput
 }
 
 // Refusal is the first refusal of a gang that fit in the free GPUs.

@@ -17,6 +17,9 @@ type Options struct {
 	// this long after the attempt that first left it partial; its pods are
 	// deleted and it goes to the back of the queue. Default 600 s.
 	Timeout int64
+	// Failures, when set, injects failures and accounts goodput
+	// (goodput.go); Result.Goodput then holds the numbers.
+	Failures *Failures
 }
 
 // DefaultTimeout is the default teardown timeout of partial gangs.
@@ -24,18 +27,26 @@ const DefaultTimeout = 600
 
 type eventKind int
 
-// At equal times: departures, then timeouts, then arrivals; then one pass
-// over the queue.
+// At equal times: departures, then timeouts, then arrivals, then (failure
+// runs) repairs, failures and replacement bounds; then one pass over the
+// queue.
 const (
 	evDeparture eventKind = iota
 	evTimeout
 	evArrival
+	evRepair
+	evFailure
+	evReplaceTimeout
 )
 
+// event is one event; gang is a node for evRepair and an index into the
+// failure schedule for evFailure. gen is the gang's generation the event
+// was made for (failure runs: a restarted gang ignores older ones).
 type event struct {
 	t    int64
 	kind eventKind
 	gang int
+	gen  int
 }
 
 type eventHeap []event
@@ -67,6 +78,7 @@ type gangRun struct {
 	placed    int
 	start     int64 // -1 until all pods are placed
 	timeoutAt int64 // -1 when no teardown is armed
+	fx        *gangFail
 }
 
 type runner struct {
@@ -83,6 +95,8 @@ type runner struct {
 	lastT   int64
 	busyInt float64 // GPU-seconds of running gangs
 	res     *Result
+	fx      *failureRun // failure runs only
+	ids     []int       // gang ids in trace order
 }
 
 // Run replays a trace with one policy on an empty cluster of fabric f.
@@ -108,7 +122,11 @@ func Run(ctx context.Context, f *Fabric, tr *Trace, p Policy, opt Options) (*Res
 			nodes[i] = -1
 		}
 		r.gangs[g.ID] = &gangRun{g: g, nodes: nodes, start: -1, timeoutAt: -1}
+		r.ids = append(r.ids, g.ID)
 		heap.Push(&r.events, event{t: g.Arrival, kind: evArrival, gang: g.ID})
+	}
+	if err := r.initFailures(); err != nil {
+		return nil, err
 	}
 	for r.events.Len() > 0 && r.events[0].t <= opt.Horizon {
 		r.advance(r.events[0].t)
@@ -138,6 +156,9 @@ func (r *runner) handle(ev event) error {
 	case evArrival:
 		r.queue = append(r.queue, ev.gang)
 	case evDeparture:
+		if r.fx != nil && !r.completed(gr, ev) {
+			return nil
+		}
 		r.busy -= gr.g.GPUs()
 		return r.release(gr)
 	case evTimeout:
@@ -153,6 +174,8 @@ func (r *runner) handle(ev event) error {
 			}
 		}
 		return r.release(gr)
+	case evRepair, evFailure, evReplaceTimeout:
+		return r.handleFailure(ev)
 	}
 	return nil
 }
@@ -185,6 +208,15 @@ func (r *runner) pass() error {
 			return err
 		}
 		refused = nil
+	}
+	if r.fx != nil {
+		// Before the queue: a replacement may take a spare. The spares
+		// stay the same during the pass (the highest wholly free nodes
+		// of each domain, which no new gang takes), so the refusal
+		// shortcut holds.
+		if err := r.replacements(); err != nil {
+			return err
+		}
 	}
 	next := r.queue[:0]
 	for _, id := range r.queue {
@@ -265,6 +297,9 @@ func (r *runner) decide(gr *gangRun) ([]int, error) {
 			r.res.SyncTime += time.Since(t0)
 		}
 	}
+	if h, ok := r.p.(hider); ok && r.fx != nil {
+		h.hide(r.c.hidden(r.fx.down, r.fx.rec.Spares))
+	}
 	t0 := time.Now()
 	out, err := r.p.Place(r.ctx, r.c, gr.g, gr.nodes)
 	r.res.Latencies = append(r.res.Latencies, time.Since(t0))
@@ -281,7 +316,14 @@ func (r *runner) decide(gr *gangRun) ([]int, error) {
 func (r *runner) start(gr *gangRun, room bool) {
 	gr.start, gr.timeoutAt = r.now, -1
 	r.busy += gr.g.GPUs()
-	heap.Push(&r.events, event{t: r.now + gr.g.Duration, kind: evDeparture, gang: gr.g.ID})
+	end, gen, again := r.now+gr.g.Duration, 0, false
+	if r.fx != nil {
+		end, gen, again = r.started(gr)
+	}
+	heap.Push(&r.events, event{t: end, kind: evDeparture, gang: gr.g.ID, gen: gen})
+	if again {
+		return // a restart: the placement metrics counted its first start
+	}
 	oneDomain := true
 	for _, n := range gr.nodes {
 		oneDomain = oneDomain && r.c.Fabric.DomainOf[0][n] == r.c.Fabric.DomainOf[0][gr.nodes[0]]
@@ -299,4 +341,7 @@ func (r *runner) finish() {
 		}
 	}
 	r.res.BusyPct = 100 * r.busyInt / (float64(r.c.Fabric.TotalGPUs) * float64(max(1, r.opt.Horizon)))
+	if r.fx != nil {
+		r.finishFailures()
+	}
 }

@@ -58,6 +58,9 @@ const (
 	AttrPortState             resourceapi.QualifiedName = "portState"
 	AttrNodeGUID              resourceapi.QualifiedName = "nodeGUID"
 	AttrMIGEnabled            resourceapi.QualifiedName = "migEnabled"
+	// AttrFabricErrors is how many link errors a GPU's NVLinks or a NIC's
+	// port counted in the plugin's last --fabric-error-window (int).
+	AttrFabricErrors resourceapi.QualifiedName = "fabricErrors"
 	// MIG partitions: the profile ("1g.10gb"), the placement's first
 	// memory slice, and the parent GPU.
 	AttrMIGProfile     resourceapi.QualifiedName = "migProfile"
@@ -104,6 +107,10 @@ const (
 	TaintXID     = DriverName + "/xid"
 	TaintECC     = DriverName + "/ecc"
 	TaintGPULost = DriverName + "/gpu-lost"
+	// TaintFabricErrors: a device's link error counters rose past the
+	// plugin's --fabric-error-threshold within its window; the value names
+	// the counter that rose most ("symbol_error").
+	TaintFabricErrors = DriverName + "/fabric-errors"
 )
 
 // MaxAttributeValueLength is the API's limit for string attribute values.

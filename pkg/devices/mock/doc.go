@@ -23,6 +23,9 @@
 //	  nvmlError: {gpu: 3, call: GetMemoryInfo, error: ERROR_UNKNOWN}
 //	  migEnabled: {gpus: [1]}
 //	  sysfs: {rail: 0, break: no-port}
+//	  nvlinkErrors: {gpu: 1, link: 3, counter: replay, add: 20}  # or set: N
+//	  ibCounters: {rail: 2, counter: symbol_error, add: 50}       # sysfs port counters
+//	  eventSet: {createFailures: 2}   # the first 2 NVML event sets fail
 //
 // Rules the mock follows:
 //   - Files are bounded (8 MiB, 10,000 nodes, 16 GPUs and 16 HCAs per

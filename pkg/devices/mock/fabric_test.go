@@ -169,6 +169,38 @@ func TestParseErrors(t *testing.T) {
 			yaml: goodGroup + "faults:\n- node: n02\n  ecc: {gpu: 1, type: TripleBit}\n",
 			want: []string{"node n02", "faults[0].ecc.type", `"TripleBit"`},
 		},
+		"nvlink error counter unknown": {
+			yaml: goodGroup + "faults:\n- node: n02\n  nvlinkErrors: {gpu: 0, link: 0, counter: bogus, add: 1}\n",
+			want: []string{"node n02", "faults[0].nvlinkErrors.counter", `"bogus"`},
+		},
+		"nvlink error on a link that does not exist": {
+			yaml: goodGroup + "faults:\n- node: n02\n  nvlinkErrors: {gpu: 0, link: 18, counter: replay, add: 1}\n",
+			want: []string{"node n02", "faults[0].nvlinkErrors.link", "must be 0..17", "got 18"},
+		},
+		"nvlink error with set and add": {
+			yaml: goodGroup + "faults:\n- node: n02\n  nvlinkErrors: {gpu: 0, link: 0, counter: replay, add: 1, set: 2}\n",
+			want: []string{"node n02", "faults[0].nvlinkErrors", "exactly one of set and add"},
+		},
+		"ib counter without a value": {
+			yaml: goodGroup + "faults:\n- node: n02\n  ibCounters: {rail: 0, counter: symbol_error}\n",
+			want: []string{"node n02", "faults[0].ibCounters", "exactly one of set and add"},
+		},
+		"ib counter unknown": {
+			yaml: goodGroup + "faults:\n- node: n02\n  ibCounters: {rail: 0, counter: port_xmit_wait, add: 1}\n",
+			want: []string{"node n02", "faults[0].ibCounters.counter", `"port_xmit_wait"`},
+		},
+		"ib counter on a rail that does not exist": {
+			yaml: goodGroup + "faults:\n- node: n02\n  ibCounters: {rail: 4, counter: link_downed, add: 1}\n",
+			want: []string{"node n02", "faults[0].ibCounters.rail", "rail 4 does not exist"},
+		},
+		"ib counter negative": {
+			yaml: goodGroup + "faults:\n- node: n02\n  ibCounters: {rail: 0, counter: link_downed, add: -1}\n",
+			want: []string{"bad.yaml", "ibCounters.add"},
+		},
+		"event set failures out of range": {
+			yaml: goodGroup + "faults:\n- node: n02\n  eventSet: {createFailures: 0}\n",
+			want: []string{"node n02", "faults[0].eventSet.createFailures", "must be 1..1000, got 0"},
+		},
 		"not yaml": {
 			yaml: "nodeGroups: [",
 			want: []string{"bad.yaml"},

@@ -22,6 +22,11 @@ type nodeFaults struct {
 	events []eventFault
 	// driverMissing: the fake driver installation is left empty.
 	driverMissing bool
+	// nvlinkErrors and ibCounters are error counter values (counters.go).
+	nvlinkErrors map[nvlinkCounterKey]uint64
+	ibCounters   map[ibCounterKey]uint64
+	// eventSetFailures: EventSetCreate calls that fail first.
+	eventSetFailures int
 }
 
 type fabricFault struct {
@@ -63,10 +68,10 @@ func (f *Fabric) applyFault(i int, s faultSpec) error {
 		return fmt.Errorf("node %s: faults[%d].%s: %s", s.Node, i, field, fmt.Sprintf(format, args...))
 	}
 	if s.FabricNotCompleted == nil && s.NVLinkDegraded == nil && s.PortDown == nil && s.NVMLError == nil && s.MIGEnabled == nil && s.Sysfs == nil && s.IMEX == nil &&
-		s.XID == nil && s.ECC == nil && s.DriverFiles == nil {
+		s.XID == nil && s.ECC == nil && s.DriverFiles == nil && s.NVLinkErrors == nil && s.IBCounters == nil && s.EventSet == nil {
 		return fmt.Errorf("node %s: faults[%d]: names no fault", s.Node, i)
 	}
-	for _, apply := range []func(*node, faultSpec, errFunc) error{applyFabric, applyNVLink, applyPort, applyNVML, applyMIG, applySysfs, applyIMEX, applyEvents, applyDriverFiles} {
+	for _, apply := range []func(*node, faultSpec, errFunc) error{applyFabric, applyNVLink, applyPort, applyNVML, applyMIG, applySysfs, applyIMEX, applyEvents, applyDriverFiles, applyNVLinkErrors, applyIBCounters, applyEventSet} {
 		if err := apply(n, s, errf); err != nil {
 			return err
 		}

@@ -61,6 +61,38 @@ type faultSpec struct {
 	XID                *xidFaultSpec    `json:"xid,omitempty"`
 	ECC                *eccFaultSpec    `json:"ecc,omitempty"`
 	DriverFiles        *driverFaultSpec `json:"driverFiles,omitempty"`
+	NVLinkErrors       *nvlinkErrorSpec `json:"nvlinkErrors,omitempty"`
+	IBCounters         *ibCounterSpec   `json:"ibCounters,omitempty"`
+	EventSet           *eventSetSpec    `json:"eventSet,omitempty"`
+}
+
+// nvlinkErrorSpec sets or raises one NVLink error counter of a GPU link
+// (NVML's GetNvLinkErrorCounter). Exactly one of Set and Add.
+type nvlinkErrorSpec struct {
+	GPU  int `json:"gpu"`
+	Link int `json:"link"`
+	// Counter is replay, recovery, crcFlit or crcData.
+	Counter string  `json:"counter"`
+	Set     *uint64 `json:"set,omitempty"`
+	Add     *uint64 `json:"add,omitempty"`
+}
+
+// ibCounterSpec sets or raises one counter of an HCA's port (sysfs
+// ports/1/counters/<counter>). Exactly one of Set and Add.
+type ibCounterSpec struct {
+	Rail int `json:"rail"`
+	// Counter is link_downed, symbol_error, port_rcv_errors or
+	// link_error_recovery.
+	Counter string  `json:"counter"`
+	Set     *uint64 `json:"set,omitempty"`
+	Add     *uint64 `json:"add,omitempty"`
+}
+
+// eventSetSpec breaks the node's NVML event sets.
+type eventSetSpec struct {
+	// CreateFailures: the first this many EventSetCreate calls of one
+	// backend fail with ERROR_UNKNOWN (a watcher that dies and restarts).
+	CreateFailures int `json:"createFailures"`
 }
 
 // driverFaultSpec breaks the node's driver installation (the files a CDI

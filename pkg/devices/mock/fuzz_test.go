@@ -34,6 +34,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(goodGroup))
 	f.Add([]byte(goodGroup + "faults:\n- node: n01\n  portDown: {rail: 0}\n  sysfs: {rail: 1, break: garbage-rate}\n"))
+	f.Add([]byte(goodGroup + "faults:\n- node: n01\n  nvlinkErrors: {gpu: 1, link: 3, counter: crcFlit, set: 7}\n- node: n01\n  ibCounters: {rail: 2, counter: symbol_error, add: 18446744073709551615}\n- node: n01\n  eventSet: {createFailures: 2}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const name = "fuzz.yaml"
 		fabric, err := mock.Parse(name, data)

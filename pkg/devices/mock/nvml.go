@@ -32,12 +32,14 @@ func (n *node) newServer(lay layout, fabricPath string) *server.Server {
 		setMIG(dev)
 		n.setPCI(dev)
 		n.setNVLinks(i, dev)
+		setNVLinkErrors(n, i, dev)
 		n.setFabric(i, dev)
 		if f, ok := n.faults.nvml[i]; ok {
 			injectNVMLError(s, i, dev, f)
 		}
 	}
 	setEvents(s, fabricPath, n.name, n.faults.events)
+	failEventSets(s, n.faults.eventSetFailures)
 	return s
 }
 

@@ -215,6 +215,7 @@ func (n *node) writeHCA(w *treeWriter, rail, ib int, h pciDevice, breaks []strin
 	w.file(port+"gids/0", "fe80:0000:0000:0000:"+pg[0:4]+":"+pg[4:8]+":"+pg[8:12]+":"+pg[12:16]+"\n")
 	w.file(port+"phys_state", fmt.Sprintf("%d: %s\n", physStateNumbers()[phys], phys))
 	w.file(port+"link_layer", n.linkLayer+"\n")
+	writeIBCounters(n, w, rail, port)
 	switch {
 	case slices.Contains(breaks, BreakNoRate):
 	case slices.Contains(breaks, BreakGarbageRate):

@@ -315,6 +315,9 @@ func PlacedMessage(g *placement.Gang, d *placement.Decision) string {
 	if s := d.SegmentSummary(); s != "" {
 		at += "; " + s
 	}
+	if d.FabricHealth != "" {
+		at += "; " + d.FabricHealth
+	}
 	if len(d.Pods) == len(g.Members) {
 		return fmt.Sprintf("placed %d pods in %s", len(d.Pods), at)
 	}

@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"runtime"
@@ -17,16 +18,28 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/placementtest"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 )
+
+// benchSpares keeps spare nodes per rack in the benchmarks on the HGX
+// fabric (its NVLink domains are single nodes), to measure what the
+// spares' check costs (docs/benchmarks.md).
+var benchSpares = flag.Int("bench-spares", 0, "spare nodes per rack kept from new gangs in the HGX benchmarks")
+
+// benchLargeGang sets Config.LargeGangGPUs in the HGX benchmarks, to
+// measure what ranking domains by fabric health costs (docs/benchmarks.md).
+var benchLargeGang = flag.Int("bench-large-gang-gpus", 0, "Config.LargeGangGPUs in the HGX benchmarks (0: off)")
 
 func buildBench(b *testing.B, nodes int, seed uint64, gangs ...scenario.GangSpec) *scenario.Built {
 	b.Helper()
 	sc := scenario.HGXScenario(nodes, seed)
 	sc.Gangs = gangs
+	sc.Spares = spares.Policy{PerDomain: *benchSpares, Level: "rack"}
 	built, err := scenario.Build(sc)
 	if err != nil {
 		b.Fatal(err)
 	}
+	built.Config.LargeGangGPUs = *benchLargeGang
 	return built
 }
 

@@ -3,6 +3,7 @@ package placement
 import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 )
 
 // Config tunes the engine and the snapshots it places on. The zero value
@@ -26,6 +27,12 @@ type Config struct {
 	// value is cost.DefaultCalls plus cost.CallsPerMember per member, no
 	// deadline.
 	Budget cost.Budget
+	// LargeGangGPUs: a gang of at least this many devices tries domains
+	// without fabric trouble first (package fabricrank). 0: off.
+	LargeGangGPUs int
+	// Spares keeps nodes of every domain of a level free from new gangs
+	// for replacements (pkg/gang/placement/spares). Zero: none.
+	Spares spares.Policy
 
 	// allocate replaces index.Snapshot.Allocate (tests: a fake slow
 	// allocator, WithAllocator in export_test.go).

@@ -14,7 +14,7 @@ import (
 
 // decision turns a winning attempt into a Decision.
 func (p *placer) decision(l *topology.Level, att *attempt) *Decision {
-	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Spread: spreadOf(p.s.Tree(), att), Score: att.score, Stats: *p.stats, Warnings: p.warnings}
+	d := &Decision{Gang: p.g.Key(), TopologyKey: l.Key, Domain: att.dom.ID, Spread: spreadOf(p.s.Tree(), att), Score: att.score, Stats: *p.stats, Warnings: p.warnings, FabricHealth: p.fabricNote}
 	if sg := p.fill.seg; sg != nil {
 		d.SegmentTopologyKey, d.Segments = sg.level.Key, sg.placements(att)
 	}

@@ -61,8 +61,9 @@
 //     uses a GPU of the channel's domain (channels.go): a decision that
 //     hands one to a GPU-less gang is refused.
 //   - The engine imports pkg/topology and its leaves (index, segment,
-//     cost), never what uses it (pkg/archtest); the leaves never import
-//     the engine.
+//     cost, spares, fabricrank), never what uses it (pkg/archtest); the
+//     leaves never import the engine. fits hides kept spares (CheckSpare)
+//     from new gangs.
 //
 // See docs/design/placement.md.
 package placement

@@ -105,7 +105,7 @@ func (x *explainer) refusal(ctx context.Context, l *topology.Level, e *index.Dom
 	}
 	r := DomainRefusal{TopologyKey: l.Key, Domain: e.Domain().ID, FreeDevices: e.Free(), PodsFit: fit}
 	steps := []func(context.Context, *topology.Level, *index.DomainEntry, *DomainRefusal) (bool, error){
-		x.whySharedPin, x.whyChannels, x.whySegments, x.whyTaintedDevices, x.whyFewDevices, x.whyNodes, x.whyVerify,
+		x.whySharedPin, x.whyChannels, x.whySegments, x.whyTaintedDevices, x.whyFewDevices, x.whySpares, x.whyNodes, x.whyVerify,
 	}
 	for _, step := range steps {
 		done, err := step(ctx, l, e, &r)
@@ -256,6 +256,14 @@ func (x *explainer) hints(ctx context.Context, l *topology.Level, fit int) ([]st
 		}
 	}
 	return out, nil
+}
+
+// whySpares: too few members fit as free nodes are kept spares (spares.Guard).
+func (x *explainer) whySpares(_ context.Context, _ *topology.Level, e *index.DomainEntry, r *DomainRefusal) (bool, error) {
+	if r.PodsFit < x.needPods() {
+		r.Why, r.Action = x.fit.spares.Explain(e.Domain())
+	}
+	return r.Why != "", nil
 }
 
 // whyNodes: devices suffice, but node checks leave room for too few pods.

@@ -83,6 +83,9 @@ type Gang struct {
 	// members join them): Place keeps the gang in the one domain that holds
 	// all of them.
 	BoundNodes []string
+	// PreviousNodes: a gang restarting whole ran there; it may use their
+	// domains' spares (Config.Spares), as BoundNodes may their domain's.
+	PreviousNodes []string
 	// SharedClaims are the claims every member uses, allocated once for
 	// the gang: the PodGroup's claims, and the unallocated claims that
 	// every member names itself (MemberShared).

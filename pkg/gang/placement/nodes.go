@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -26,6 +27,7 @@ const (
 	// CheckNodeRefused: the fabric tree left the node out
 	// (topology.CheckNodeDomain); the Node has the event that says why.
 	CheckNodeRefused  = "NVLink domain not trusted (see the Node's FabricDomainRefused event)"
+	CheckSpare        = "spare node kept for replacements"
 	checkInsufficient = "insufficient "
 )
 
@@ -40,6 +42,8 @@ type fits struct {
 	// pins are the node selectors of the gang's allocated shared claims.
 	pins   []*nodeaffinity.NodeSelector
 	static map[int]*staticCache
+	// spares hides the kept spare nodes from a new gang (nil: none).
+	spares *spares.Guard
 }
 
 // staticCache holds staticFail's answers for one shape, by node index.
@@ -64,6 +68,9 @@ func (f *fits) staticFail(ns *index.NodeState, shape int) string {
 		return c.why[ns.Index()]
 	}
 	v := staticCheck(f.logger, ns, f.distinct[shape])
+	if v == "" && f.spares.Hides(ns.Name()) {
+		v = CheckSpare
+	}
 	for _, sel := range f.pins {
 		if v == "" && !sel.Match(ns.Node()) {
 			v = CheckSharedSelector

@@ -9,7 +9,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/fabricrank"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -23,6 +25,8 @@ import (
 // tried from the smallest leftover up (best fit), each verified node by node with the
 // allocator; among verified domains with the same leftover (at most
 // Config.CompareDomains of them) fewer rail sets win, then the smaller id.
+// A gang of at least Config.LargeGangGPUs devices tries a level's domains
+// without fabric trouble first (fabricrank.Order; Decision.FabricHealth).
 // When no level holds all members and MinCount is smaller, the most members
 // that fit (at least MinCount) are placed in one domain of the first level
 // where that many fit; the Decision lists only them. A gang with BoundNodes
@@ -158,7 +162,8 @@ type placer struct {
 	// warnings about the gang's spec, for the Decision or Unschedulable.
 	warnings []string
 	// meter counts the Allocate calls against Config.Budget.
-	meter *cost.Meter
+	meter      *cost.Meter
+	fabricNote string // Decision.FabricHealth
 }
 
 // newPlacer makes the pieces of one Place call, each given what it needs.
@@ -177,6 +182,7 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 		return nil, err
 	}
 	fit := newFits(ctx, m, s, pins)
+	fit.spares = spares.NewGuard(cfg.Spares, s, g.BoundNodes, g.PreviousNodes)
 	fill := newFiller(ctx, cfg, s, g, fit, alloc, refused, shared)
 	p := &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused, meter: alloc.meter}
 	if g.SegmentSize > 0 {
@@ -225,10 +231,14 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 	}
 	rep := LevelReport{TopologyKey: l.Key, Domains: len(li.Entries())}
 	var best *attempt
-	compared := 0
-	for _, e := range p.entries(li, p.need) {
+	compared, bestAt := 0, 0
+	entries, healthy := p.entries(li, p.need), -1
+	if p.cfg.LargeGangGPUs > 0 && p.need >= p.cfg.LargeGangGPUs {
+		entries, healthy = fabricrank.Order(p.s, entries) // sick domains last (docs/design/health.md)
+	}
+	for i, e := range entries {
 		left := e.Free() - p.need
-		if best != nil && (left > best.score.LeftoverDevices || compared >= p.cfg.CompareDomains || best.score.RailSets <= 1) {
+		if best != nil && (i == healthy || left > best.score.LeftoverDevices || compared >= p.cfg.CompareDomains || best.score.RailSets <= 1) {
 			break
 		}
 		if e.PodsBound(p.perPod) < len(p.per) {
@@ -254,10 +264,11 @@ func (p *placer) placeAtLevel(ctx context.Context, l *topology.Level) (*attempt,
 		att.score.LeftoverDevices = left
 		compared++
 		if best == nil || att.score.RailSets < best.score.RailSets {
-			best = att
+			best, bestAt = att, i
 		}
 	}
 	if best != nil {
+		p.fabricNote = fabricrank.Note(p.s, entries, healthy, bestAt)
 		return best, nil
 	}
 	if err := p.report(ctx, li, &rep); err != nil {

@@ -30,6 +30,9 @@ type Decision struct {
 	// Warnings about the gang's spec that did not stop the placement (a
 	// preferred topology key no node carries).
 	Warnings []string
+	// FabricHealth says when fabric health decided a large gang's domain
+	// (Config.LargeGangGPUs, fabricrank.Note); "" otherwise.
+	FabricHealth string
 	// Segments of a segmented gang (Gang.SegmentSize), in rank order: the
 	// domain of SegmentTopologyKey each placed segment is in.
 	SegmentTopologyKey string

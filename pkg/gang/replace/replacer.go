@@ -126,8 +126,9 @@ type Turn struct {
 	Losses  []Loss
 	Running []*v1.Pod
 	Pending []*v1.Pod
-	// Expected members; Cond is the loop's MembersLost condition for
-	// these counts.
+	// Expected members running (the most that ran, at least minCount;
+	// failed pods their controller keeps are not counted); Cond is the
+	// loop's MembersLost condition.
 	Expected int
 	Cond     metav1.Condition
 }
@@ -146,6 +147,16 @@ type Outcome struct {
 // again.
 func Failed(pg *schedulingv1beta1.PodGroup) bool {
 	return meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionFailed)
+}
+
+// Handled reports whether loss is a failed member whose replacement
+// already ran: it failed before the PodGroup's MembersLost condition last
+// went False (replaced, or all members running again). Its controller
+// keeps the failed pod (a Job keeps it for its logs); it no longer counts
+// as lost, so it neither starts a loss again nor keeps the gang short.
+func Handled(pg *schedulingv1beta1.PodGroup, loss *Loss) bool {
+	c := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionMembersLost)
+	return loss.Trigger == PodFailed && c != nil && c.Status == metav1.ConditionFalse && loss.Since.Before(c.LastTransitionTime.Time)
 }
 
 // whole reports whether pg is disrupted only whole (disruptionMode All).
@@ -181,12 +192,12 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 			return out, err
 		}
 	}
-	if len(fresh) == 0 && len(t.Pending) == 0 && len(t.Running) >= t.Expected && len(t.Running) > 0 {
+	if !slices.ContainsFunc(fresh, notFailed) && len(t.Pending) == 0 && len(t.Running) >= t.Expected && len(t.Running) > 0 {
 		out.Cond = r.replaced(t, st, now)
 		return out, nil
 	}
 	if st.outcome != "" {
-		out.Cond = r.cond(t, st, phraseRestarting+" ("+ch.Policy+" after "+ch.Timeout.String()+" or a whole gang)")
+		out.Cond = r.cond(t, st, phraseRestarting+": its old members go, then its new ones are placed together")
 		return out, nil
 	}
 	deadline := st.since.Add(ch.Timeout)
@@ -213,6 +224,10 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 	}
 	return out, nil
 }
+
+// notFailed: a loss other than a failed pod (which its controller
+// replaces and keeps).
+func notFailed(l Loss) bool { return l.Trigger != PodFailed }
 
 // freshLosses are the losses whose pods are not terminating yet.
 func freshLosses(ls []Loss) []Loss {

@@ -332,3 +332,39 @@ func TestTurnDisrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestTurnFailedPodKept: a failed member its controller keeps (a Job keeps
+// failed pods) does not keep the gang short once its replacement runs: the
+// replacement ends the loss, and the failed pod is Handled from then on
+// (it failed before MembersLost went False), so it starts no loss again.
+func TestTurnFailedPodKept(t *testing.T) {
+	failed, ok, repl := member("train-1", "n2"), member("train-0", "n1"), member("train-2", "n3")
+	failed.Status.Phase = v1.PodFailed
+	g := newRig(t)
+	pg := podGroup(false, nil)
+	loss := Loss{Pod: failed, Trigger: PodFailed, Since: t0, Why: "train-1 failed"}
+	g.clock.SetTime(t0.Add(5 * time.Second))
+	if Handled(pg, &loss) {
+		t.Fatal("a failure with no replacement yet is handled")
+	}
+	g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Losses: []Loss{loss}, Running: []*v1.Pod{ok}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)})
+	g.clock.SetTime(t0.Add(8 * time.Second))
+	out, _ := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Losses: []Loss{loss}, Running: []*v1.Pod{ok, repl}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)})
+	if out.Cond.Reason != vocab.ReasonReplacedInPlace {
+		t.Fatalf("the replacement runs beside the kept failed pod: %+v", out.Cond)
+	}
+	if w := g.writes(); w != "" {
+		t.Errorf("writes %q: a failed pod is its controller's", w)
+	}
+	out.Cond.LastTransitionTime = metav1.NewTime(g.clock.Now())
+	pg.Status.Conditions = []metav1.Condition{out.Cond}
+	if !Handled(pg, &loss) {
+		t.Error("the replaced failure still counts")
+	}
+	if later := (Loss{Pod: failed, Trigger: PodFailed, Since: t0.Add(time.Minute)}); Handled(pg, &later) {
+		t.Error("a later failure is handled")
+	}
+	if n, _ := g.observed(t, PodFailed, OutcomeInPlace); n != 1 {
+		t.Errorf("in_place observed %d times", n)
+	}
+}

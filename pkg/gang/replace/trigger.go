@@ -50,7 +50,7 @@ func Classify(grace time.Duration, p *v1.Pod, node *v1.Node, deletedAt, now time
 		return &Loss{Pod: p, Trigger: PodFailed, Since: failedAt(p), Why: fmt.Sprintf("%s failed", p.Name)}, 0
 	}
 	var recheck time.Duration
-	if c := readyCondition(node); c != nil && c.Status != v1.ConditionTrue {
+	if c := readyCondition(node); c != nil && c.Status != v1.ConditionTrue && c.Reason != reasonNeverUpdated {
 		at := c.LastTransitionTime.Add(grace)
 		if !now.Before(at) {
 			return &Loss{Pod: p, Trigger: NodeNotReady, Since: at,
@@ -106,6 +106,12 @@ func untoleratedAt(p *v1.Pod, t *v1.Taint, now time.Time) (time.Time, bool) {
 	}
 	return added.Add(time.Duration(max(*least, 0)) * time.Second), false
 }
+
+// reasonNeverUpdated is kube-controller-manager's Ready=Unknown reason for
+// a node whose kubelet never posted its status: the members bound there
+// never started, so they are not lost to it (nodes without a kubelet are
+// test fixtures; kwok and virtual kubelets post status).
+const reasonNeverUpdated = "NodeStatusNeverUpdated"
 
 // readyCondition is node's Ready condition, nil when it has none (a node
 // that never reported is not lost for that).

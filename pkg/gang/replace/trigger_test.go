@@ -59,6 +59,11 @@ func TestClassify(t *testing.T) {
 		{name: "node without conditions", pod: member("a", "n1"), node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}},
 		{name: "not ready past the grace", pod: member("a", "n1"), node: node("n1", v1.ConditionFalse, t0), want: NodeNotReady, since: t0.Add(grace)},
 		{name: "unknown past the grace", pod: member("a", "n1"), node: node("n1", v1.ConditionUnknown, t0.Add(30*time.Second)), want: NodeNotReady, since: t0.Add(time.Minute)},
+		{name: "kubelet never posted", pod: member("a", "n1"), node: func() *v1.Node {
+			n := node("n1", v1.ConditionUnknown, t0)
+			n.Status.Conditions[0].Reason = "NodeStatusNeverUpdated"
+			return n
+		}()},
 		{name: "not ready within the grace", pod: member("a", "n1"), node: node("n1", v1.ConditionFalse, t0.Add(50*time.Second)), recheck: 20 * time.Second},
 		{name: "untolerated NoExecute taint", pod: member("a", "n1"), node: node("n1", v1.ConditionTrue, t0, noExecute("example.com/broken", t0.Add(10*time.Second))),
 			want: NodeTainted, since: t0.Add(10 * time.Second)},

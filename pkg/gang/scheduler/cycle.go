@@ -177,8 +177,9 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	switch {
 	case err == nil:
 		g.BoundNodes = ms.boundNodes
-		if !ms.anyBound { // a gang restarted whole goes back to its domain when it fits
+		if !ms.anyBound { // a gang restarted whole goes back to its domain when it fits, and may use its spares
 			g.BoundNodes = s.status.replacer.Prefer(key)
+			g.PreviousNodes = g.BoundNodes
 		}
 		g.Running = ms.running // a segmented gang's late members join their segments
 		if err = s.volumes.Pin(g); err == nil {

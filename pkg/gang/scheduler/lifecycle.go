@@ -6,6 +6,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+	"slices"
 	"strings"
 	"sync"
 
@@ -57,14 +58,16 @@ func (st *gangStatus) checkMembers(ctx context.Context, key string, pg *scheduli
 	if g := pg.Spec.SchedulingPolicy.Gang; g != nil {
 		minCount = int(g.MinCount)
 	}
-	expected := max(minCount, running+len(ms.pending)+len(ms.gated)+len(ms.lost), st.peaks.observe(pg.UID, running))
+	peak := st.peaks.observe(pg.UID, running)
+	expected := max(minCount, running+len(ms.pending)+len(ms.gated)+len(ms.lost), peak)
 	cond := metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionFalse, Reason: vocab.ReasonAllMembersRunning,
 		Message: fmt.Sprintf("all %d members run", running)}
 	if running < expected {
 		cond = metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionTrue, Reason: vocab.ReasonMembersLost,
 			Message: lostMessage(running, expected, minCount, ms)}
 	}
-	out, err := st.replacer.Turn(ctx, replace.Turn{Key: key, PodGroup: pg, Losses: ms.losses, Running: ms.running, Pending: ms.pending, Expected: expected, Cond: cond})
+	out, err := st.replacer.Turn(ctx, replace.Turn{Key: key, PodGroup: pg, Losses: ms.losses, Running: ms.running,
+		Pending: append(slices.Clip(ms.pending), ms.gated...), Expected: max(minCount, peak), Cond: cond})
 	if err != nil {
 		return out, err
 	}

@@ -72,10 +72,10 @@ func (g *gangPods) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
 			if p.Status.Phase == v1.PodSucceeded {
 				continue
 			}
-			if why := g.lostReason(ms, p); why != "" {
-				ms.lost = append(ms.lost, why)
-				continue
-			} else if p.DeletionTimestamp != nil {
+			if why, gone := g.lostReason(pg, ms, p); why != "" || gone {
+				if !gone {
+					ms.lost = append(ms.lost, why)
+				}
 				continue
 			}
 			ms.running = append(ms.running, p)
@@ -92,36 +92,41 @@ func (g *gangPods) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
 	return ms, nil
 }
 
-// lostReason says why a bound member does not run, "" when it does or
-// when it is terminating on a lost node (gone); it notes ms's losses.
-func (g *gangPods) lostReason(ms *memberSet, p *v1.Pod) string {
+// lostReason says why a bound member does not run, "" when it does; gone
+// when it counts neither as running nor as lost: terminating on a lost
+// node, or failed before its replacement ran (replace.Handled). It notes
+// ms's losses.
+func (g *gangPods) lostReason(pg *schedulingv1beta1.PodGroup, ms *memberSet, p *v1.Pod) (string, bool) {
 	node, err := g.nodes.Get(p.Spec.NodeName)
 	if err != nil {
 		node = nil
 	}
 	if g.classify != nil {
 		loss, recheck := g.classify(p, node)
-		if loss != nil {
+		switch {
+		case loss != nil && replace.Handled(pg, loss):
+			return "", true
+		case loss != nil:
 			ms.losses = append(ms.losses, *loss)
 			if p.DeletionTimestamp != nil {
-				return ""
+				return "", true
 			}
-		} else if recheck > 0 && (ms.recheck == 0 || recheck < ms.recheck) {
+		case recheck > 0 && (ms.recheck == 0 || recheck < ms.recheck):
 			ms.recheck = recheck
 		}
 		if loss != nil && p.Status.Phase != v1.PodFailed {
-			return loss.Why
+			return loss.Why, false
 		}
 	}
 	switch {
 	case p.Status.Phase == v1.PodFailed:
-		return fmt.Sprintf("%s failed (%s)", p.Name, report.Truncate(strings.TrimSpace(p.Status.Reason+" "+p.Status.Message), report.MaxQuoted))
+		return fmt.Sprintf("%s failed (%s)", p.Name, report.Truncate(strings.TrimSpace(p.Status.Reason+" "+p.Status.Message), report.MaxQuoted)), false
 	case p.DeletionTimestamp != nil:
-		return p.Name + " terminating"
+		return p.Name + " terminating", false
 	case node == nil:
-		return fmt.Sprintf("%s on deleted node %s", p.Name, p.Spec.NodeName)
+		return fmt.Sprintf("%s on deleted node %s", p.Name, p.Spec.NodeName), false
 	}
-	return ""
+	return "", false
 }
 
 // nodeLost reports whether p's node is lost (evict.Config.NodeLost).

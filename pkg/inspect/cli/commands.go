@@ -11,7 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/inspect"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // DefaultEvents is how many events explain shows by default.
@@ -19,6 +21,7 @@ const DefaultEvents = 10
 
 func newStatusCommand(o *options) *cobra.Command {
 	barWidth := inspect.DefaultBarWidth
+	var sp spares.Policy
 	schedulerNS := o.cfg.Getenv(EnvSchedulerNamespace)
 	if schedulerNS == "" {
 		schedulerNS = DefaultSchedulerNamespace
@@ -48,7 +51,9 @@ gpufabric-free-room in --scheduler-namespace).`,
 			if err != nil {
 				return err
 			}
-			rep, err := inspect.BuildStatus(cl, o.reportOptions())
+			opts := o.reportOptions()
+			opts.Spares = sp
+			rep, err := inspect.BuildStatus(cl, opts)
 			if err != nil {
 				return err
 			}
@@ -57,6 +62,8 @@ gpufabric-free-room in --scheduler-namespace).`,
 			return inspect.Write(cmd.OutOrStdout(), o.output, rep, func(w io.Writer) error { return inspect.RenderStatus(w, rep, st) })
 		},
 	}
+	cmd.Flags().IntVar(&sp.PerDomain, "spare-nodes-per-domain", 0, "the scheduler's --spare-nodes-per-domain: show the spare nodes each domain keeps for replacements (kept, in use)")
+	cmd.Flags().StringVar(&sp.Level, "spare-level", topology.TopologyKeyNVLinkDomain, "the scheduler's --spare-level")
 	cmd.Flags().IntVar(&barWidth, "bar-width", barWidth, "most cells of an occupancy bar (a domain with fewer GPUs gets one cell per GPU)")
 	cmd.Flags().StringVar(&schedulerNS, "scheduler-namespace", schedulerNS,
 		"namespace of gpufabric-scheduler, whose free-room view is shown when listing the cluster is forbidden (default $"+EnvSchedulerNamespace+", else "+DefaultSchedulerNamespace+")")

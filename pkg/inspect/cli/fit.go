@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,6 +38,8 @@ type fitRequest struct {
 	TopologyKey        string
 	SegmentSize        int
 	SegmentTopologyKey string
+	// LargeGangGPUs: as the scheduler's --large-gang-gpus.
+	LargeGangGPUs int
 }
 
 // fitReport is what `fit` prints (-o json|yaml: these fields).
@@ -54,6 +57,8 @@ type fitReport struct {
 	Nodes    []fitNode `json:"nodes,omitempty"`
 	// Message: why it does not fit, as gpufabric-scheduler would say.
 	Message string `json:"message,omitempty"`
+	// FabricHealth: when fabric health chose the domain (a large gang).
+	FabricHealth string `json:"fabricHealth,omitempty"`
 }
 
 // fitNode is how many of the gang's pods a node would get.
@@ -109,6 +114,7 @@ tolerations or affinities.`,
 	cmd.Flags().IntVar(&req.Pods, "pods", 0, "members of the gang (all required)")
 	cmd.Flags().IntVar(&req.GPUsPerPod, "gpus-per-pod", 0, "GPUs (gpu.gpufabric.dev) per member")
 	cmd.Flags().StringVar(&req.TopologyKey, "topology-key", "", "required level: gpufabric.dev/nvlinkDomain or a --topology-levels key (default: none, the smallest level that fits)")
+	cmd.Flags().IntVar(&req.LargeGangGPUs, "large-gang-gpus", 16, "as the scheduler's --large-gang-gpus: a gang of at least this many GPUs tries domains without link errors or degraded links first; 0: off")
 	cmd.Flags().IntVar(&req.SegmentSize, "segment-size", 0, "hard segments: every N consecutive members in one domain of --segment-topology-key (annotation "+topology.AnnotationSegmentSize+")")
 	cmd.Flags().StringVar(&req.SegmentTopologyKey, "segment-topology-key", "", "the segments' level, below --topology-key (annotation "+topology.AnnotationSegmentTopologyKey+")")
 	return cmd
@@ -122,7 +128,7 @@ func dryRun(ctx context.Context, cl *inspect.Cluster, classes []resourceapi.Devi
 	// The scheduler bounds one Allocate call at 100ms (a call cut off
 	// counts as "does not fit"); a one-off dry run on a busy laptop must
 	// not answer "no" for that, and compiles every CEL selector cold.
-	cfg := placement.Config{Index: index.Config{Tree: topology.TreeConfig{LabelLevels: opts.Levels}, AllocateTimeout: dryRunAllocateTimeout}}
+	cfg := placement.Config{Index: index.Config{Tree: topology.TreeConfig{LabelLevels: opts.Levels}, AllocateTimeout: dryRunAllocateTimeout}, LargeGangGPUs: req.LargeGangGPUs}
 	snap, err := index.NewSnapshot(ctx, cfg.Index, index.SnapshotInput{
 		Nodes: ptrs(cl.Nodes), Pods: ptrs(cl.Pods), ResourceSlices: ptrs(cl.Slices),
 		DeviceClasses: ptrs(classes), ResourceClaims: ptrs(cl.Claims),
@@ -142,7 +148,7 @@ func dryRun(ctx context.Context, cl *inspect.Cluster, classes []resourceapi.Devi
 	switch {
 	case d != nil:
 		rep.Fits, rep.Level, rep.Domain, rep.Spread, rep.Segments = true, d.TopologyKey, d.Domain, d.SpreadSummary(), d.SegmentSummary()
-		rep.Nodes = podsPerNode(d.Pods)
+		rep.Nodes, rep.FabricHealth = podsPerNode(d.Pods), d.FabricHealth
 	case u != nil:
 		rep.Message = u.Message
 	default:
@@ -242,6 +248,9 @@ func renderFit(w io.Writer, r *fitReport) error {
 	}
 	if r.Segments != "" {
 		fmt.Fprintf(w, "Segments: %s\n", r.Segments)
+	}
+	if r.FabricHealth != "" {
+		fmt.Fprintf(w, "Fabric health: %s\n", strings.TrimPrefix(r.FabricHealth, "fabric health: "))
 	}
 	t := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(t, "NODE\tPODS")

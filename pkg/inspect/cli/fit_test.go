@@ -89,3 +89,17 @@ func TestDryRun(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderFitFabricHealth: a placement that fabric health decided says
+// so under the domain.
+func TestRenderFitFabricHealth(t *testing.T) {
+	var b bytes.Buffer
+	rep := &fitReport{Pods: 4, GPUsPerPod: 4, Fits: true, Level: topology.TopologyKeyNVLinkDomain, Domain: "b",
+		FabricHealth: "fabric health: chose b, whose devices report no link errors, over 1 better-fitting domains with link errors or degraded links"}
+	if err := renderFit(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "\nFabric health: chose b, whose devices report no link errors") {
+		t.Errorf("rendered %q, want a Fabric health line", b.String())
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -70,6 +71,9 @@ func TestSchedulerAssumeCache(t *testing.T) {
 	itest.CreateGang(t, admin, "doomed", "g", 1, 1)
 	itest.Poll(t, "doomed gang's node deleted", 60*time.Second, func(ctx context.Context) error {
 		p, err := admin.CoreV1().Pods("doomed").Get(ctx, "g-0", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // evicted: its node is gone (a member lost, replaced in place)
+		}
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // ResList is a resource list in integers: millicores for cpu, the value
@@ -94,6 +96,10 @@ func (ns *NodeState) BoundPods() []*v1.Pod { return ns.boundPods }
 // device.
 func (ns *NodeState) Allocated(id structured.DeviceID) bool { return ns.allocated.Has(id) }
 
+// DeviceIDs returns the node-local devices (newest generation of each
+// pool), sorted. Callers must not modify the slice.
+func (ns *NodeState) DeviceIDs() []structured.DeviceID { return ns.devices().ids }
+
 // Device returns the node-local device (of its pool's newest generation),
 // or nil.
 func (ns *NodeState) Device(id structured.DeviceID) *resourceapi.Device {
@@ -116,6 +122,7 @@ type nodeDevices struct {
 	match map[string][]structured.DeviceID // class → matching devices
 	sig   map[structured.DeviceID]string   // content signatures (FreeDeviceKey)
 	shape string                           // the devices' shapes (ShapeKey); "" until used
+	sick  int                              // FabricSick's answer; -1 until used
 }
 
 func (ns *NodeState) devices() *nodeDevices {
@@ -129,7 +136,7 @@ func (ns *NodeState) devices() *nodeDevices {
 			newest[pid] = sl.Spec.Pool.Generation
 		}
 	}
-	d := &nodeDevices{byID: map[structured.DeviceID]*resourceapi.Device{}, drv: map[structured.DeviceID]string{}, match: map[string][]structured.DeviceID{}}
+	d := &nodeDevices{byID: map[structured.DeviceID]*resourceapi.Device{}, drv: map[structured.DeviceID]string{}, match: map[string][]structured.DeviceID{}, sick: -1}
 	for _, sl := range ns.slices {
 		if newest[poolID{sl.Spec.Driver, sl.Spec.Pool.Name}] != sl.Spec.Pool.Generation {
 			continue
@@ -145,6 +152,21 @@ func (ns *NodeState) devices() *nodeDevices {
 	sort.Slice(d.ids, func(i, j int) bool { return d.ids[i].String() < d.ids[j].String() })
 	ns.devs = d
 	return d
+}
+
+// FabricSick returns how many of the node's devices say their links are
+// in trouble (topology.FabricSick), computed once per device index.
+func (ns *NodeState) FabricSick() int {
+	d := ns.devices()
+	if d.sick < 0 {
+		d.sick = 0
+		for _, dev := range d.byID {
+			if topology.FabricSick(dev) {
+				d.sick++
+			}
+		}
+	}
+	return d.sick
 }
 
 // signature is a device's content without its name ("" when it shares

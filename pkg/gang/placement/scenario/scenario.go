@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -25,6 +26,8 @@ type Scenario struct {
 	Domains []DomainSpec `json:"domains"`
 	Load    []LoadSpec   `json:"load,omitempty"`
 	Gangs   []GangSpec   `json:"gangs"`
+	// Spares is the engine's spare-node policy (placement.Config.Spares).
+	Spares spares.Policy `json:"spares,omitempty"`
 }
 
 // DomainSpec is a group of identical nodes. Kind mnnvl (default): the nodes
@@ -124,6 +127,9 @@ type GangSpec struct {
 	// after the pending ones (<name>-NN from Pods on), and the pods here
 	// are late members. For segmented gangs; BoundNodes is set to them.
 	Running []string `json:"running,omitempty"`
+	// PreviousNodes: the gang restarts whole after running on these nodes
+	// (placement.Gang.PreviousNodes).
+	PreviousNodes []string `json:"previousNodes,omitempty"`
 }
 
 // PodGPUSpec is one pod's GPU claim in a heterogeneous gang.
@@ -209,7 +215,7 @@ func orDefault(v, def string) string {
 
 // Build turns a scenario into objects and gangs (via placement.NewGang).
 func Build(s Scenario) (*Built, error) {
-	b := &Built{Config: placement.Config{Index: index.Config{Tree: topology.TreeConfig{LabelLevels: s.Levels}}}}
+	b := &Built{Config: placement.Config{Index: index.Config{Tree: topology.TreeConfig{LabelLevels: s.Levels}}, Spares: s.Spares}}
 	b.Input.DeviceClasses = DeviceClasses()
 	for _, d := range s.Domains {
 		b.addDomain(d)
@@ -369,7 +375,7 @@ func buildGang(gs GangSpec, claims map[string]*resourceapi.ResourceClaim) (*plac
 	if g == nil {
 		return nil, err
 	}
-	g.BoundNodes = gs.BoundNodes
+	g.BoundNodes, g.PreviousNodes = gs.BoundNodes, gs.PreviousNodes
 	for i, node := range gs.Running {
 		p := gs.pod(fmt.Sprintf("%s-%02d", gs.Name, gs.podCount()+i), nil)
 		p.Spec.NodeName = node
