@@ -54,12 +54,9 @@ type faultCase struct {
 	want        outcome
 }
 
-// outcomeLabel is the metric's outcome label of the case: a gang restarted
-// whole into its own domain (it has only one) counts as in place.
+// outcomeLabel is the metric's outcome label of the case (a gang
+// restarted whole counts as restarted, into its own domain too).
 func (c *faultCase) outcomeLabel() string {
-	if c.want == restarted && len(c.domains) == 1 {
-		return "in_place"
-	}
 	return map[outcome]string{inPlace: "in_place", restarted: "restarted", failed: "failed", waitThenInPlace: "in_place"}[c.want]
 }
 
@@ -151,10 +148,10 @@ func runCase(t *testing.T, admin kubernetes.Interface, c *faultCase) {
 	switch c.want {
 	case inPlace:
 		after, bound := waitInPlace(t, admin, c, before, node, domain, c.fault != "")
-		report(t, c, start, bound, after)
+		report(t, c, "fault", start, bound, after)
 	case restarted:
 		after, bound := waitRestarted(t, admin, c, before, node)
-		report(t, c, start, bound, after)
+		report(t, c, "fault", start, bound, after)
 	case failed:
 		itest.Poll(t, "PodGroup Failed", 60*time.Second, func(ctx context.Context) error {
 			return conditionIs(ctx, admin, c, vocab.ConditionFailed, metav1.ConditionTrue, vocab.ReasonNoReplacement)
@@ -176,7 +173,7 @@ func runCase(t *testing.T, admin kubernetes.Interface, c *faultCase) {
 		itest.Must(t, "repair node", itest.RepairNode(t.Context(), admin, node, "dom-"+domain, gpusPerNode, c.fault))
 		repaired := time.Now()
 		after, bound := waitInPlace(t, admin, c, before, "", domain, true)
-		report(t, c, repaired, bound, after)
+		report(t, c, "repair", repaired, bound, after)
 	}
 }
 
@@ -257,6 +254,21 @@ func waitRestarted(t *testing.T, admin kubernetes.Interface, c *faultCase, befor
 	itest.Poll(t, "DisruptionTarget GangRestarted", 20*time.Second, func(ctx context.Context) error {
 		return conditionIs(ctx, admin, c, schedulingv1beta1.DisruptionTarget, metav1.ConditionFalse, vocab.ReasonGangRestarted)
 	})
+	itest.Poll(t, "GangRestart event, and the trigger named", 20*time.Second, func(ctx context.Context) error {
+		pg, err := podGroup(ctx, admin, c)
+		if err != nil {
+			return err
+		}
+		if err := findEvent(ctx, admin, c.name, pg.Name, vocab.EventGangRestart); err != nil {
+			return err
+		}
+		// The restart's event names the trigger, or (a taint manager's
+		// deletion) the MembersLost event before it does.
+		if findEvent(ctx, admin, c.name, pg.Name, vocab.EventGangRestart, c.trigger) == nil {
+			return nil
+		}
+		return findEvent(ctx, admin, c.name, pg.Name, vocab.EventMembersLost, c.trigger)
+	})
 	return after, bound
 }
 
@@ -274,7 +286,7 @@ func assertUnbound(t *testing.T, admin kubernetes.Interface, c *faultCase, what 
 
 // report logs the time from the fault (or repair) to the replacement pod's
 // creation and to all bound.
-func report(t *testing.T, c *faultCase, start, bound time.Time, after *gang) {
+func report(t *testing.T, c *faultCase, from string, start, bound time.Time, after *gang) {
 	t.Helper()
 	created := after.live[c.victim].CreationTimestamp.Time
 	for _, p := range after.live {
@@ -282,6 +294,6 @@ func report(t *testing.T, c *faultCase, start, bound time.Time, after *gang) {
 			created = p.CreationTimestamp.Time
 		}
 	}
-	t.Logf("faults: %s %s → %s: fault→all bound %s (→ replacement created by the Job controller %s)",
-		c.name, c.trigger, c.outcomeLabel(), bound.Sub(start).Round(100*time.Millisecond), created.Sub(start).Round(time.Second))
+	t.Logf("faults: %s %s → %s: %s→all bound %s (→ replacement created by the Job controller %s)",
+		c.name, c.trigger, c.outcomeLabel(), from, bound.Sub(start).Round(100*time.Millisecond), created.Sub(start).Round(time.Second))
 }
