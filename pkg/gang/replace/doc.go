@@ -14,7 +14,7 @@
 //   - trigger.go: Trigger, Loss and Classify (pure: a member, its node and
 //     a clock in, the loss out), Deletions (when nodes were deleted).
 //   - replacer.go: Replacer, the turn of one placed gang (Turn) and its
-//     bounded memory per gang; write.go: its writes (pod deletions,
+//     bounded memory per gang; write.go: its writes (the lost pods' evictions,
 //     evictions, the Failed condition) through the gate.
 //   - metrics.go: Metrics.
 //

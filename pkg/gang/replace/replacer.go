@@ -188,7 +188,7 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 		return out, nil
 	}
 	if !whole(t.PodGroup) {
-		if err := r.deleteLost(ctx, t.PodGroup, fresh); err != nil {
+		if err := r.evictLost(ctx, t.PodGroup, fresh); err != nil {
 			return out, err
 		}
 	}

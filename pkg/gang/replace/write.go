@@ -16,7 +16,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
-// deleteLost deletes the lost members of a Pod-mode gang through the
+// evictLost deletes the lost members of a Pod-mode gang through the
 // Eviction API (its PodDisruptionBudgets apply: a refusal is retried on
 // the gang's next turn) so that their controller recreates them (a Job
 // replaces a terminating pod by default): a pod on a deleted node at once
@@ -24,7 +24,7 @@ import (
 // unreachable node the pod stays Terminating until the node comes back or
 // is deleted, and counts as gone meanwhile). Failed pods are left to
 // their controller, which replaces them and keeps their logs.
-func (r *Replacer) deleteLost(ctx context.Context, pg *schedulingv1beta1.PodGroup, fresh []Loss) error {
+func (r *Replacer) evictLost(ctx context.Context, pg *schedulingv1beta1.PodGroup, fresh []Loss) error {
 	var deleted []string
 	for _, l := range fresh {
 		if l.Trigger == PodFailed {

@@ -131,21 +131,8 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		return err
 	}
 	s.status.markGated(ctx, ms.gated)
-	out, err := s.status.checkMembers(ctx, key, pg, ms)
-	if gate.Stops(err) {
+	if stop, err := s.checkMembers(ctx, key, pg, ms); stop || err != nil {
 		return err
-	} else if err != nil {
-		klog.FromContext(ctx).Error(err, "Updating the members-lost condition", "podgroup", klog.KObj(pg))
-	}
-	retry := out.RetryIn // its bound, or a member lost soon
-	if ms.recheck > 0 && (retry == 0 || ms.recheck < retry) {
-		retry = ms.recheck
-	}
-	if retry > 0 {
-		s.queue.RetryAfter(key, retry)
-	}
-	if out.Stop {
-		return nil
 	}
 	restarting, replaced, err := s.restarts.RestartGang(ctx, pg, len(ms.pending), len(ms.running))
 	if replaced {
@@ -193,6 +180,27 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, eff: s.prios.Group(pg), members: ms.pending, late: ms.anyBound}
 	s.prios.Tell(pg, a.eff)
 	return s.place(ctx, a, g, err)
+}
+
+// checkMembers runs the members-lost check of a placed gang (replace in
+// place) and has the gang looked at again at its bound, or when a member
+// is lost soon; stop: place nothing of it now. Only an error that stops
+// the scheduler is returned.
+func (s *Scheduler) checkMembers(ctx context.Context, key string, pg *schedulingv1beta1.PodGroup, ms *memberSet) (bool, error) {
+	out, err := s.status.checkMembers(ctx, key, pg, ms)
+	if gate.Stops(err) {
+		return true, err
+	} else if err != nil {
+		klog.FromContext(ctx).Error(err, "Updating the members-lost condition", "podgroup", klog.KObj(pg))
+	}
+	retry := out.RetryIn
+	if ms.recheck > 0 && (retry == 0 || ms.recheck < retry) {
+		retry = ms.recheck
+	}
+	if retry > 0 {
+		s.queue.RetryAfter(key, retry)
+	}
+	return out.Stop, nil
 }
 
 // place places a built gang and commits or reports the result.

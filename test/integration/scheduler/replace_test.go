@@ -47,6 +47,7 @@ func TestSchedulerReplaceInPlace(t *testing.T) {
 	}
 	waitBound(t, admin, ns, "g", 3)
 
+	start := time.Now()
 	notReady(t, admin, podNode(t, admin, ns, "g-1"))
 	waitReason(t, admin, ns, "g", vocab.ConditionMembersLost, vocab.ReasonReplacingInPlace, "(node_not_ready)")
 	itest.Poll(t, "g-1 evicted", 20*time.Second, func(ctx context.Context) error {
@@ -56,8 +57,11 @@ func TestSchedulerReplaceInPlace(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("NotReady to the lost member evicted: %v (grace 1s)", time.Since(start))
+	start = time.Now()
 	itest.CreateMember(t, admin, ns, "g", 3) // its controller's replacement
 	waitReason(t, admin, ns, "g", vocab.ConditionMembersLost, vocab.ReasonReplacedInPlace, "replaced in place")
+	t.Logf("replacement created to ReplacedInPlace: %v", time.Since(start))
 	itest.Poll(t, "ReplacedInPlace event", 20*time.Second, func(ctx context.Context) error {
 		return schedFindEvent(ctx, admin, ns, "g", vocab.EventReplacedInPlace, "replaced in place")
 	})
@@ -121,6 +125,7 @@ func TestSchedulerReplaceWholeInPlace(t *testing.T) {
 	n, err := admin.CoreV1().Nodes().Get(ctx, broken, metav1.GetOptions{})
 	itest.Must(t, "get node", err)
 	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/broken", Effect: corev1.TaintEffectNoExecute, TimeAdded: ptr.To(metav1.Now())})
+	start := time.Now()
 	_, err = admin.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 	itest.Must(t, "taint the node", err)
 	itest.Poll(t, "the old members gone", 30*time.Second, func(ctx context.Context) error {
@@ -131,6 +136,7 @@ func TestSchedulerReplaceWholeInPlace(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("taint to the whole gang gone: %v", time.Since(start))
 	create(pods[2]) // the Job's new members
 	create(pods[3])
 	itest.Poll(t, "the new members bound", 30*time.Second, func(ctx context.Context) error {
