@@ -53,7 +53,7 @@ unit:
 
 # integration runs against a real etcd + kube-apiserver v1.37.1: one test
 # package per subject under test/integration (scheduler, plugin, chart,
-# soak, kubectl, framework; peer's benchmarks only with -bench), in
+# soak, faults, kubectl, framework; peer's benchmarks only with -bench), in
 # parallel as go test runs packages; hack/demo's test runs the whole demo;
 # the kubeletdra module drives the plugin with the real kubelet DRA manager.
 # The packages share the scheduler and plugin binaries of `make build`
@@ -79,7 +79,8 @@ fuzz-short:
 test: lint build unit fuzz-short integration
 
 # soak runs the chaos soak (scheduler SIGKILLed, a fault proxy in front of
-# it, concurrent gangs) for $(SOAK_DURATION); `make test` runs 40 s of it.
+# it, concurrent gangs, node faults under them) for $(SOAK_DURATION);
+# `make test` runs 40 s of it.
 # Then the large-gang test with $(SOAK_LARGE_GANG_PODS) pods (`make test`
 # runs 1,000).
 SOAK_DURATION ?= 10m

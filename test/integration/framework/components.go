@@ -125,7 +125,7 @@ func writeKubeconfigFor(path, host, caFile, certFile, keyFile string) error {
 	return nil
 }
 
-func (cp *ControlPlane) startControllerManager(ctx context.Context, qps int) error {
+func (cp *ControlPlane) startControllerManager(ctx context.Context, qps int, nodeGrace time.Duration) error {
 	ports, err := freePorts(1)
 	if err != nil {
 		return err
@@ -133,6 +133,12 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, qps int) err
 	var limits []string
 	if qps > 0 {
 		limits = []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(2*qps)}
+	}
+	if nodeGrace > 0 {
+		limits = append(limits,
+			"--node-monitor-grace-period="+nodeGrace.String(),
+			"--node-monitor-period="+(nodeGrace/4).String(),
+			"--node-eviction-rate=10")
 	}
 	p, err := cp.start("kube-controller-manager", append(limits,
 		"--kubeconfig="+cp.kubeconfig,
@@ -154,7 +160,21 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, qps int) err
 	return waitReady(ctx, p, 60*time.Second, httpCheck(insecureClient(), url))
 }
 
-func (cp *ControlPlane) startKwok(ctx context.Context) error {
+// kwokLeaseSeconds is the duration of the node Leases kwok holds: it renews
+// them every quarter of it. With a node monitor grace period, a quarter of
+// the grace is a renewal (so a healthy node never misses the grace).
+func kwokLeaseSeconds(nodeGrace time.Duration) int {
+	if nodeGrace <= 0 {
+		return 40
+	}
+	return int(nodeGrace / time.Second)
+}
+
+// minNodeMonitorGracePeriod keeps kwok's renewals (a quarter of it) at a
+// second or more.
+const minNodeMonitorGracePeriod = 4 * time.Second
+
+func (cp *ControlPlane) startKwok(ctx context.Context, nodeGrace time.Duration) error {
 	dir, err := binaryDir()
 	if err != nil {
 		return err
@@ -168,7 +188,7 @@ func (cp *ControlPlane) startKwok(ctx context.Context) error {
 		"--config=" + filepath.Join(dir, "kwok-stages-v2.yaml"),
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
-		"--node-lease-duration-seconds=40",
+		"--node-lease-duration-seconds=" + strconv.Itoa(kwokLeaseSeconds(nodeGrace)),
 		"--server-address=127.0.0.1:" + strconv.Itoa(ports[0]),
 	})
 	if err != nil {

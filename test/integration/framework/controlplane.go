@@ -58,6 +58,15 @@ type Options struct {
 	// cluster that never enabled scheduling.k8s.io/v1beta1: PodGroups are
 	// not served (the gates stay on).
 	WithoutPodGroupAPI bool
+	// NodeMonitorGracePeriod, when > 0, is how long kube-controller-manager
+	// lets a node go without a heartbeat before its node lifecycle
+	// controller marks it Ready=Unknown and taints it
+	// node.kubernetes.io/unreachable (its default: 50 s). kwok then renews
+	// its nodes' Leases every quarter of it (instead of every 10 s), the
+	// controller looks every quarter of it, and it taints up to 10 nodes a
+	// second (instead of one every 10 s). For the node-failure tests
+	// (StopNodeHeartbeat); at least 4 s.
+	NodeMonitorGracePeriod time.Duration
 }
 
 // ControlPlane is a running control plane. Safe for concurrent use.
@@ -95,6 +104,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
+	if opts.NodeMonitorGracePeriod > 0 && opts.NodeMonitorGracePeriod < minNodeMonitorGracePeriod {
+		return nil, fmt.Errorf("node monitor grace period %s is under %s", opts.NodeMonitorGracePeriod, minNodeMonitorGracePeriod)
+	}
 	cp := &ControlPlane{dir: dir, gates: FeatureGates, runtimeConfig: RuntimeConfig}
 	if opts.WithoutPodGroupAPI {
 		cp.runtimeConfig = ""
@@ -121,12 +133,12 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	if opts.ControllerManager {
-		if err := cp.startControllerManager(ctx, opts.ControllerManagerQPS); err != nil {
+		if err := cp.startControllerManager(ctx, opts.ControllerManagerQPS, opts.NodeMonitorGracePeriod); err != nil {
 			return nil, err
 		}
 	}
 	if opts.Kwok {
-		if err := cp.startKwok(ctx); err != nil {
+		if err := cp.startKwok(ctx, opts.NodeMonitorGracePeriod); err != nil {
 			return nil, err
 		}
 	}

@@ -6,18 +6,24 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
 
-// watch checks the invariants every second.
+// watch checks the invariants every second (and notes the gangs that
+// recovered from node faults).
 func (s *soak) watch(ctx context.Context) {
 	for ctx.Err() == nil {
 		s.check(ctx)
+		if s.nf != nil {
+			s.nf.observe(ctx, false)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -71,7 +77,7 @@ func transientStates(st *itest.GangState) []string {
 	type count struct{ pods, bound int }
 	groups := map[string]*count{}
 	for _, p := range st.Pods {
-		if p.DeletionTimestamp != nil || p.Spec.SchedulingGroup == nil {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Spec.SchedulingGroup == nil {
 			continue
 		}
 		g := ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "")
@@ -133,6 +139,10 @@ func (s *soak) settled(ctx context.Context) error {
 func placedOrRefused(st *itest.GangState, pg *schedulingv1beta1.PodGroup) error {
 	pods, bound := 0, 0
 	for _, p := range st.Pods {
+		// Terminating and failed pods (left by node faults) are no members.
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
 		if p.Spec.SchedulingGroup != nil && ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "") == pg.Name {
 			pods++
 			if p.Spec.NodeName != "" {
@@ -145,6 +155,16 @@ func placedOrRefused(st *itest.GangState, pg *schedulingv1beta1.PodGroup) error 
 	case pods > 0 && bound == pods:
 		return nil
 	case bound == 0 && c != nil && c.Status == metav1.ConditionFalse && c.Reason == schedulingv1beta1.PodGroupReasonUnschedulable && c.Message != "":
+		return nil
+	}
+	// A gang a fault hit whose policy is Fail ends failed, with a reason;
+	// one restarting whole waits for room, saying so (the calm deletes
+	// no gang: the room may not come).
+	if f := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionFailed); f != nil && f.Status == metav1.ConditionTrue && f.Message != "" {
+		return nil
+	}
+	if d := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.DisruptionTarget); bound == 0 && d != nil &&
+		d.Status == metav1.ConditionTrue && d.Reason == vocab.ReasonReplacingMembers && d.Message != "" {
 		return nil
 	}
 	return fmt.Errorf("%d of %d bound, condition %+v", bound, pods, c)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -58,7 +59,7 @@ func TestChaosSoak(t *testing.T) {
 			t.Logf("soak failed; its state at the end: %s; last check: %v", s.summary(), s.lastSettle.Load())
 		}
 	})
-	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true})
+	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true, NodeMonitorGracePeriod: soakNodeMonitorGrace})
 	admin := cp.AdminClient(t)
 	domains := make([]string, soakDomains)
 	for i := range domains {
@@ -74,6 +75,9 @@ func TestChaosSoak(t *testing.T) {
 	if os.Getenv(soakAdversaryEnv) != "0" {
 		adv = newAdversary(s, envInt(t, soakAdversaryGangsEnv, 20))
 	}
+	if os.Getenv(soakNodeFaultsEnv) != "0" {
+		s.nf = newNodeFaults(s)
+	}
 	s.startProxy()
 	s.restart()
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
@@ -82,6 +86,9 @@ func TestChaosSoak(t *testing.T) {
 	wg.Go(func() { s.generate(ctx) })
 	wg.Go(func() { s.chaos(ctx) })
 	wg.Go(func() { s.watch(ctx) })
+	if s.nf != nil {
+		wg.Go(func() { s.nf.run(ctx) })
+	}
 	if adv != nil {
 		// The first half is the clean run the second is compared with.
 		wg.Go(func() {
@@ -96,15 +103,27 @@ func TestChaosSoak(t *testing.T) {
 	}
 	wg.Wait()
 
-	// Calm: no more faults or kills; every gang ends placed or refused.
+	// Calm: no more faults or kills, broken nodes repaired; every gang
+	// ends placed, refused or failed with a reason.
 	s.proxy.ClearRules()
 	s.restartIfDead()
-	itest.Poll(t, "every gang placed or refused with a reason", 3*time.Minute, func(ctx context.Context) error {
+	if s.nf != nil {
+		s.nf.repair(t.Context(), true)
+	}
+	itest.Poll(t, "every gang placed, refused or failed with a reason", 3*time.Minute, func(ctx context.Context) error {
 		// A process that lost its Lease to a fault just before the calm
 		// exits later; its Deployment would start it again.
 		s.restartIfDead()
 		s.check(ctx)
 		s.cycle(ctx, false) // note the gangs placed in the calm
+		s.replaceLost(ctx)
+		if s.nf != nil {
+			s.nf.repair(ctx, true)
+			s.nf.observe(ctx, true)
+			if n := s.nf.open(); n > 0 {
+				return fmt.Errorf("%d gangs hit by node faults not recovered yet", n)
+			}
+		}
 		err := s.settled(ctx)
 		// Keep the last real answer over the deadline's: in the last
 		// seconds the client's rate limiter refuses to wait and the check
@@ -115,6 +134,9 @@ func TestChaosSoak(t *testing.T) {
 		return err
 	})
 	s.report(adv)
+	if s.nf != nil {
+		s.nf.report(t.Context())
+	}
 	if v := s.violations.Load(); v > 0 {
 		t.Errorf("%d invariant violations (see above)", v)
 	}
@@ -127,6 +149,7 @@ type soak struct {
 	admin kubernetes.Interface
 	proxy *framework.Proxy
 	token string
+	nf    *nodeFaults // nil: no node faults
 
 	procMu sync.Mutex // the scheduler process: gen, starts and kills
 	gen    int        // scheduler processes started
@@ -140,6 +163,8 @@ type soak struct {
 	placed  atomic.Int64
 	deleted atomic.Int64
 	kills   atomic.Int64
+	// replacements names the pods replaceLost creates.
+	replacements atomic.Int64
 
 	violations  atomic.Int64
 	lastSettle  atomic.Value // string: the last answer of settled
@@ -213,7 +238,8 @@ func (s *soak) startLocked() {
 	itest.Must(s.t, "start scheduler", s.cp.StartProcess(s.procName(), framework.SchedulerBinary(s.t), "--kubeconfig="+kc,
 		"--leader-elect-namespace="+itest.ChartNamespace, "--leader-elect-identity=soak-scheduler", "--commit-record-namespace="+itest.ChartNamespace,
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-		"--domain-channels=8", "--metrics-address=", "-v=2"))
+		"--domain-channels=8", "--metrics-address=", "-v=2",
+		"--node-failure-grace="+soakNodeFailureGrace.String(), "--replacement-timeout="+soakReplacementTimeout.String()))
 }
 
 func (s *soak) procName() string { return "scheduler-" + strconv.Itoa(s.gen) }
@@ -260,6 +286,7 @@ func (s *soak) generate(ctx context.Context) {
 		if s.cycle(ctx, true) < soakLiveGangs && ctx.Err() == nil {
 			s.createGang(i)
 		}
+		s.replaceLost(ctx)
 		select {
 		case <-ctx.Done():
 		case <-time.After(500 * time.Millisecond):
@@ -278,7 +305,7 @@ func (s *soak) createGang(i int) {
 	if s.intn(10) == 0 {
 		g.impossible, g.pods = true, 48/gpus+1
 	}
-	if _, err := s.admin.SchedulingV1beta1().PodGroups(g.ns).Create(ctx, itest.TemplateGroup(g.ns, g.name, int32(g.pods)), metav1.CreateOptions{}); err != nil {
+	if _, err := s.admin.SchedulingV1beta1().PodGroups(g.ns).Create(ctx, s.soakGroup(g), metav1.CreateOptions{}); err != nil {
 		s.t.Errorf("create podgroup %s/%s: %v", g.ns, g.name, err)
 		return
 	}
@@ -288,7 +315,7 @@ func (s *soak) createGang(i int) {
 	s.mu.Unlock()
 	s.created.Add(1)
 	for j := range g.pods {
-		if _, err := s.admin.CoreV1().Pods(g.ns).Create(ctx, itest.TemplatePod(g.ns, fmt.Sprintf("%s-%d", g.name, j), g.name), metav1.CreateOptions{}); err != nil {
+		if _, err := s.admin.CoreV1().Pods(g.ns).Create(ctx, soakPod(g, j), metav1.CreateOptions{}); err != nil {
 			s.t.Errorf("create pod %d of %s/%s: %v", j, g.ns, g.name, err)
 			return
 		}
@@ -306,7 +333,7 @@ func (s *soak) cycle(ctx context.Context, expire bool) int {
 			return soakLiveGangs
 		}
 		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" && p.Spec.SchedulingGroup != nil {
+			if p.Spec.NodeName != "" && p.Spec.SchedulingGroup != nil && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed {
 				bound[p.Namespace+"/"+ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "")]++
 			}
 		}
@@ -325,7 +352,7 @@ func (s *soak) cycle(ctx context.Context, expire bool) int {
 				s.placed.Add(1)
 			}
 		}
-		if expire && !g.done.IsZero() && time.Since(g.done) > g.lifetime {
+		if expire && !g.done.IsZero() && time.Since(g.done) > g.lifetime && (s.nf == nil || !s.nf.holding(g)) {
 			s.deleteGang(ctx, g)
 			continue
 		}
@@ -335,8 +362,13 @@ func (s *soak) cycle(ctx context.Context, expire bool) int {
 }
 
 func (s *soak) deleteGang(ctx context.Context, g *soakGang) {
-	for j := range g.pods {
-		_ = s.admin.CoreV1().Pods(g.ns).Delete(ctx, fmt.Sprintf("%s-%d", g.name, j), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	// Its pods: the first ones and any replacements (replaceLost).
+	if pods, err := s.admin.CoreV1().Pods(g.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			if p.Spec.SchedulingGroup != nil && ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "") == g.name {
+				_ = s.admin.CoreV1().Pods(g.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			}
+		}
 	}
 	_ = s.admin.SchedulingV1beta1().PodGroups(g.ns).Delete(ctx, g.name, metav1.DeleteOptions{})
 	g.deleted = true
