@@ -33,6 +33,9 @@
 //   - Memory is bounded: one entry per gang with a lost member (dropped
 //     when its members run again or its PodGroup goes), at most maxLost
 //     descriptions and maxPrefer nodes each; at most maxDeletions nodes.
+//   - A whole gang restarting goes back to its previous domain when it
+//     fits; when it does not, policy Restart lets it go wherever it fits
+//     best, Wait and Fail keep it there (Stays), Fail until its bound.
 //   - Every write passes the gate (gate.Gate.Check) first; this package
 //     never imports the loop.
 package replace

@@ -196,6 +196,9 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 		out.Cond = r.replaced(t, st, now)
 		return out, nil
 	}
+	if st.outcome != "" && len(r.Prefer(t.Key)) > 0 && ch.Policy != vocab.PolicyRestart {
+		return r.held(ctx, t, st, ch, now)
+	}
 	if st.outcome != "" {
 		out.Cond = r.cond(t, st, phraseRestarting+": its old members go, then its new ones are placed together")
 		return out, nil
@@ -385,6 +388,59 @@ func (r *Replacer) Prefer(key string) []string {
 		return slices.Clone(st.prefer)
 	}
 	return nil
+}
+
+// held takes the turn of a whole gang restarting in its previous domain
+// under policy Wait or Fail (Stays keeps it there): until the bound from
+// the loss it waits; past it, Wait keeps waiting (reason NoReplacement,
+// one event) and Fail fails the PodGroup.
+func (r *Replacer) held(ctx context.Context, t Turn, st *gangState, ch Choice, now time.Time) (Outcome, error) {
+	out := Outcome{Cond: t.Cond}
+	deadline := st.since.Add(ch.Timeout)
+	if now.Before(deadline) {
+		out.Cond = r.cond(t, st, fmt.Sprintf("%s: its new members wait for room in its previous domain within %s, then policy %s", phraseRestarting, ch.Timeout, ch.Policy))
+		out.RetryIn = deadline.Sub(now)
+		return out, nil
+	}
+	why := fmt.Sprintf("the restarted gang was not placed in its previous domain within %s of the loss (%s at %s)", ch.Timeout, st.trigger, st.since.UTC().Format(time.RFC3339))
+	if ch.Policy == vocab.PolicyWait {
+		out.Cond = r.cond(t, st, phraseRestarting+"; "+why+"; policy Wait: it keeps waiting for room in its previous domain: "+waitingWhy(t.Pending))
+		out.Cond.Reason = vocab.ReasonNoReplacement
+		if !st.waitSaid {
+			st.waitSaid = true
+			r.d.Report.Event(t.PodGroup, v1.EventTypeWarning, vocab.EventNoReplacement, "Replacing", out.Cond.Message)
+		}
+		return out, nil
+	}
+	out.Stop = true
+	return out, r.fail(ctx, t, st, why)
+}
+
+// Stays says why the restarting whole gang of pg may not leave its
+// previous domain (Prefer) when that has no room: its policy Wait or Fail
+// keeps it there (Fail until its bound, when its Turn fails it); "" when
+// it may go wherever it fits best now (policy Restart, or no previous
+// domain known).
+func (r *Replacer) Stays(key string, pg *schedulingv1beta1.PodGroup) string {
+	r.mu.Lock()
+	st := r.gangs[key]
+	known := st != nil && st.outcome == OutcomeRestarted && len(st.prefer) > 0
+	var since time.Time
+	if known {
+		since = st.since
+	}
+	r.mu.Unlock()
+	if !known {
+		return ""
+	}
+	switch ch := r.d.Choose(pg); ch.Policy {
+	case vocab.PolicyWait:
+		return "policy Wait: the restarted gang waits for room in its previous domain"
+	case vocab.PolicyFail:
+		return fmt.Sprintf("policy Fail: the restarted gang waits for room in its previous domain until %s (%s from the loss), then fails",
+			since.Add(ch.Timeout).UTC().Format(time.RFC3339), ch.Timeout)
+	}
+	return ""
 }
 
 // Forget drops a gang's state (its PodGroup went, or it was replaced).

@@ -238,8 +238,12 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		g.Memory = s.costs.For(a.key)
 		d, u, err = placement.Place(ctx, cfg, snap, g)
 		if u != nil && err == nil && len(g.BoundNodes) > 0 && a.pg != nil && !a.late {
-			g.BoundNodes = nil // its previous domain is full: wherever it fits best now
-			d, u, err = placement.Place(ctx, cfg, snap, g)
+			if stay := s.status.replacer.Stays(a.key, a.pg); stay != "" {
+				u.Message += "; " + stay // its policy keeps it waiting for its previous domain
+			} else {
+				g.BoundNodes = nil // its previous domain is full: wherever it fits best now
+				d, u, err = placement.Place(ctx, cfg, snap, g)
+			}
 		}
 		s.costs.Keep(a.key, g.Memory)
 	}

@@ -154,6 +154,78 @@ func TestSchedulerReplaceWholeInPlace(t *testing.T) {
 	waitReason(t, admin, ns, "g", schedulingv1beta1.DisruptionTarget, vocab.ReasonGangRestarted, "")
 }
 
+// TestSchedulerReplaceWholePolicies on the real control plane: two
+// disruptionMode All gangs lose a member to an untolerated NoExecute
+// taint and restart whole; their previous domains have no room for them
+// now (one usable node of two), two other domains are empty. Policy
+// Restart places the new gang in another domain at once; policy Fail
+// keeps it waiting for its previous domain and, past its 3 s bound from
+// the taint, fails the PodGroup (Failed=True, NoReplacement) with nothing
+// of it placed.
+func TestSchedulerReplaceWholePolicies(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true})
+	ctx := t.Context()
+	admin := cp.AdminClient(t)
+	itest.KwokFabric(t, admin, []string{"a", "b", "c", "d"}, 2, 4)
+	const ns = "policies"
+	itest.GangNamespace(t, admin, ns, 4)
+	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{DomainChannels: 4})
+	create := func(name, group string) {
+		p := itest.TemplatePod(ns, name, group)
+		p.Spec.Tolerations = nil // without the template's toleration of every taint
+		_, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		itest.Must(t, "create "+name, err)
+	}
+	groups := []string{"restart", "fail"}
+	prev := map[string]string{}
+	for _, group := range groups {
+		pg := itest.TemplateGroup(ns, group, 2)
+		pg.Spec.DisruptionMode = &schedulingv1beta1.DisruptionMode{All: &schedulingv1beta1.AllDisruptionMode{}}
+		pg.Annotations = map[string]string{vocab.AnnotationOnMemberLoss: strings.ToUpper(group[:1]) + group[1:], vocab.AnnotationReplacementTimeout: "3s"}
+		_, err := admin.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
+		itest.Must(t, "create podgroup", err)
+		create(group+"-0", group)
+		create(group+"-1", group)
+		waitBound(t, admin, ns, group, 2)
+		prev[group] = podNode(t, admin, ns, group+"-0")[:1]
+	}
+	for _, group := range groups {
+		n, err := admin.CoreV1().Nodes().Get(ctx, podNode(t, admin, ns, group+"-1"), metav1.GetOptions{})
+		itest.Must(t, "get node", err)
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/broken", Effect: corev1.TaintEffectNoExecute, TimeAdded: ptr.To(metav1.Now())})
+		_, err = admin.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		itest.Must(t, "taint the node", err)
+	}
+	itest.Poll(t, "the old members gone", 30*time.Second, func(ctx context.Context) error {
+		for _, group := range groups {
+			for _, name := range []string{group + "-0", group + "-1"} {
+				if _, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("%s still there (err %v)", name, err)
+				}
+			}
+		}
+		return nil
+	})
+	for _, group := range groups { // the Job's new members
+		create(group+"-2", group)
+		create(group+"-3", group)
+	}
+	itest.Poll(t, "the restart policy's new members bound elsewhere", 30*time.Second, func(ctx context.Context) error {
+		for _, name := range []string{"restart-2", "restart-3"} {
+			if n := podNode(t, admin, ns, name); n == "" || n[:1] == prev["restart"] {
+				return fmt.Errorf("%s on %q, want a domain other than its previous %s", name, n, prev["restart"])
+			}
+		}
+		return nil
+	})
+	waitReason(t, admin, ns, "fail", vocab.ConditionFailed, vocab.ReasonNoReplacement, "not placed in its previous domain within 3s")
+	for _, name := range []string{"fail-2", "fail-3"} {
+		if n := podNode(t, admin, ns, name); n != "" {
+			t.Errorf("%s of the failed gang placed on %s", name, n)
+		}
+	}
+}
+
 // podNode is the node a pod is bound to.
 func podNode(t *testing.T, c kubernetes.Interface, ns, name string) string {
 	t.Helper()
