@@ -76,6 +76,12 @@ type Replacer struct {
 
 	mu    sync.Mutex
 	gangs map[string]*gangState
+	// ended holds, per gang, the loss time of its last episode that ended
+	// until its condition's end is seen in the informers: a turn on the
+	// stale condition (still True) must not start that episode again and
+	// count it twice (the metric observed a whole restart once per
+	// member). One entry per gang at most, dropped with it.
+	ended map[string]time.Time
 }
 
 // gangState is a gang with a member lost to a trigger.
@@ -98,7 +104,7 @@ type gangState struct {
 // New returns the Replacer of d; d.Config must be validated
 // (Config.WithDefaults).
 func New(d Deps) *Replacer {
-	r := &Replacer{d: d, clock: d.Clock, gangs: map[string]*gangState{}}
+	r := &Replacer{d: d, clock: d.Clock, gangs: map[string]*gangState{}, ended: map[string]time.Time{}}
 	if r.clock == nil {
 		r.clock = clock.RealClock{}
 	}
@@ -250,6 +256,11 @@ func (r *Replacer) state(key string, old *metav1.Condition, losses []Loss, now t
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.gangs[key]
+	if old == nil || old.Status != metav1.ConditionTrue {
+		delete(r.ended, key) // the episode's end is written
+	} else if end, ok := r.ended[key]; ok && end.Truncate(time.Second).Equal(old.LastTransitionTime.Truncate(time.Second)) {
+		old = nil // the episode that ended, not written yet: no new one
+	}
 	if st == nil && old != nil && old.Status == metav1.ConditionTrue && (old.Reason == vocab.ReasonReplacingInPlace || old.Reason == vocab.ReasonNoReplacement) {
 		st = &gangState{since: old.LastTransitionTime.Time, trigger: triggerIn(old.Message)}
 		st.waitSaid = old.Reason == vocab.ReasonNoReplacement
@@ -313,7 +324,7 @@ func (r *Replacer) lostOf(st *gangState) string {
 
 // replaced ends a gang's replacement: its members run again.
 func (r *Replacer) replaced(t Turn, st *gangState, now time.Time) metav1.Condition {
-	r.Forget(t.Key)
+	r.end(t.Key, st)
 	outcome := st.outcome
 	if outcome == "" {
 		outcome = OutcomeInPlace
@@ -443,11 +454,21 @@ func (r *Replacer) Stays(key string, pg *schedulingv1beta1.PodGroup) string {
 	return ""
 }
 
-// Forget drops a gang's state (its PodGroup went, or it was replaced).
+// end ends a gang's episode (replaced, restarted or failed): its state
+// goes, its loss time is kept in ended until the end is written.
+func (r *Replacer) end(key string, st *gangState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.gangs, key)
+	r.ended[key] = st.since
+}
+
+// Forget drops a gang's state (its PodGroup went).
 func (r *Replacer) Forget(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.gangs, key)
+	delete(r.ended, key)
 }
 
 // waitingWhy is why the gang's replacements wait: the first waiting

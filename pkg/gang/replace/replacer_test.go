@@ -368,3 +368,43 @@ func TestTurnFailedPodKept(t *testing.T) {
 		t.Errorf("in_place observed %d times", n)
 	}
 }
+
+// TestTurnEndedOnce: a turn on the stale condition of an episode that
+// ended (the informers have not seen its end written yet: MembersLost
+// still True with the loss's time) starts no new episode and observes
+// nothing again; a new loss afterwards is a new episode. Before, a whole
+// restart was observed once per turn until the write arrived (count 2 for
+// a 2-pod gang on the real control plane).
+func TestTurnEndedOnce(t *testing.T) {
+	lost, ok := member("train-1", "n2"), member("train-0", "n1")
+	g := newRig(t, lost, ok)
+	pg := podGroup(true, nil)
+	g.clock.SetTime(t0.Add(time.Minute))
+	out, err := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Losses: []Loss{{Pod: lost, Trigger: NodeTainted, Since: t0, Why: "train-1 on node n2, tainted x:NoExecute"}},
+		Running: []*v1.Pod{ok}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := podGroup(true, nil, out.Cond)
+	running := []*v1.Pod{member("a", "n1"), member("b", "n3")}
+	for i := range 3 {
+		g.clock.SetTime(t0.Add(time.Duration(90+i) * time.Second))
+		if _, err := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: stale, Running: running, Expected: 2, Cond: baseCond(metav1.ConditionFalse)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := g.observed(t, NodeTainted, OutcomeRestarted); n != 1 {
+		t.Errorf("restarted observed %d times over three turns on the stale condition, want 1", n)
+	}
+	// The end written and seen; a new loss is a new episode.
+	g.clock.SetTime(t0.Add(5 * time.Minute))
+	if _, err := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Running: running, Expected: 2, Cond: baseCond(metav1.ConditionFalse)}); err != nil {
+		t.Fatal(err)
+	}
+	again := member("b", "n3")
+	out, _ = g.r.Turn(t.Context(), Turn{Key: key, PodGroup: pg, Losses: []Loss{{Pod: again, Trigger: NodeDeleted, Since: t0.Add(5 * time.Minute), Why: "b on node n3, deleted"}},
+		Running: []*v1.Pod{running[0]}, Expected: 2, Cond: baseCond(metav1.ConditionTrue)})
+	if out.Cond.Reason != vocab.ReasonReplacingInPlace || !strings.Contains(out.Cond.Message, "(node_deleted)") {
+		t.Errorf("a new loss after the end: %+v", out.Cond)
+	}
+}

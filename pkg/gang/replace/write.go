@@ -71,7 +71,7 @@ func (r *Replacer) fail(ctx context.Context, t Turn, st *gangState, why string) 
 	}
 	r.d.Report.Event(t.PodGroup, v1.EventTypeWarning, vocab.EventGangFailed, "Failing", msg)
 	r.d.Metrics.observe(st.trigger, OutcomeFailed, r.clock.Since(st.since).Seconds())
-	r.Forget(t.Key)
+	r.end(t.Key, st)
 	return r.EvictFailed(ctx, t.Running)
 }
 
