@@ -22,6 +22,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/claims"
 	claimsconfig "github.com/gpufabric/gpufabric/pkg/claims/config"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/pkg/sim"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
@@ -210,7 +211,8 @@ func checkGuideNames(t *testing.T, guide string) {
 	for _, n := range []string{topology.AnnotationPreferredTopologyKey, topology.AnnotationRailAlignment, topology.AnnotationTopologySpread,
 		topology.TopologyKeyNVLinkDomain, topology.TaintNVLinkDegraded, claims.EnvVisibleDevices, claims.EnvGPUUUIDs, claims.EnvIBDevices,
 		claims.EnvNCCLIBHCA, claims.EnvFabricDomain, claims.EnvFabricKind, claims.EnvFabricChannel, claims.EnvIMEXChannel,
-		claims.EnvNCCLMNNVLEnable, claims.EnvNCCLNVLSEnable, "GPUFABRIC_DEVICE", claimsconfig.APIVersion} {
+		claims.EnvNCCLMNNVLEnable, claims.EnvNCCLNVLSEnable, "GPUFABRIC_DEVICE", claimsconfig.APIVersion,
+		vocab.ConditionMembersLost, vocab.ConditionFailed, vocab.AnnotationOnMemberLoss, vocab.AnnotationReplacementTimeout} {
 		known[n] = true
 	}
 	for _, n := range regexp.MustCompile(`gpufabric\.dev/[A-Za-z0-9-]+`).FindAllString(guide, -1) {
