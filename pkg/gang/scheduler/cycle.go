@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/gangless"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
@@ -81,6 +82,9 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		}
 		if err != nil {
 			return fmt.Errorf("get pod: %w", err)
+		}
+		if h, ok := gangless.Of(pod); ok && gangless.Untried(pod) {
+			s.report.Event(pod, v1.EventTypeWarning, vocab.EventPlacedWithoutGang, "Scheduling", h.Message)
 		}
 		g, err := placement.NewPodGang(pod, s.getClaim)
 		if err == nil {

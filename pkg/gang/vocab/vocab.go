@@ -171,6 +171,11 @@ const (
 	// EventPriorityCapped: the PodGroup is ranked below the priority it asks
 	// for (its PriorityClass's value, or what its pods were admitted with).
 	EventPriorityCapped = "PriorityCapped"
+	// EventPlacedWithoutGang: a Warning on a pod that names no PodGroup
+	// but looks like part of a gang (another gang API names it, or a
+	// multi-pod controller made it): it is placed alone, and the event
+	// says what to change (pkg/gang/gangless).
+	EventPlacedWithoutGang = "PlacedWithoutGang"
 )
 
 // The objects the scheduler keeps in its record namespace.

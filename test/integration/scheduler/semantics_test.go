@@ -224,6 +224,26 @@ func TestSchedulerIndexedJob(t *testing.T) {
 			t.Errorf("pod %s has no completion index label", p.Name)
 		}
 	}
+
+	// A pod a JobSet made but that names no PodGroup (JobSet creates none)
+	// is placed alone, never silently: a Warning says what to change.
+	_, err = admin.ResourceV1().ResourceClaims(ns).Create(t.Context(), itest.GPUClaim(ns, "solo", 1), metav1.CreateOptions{})
+	itest.Must(t, "create claim", err)
+	solo := itest.MemberPod(ns, "solo", "", "gpu", "solo")
+	solo.Spec.SchedulingGroup = nil
+	solo.Labels = map[string]string{"jobset.sigs.k8s.io/jobset-name": "trainer"}
+	_, err = admin.CoreV1().Pods(ns).Create(t.Context(), solo, metav1.CreateOptions{})
+	itest.Must(t, "create pod", err)
+	itest.Poll(t, "the JobSet's pod placed alone with a warning", 30*time.Second, func(ctx context.Context) error {
+		p, err := admin.CoreV1().Pods(ns).Get(ctx, "solo", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Spec.NodeName == "" {
+			return fmt.Errorf("not bound")
+		}
+		return schedFindEvent(ctx, admin, ns, "solo", vocab.EventPlacedWithoutGang, `belongs to JobSet "trainer"`)
+	})
 }
 
 // indexedJob is an Indexed Job of n pods for gpufabric-scheduler: a gang
