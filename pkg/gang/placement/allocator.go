@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rails"
 )
 
 // Every Allocate call of a Place goes through the allocator, which keeps
@@ -42,6 +43,14 @@ type allocator struct {
 	meter *cost.Meter
 	mem   *cost.Memory
 	keys  *callKeys
+}
+
+var _ rails.Allocator = allocator{}
+
+// Allocate is allocate, for the rail searches.
+func (a allocator) Allocate(ctx context.Context, ns *index.NodeState, claims []*resourceapi.ResourceClaim, classes []string,
+	inflight index.InFlight) ([]resourceapi.AllocationResult, string, error) {
+	return a.allocate(ctx, ns, claims, classes, inflight)
 }
 
 // allocate returns the claims' results on the node next to inflight, or

@@ -16,9 +16,12 @@
 //   - searcher and search look for member → node assignments where the
 //     greedy fill dead-ends (search.go, searchbound.go, searchjoint.go,
 //     searchmemo.go);
-//   - aligner searches rail sets, follower puts NICs on their GPUs' rails,
-//     railCopies limits claims to rail sets (rails.go, railfollow.go,
-//     railclaims.go, railcount.go);
+//   - aligner verifies rail sets (rails.go); the leaf package
+//     pkg/gang/placement/rails counts them (rails.Search), puts NICs on
+//     their GPUs' rails (rails.Follower) and limits claims to rail sets
+//     (rails.Copies), reading the members' shapes (rails.Members), the
+//     cheap checks (fits, as rails.Fits) and the allocator (as
+//     rails.Allocator);
 //   - explainer says why the closest domains refused (explain.go);
 //   - segmenter places a segmented gang's segments in the domains of
 //     their level, one filler per domain, planned by the leaf package
@@ -35,9 +38,8 @@
 // placement in progress), fill.go (filler), firstalt.go (firstAvailable
 // floors), packorder.go (PackOrder, packer), spread.go (balanced quotas,
 // Decision.Spread), search.go, searchbound.go, searchjoint.go and
-// searchmemo.go (the member search), rails.go (rail-set search),
-// railfollow.go (NICs follow GPUs), railclaims.go (rail-limited claim
-// copies), railcount.go (free devices by rail), explain.go (explainer),
+// searchmemo.go (the member search), rails.go (aligner: verifying rail
+// sets, CheckRailAlignment, CheckRailFollow), explain.go (explainer),
 // result.go (Decision, Unschedulable, Stats, refusals), channels.go
 // (fabric-domain channels only for gangs that use the domain's GPUs),
 // segments.go (hard segments: rules, layout, segmenter), segverify.go
@@ -61,7 +63,7 @@
 //     uses a GPU of the channel's domain (channels.go): a decision that
 //     hands one to a GPU-less gang is refused.
 //   - The engine imports pkg/topology and its leaves (index, segment,
-//     cost, spares, fabricrank), never what uses it (pkg/archtest); the
+//     cost, spares, fabricrank, rails), never what uses it (pkg/archtest); the
 //     leaves never import the engine. fits hides kept spares (CheckSpare)
 //     from new gangs.
 //

@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rails"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -327,7 +328,7 @@ func (x *explainer) whyVerify(_ context.Context, _ *topology.Level, e *index.Dom
 		r.Action = fmt.Sprintf("set %s: %s to accept NICs on other rails, or wait for NICs on those rails", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
 	case x.refused.in(CheckRailFollowBudget, e.Domain()):
 		r.Why = fmt.Sprintf("on %s the engine stopped after %d tries to put a member's NICs on its GPUs' IB rails (the NICs the counts allow were refused: device taints, selectors)",
-			plural(x.refused.countIn(CheckRailFollowBudget, e.Domain()), "node"), maxFollowCalls)
+			plural(x.refused.countIn(CheckRailFollowBudget, e.Domain()), "node"), rails.MaxFollowCalls)
 		r.Action = fmt.Sprintf("set %s: %s to accept NICs on other rails, or check the NICs' device taints", topology.AnnotationRailAlignment, topology.RailAlignmentPreferred)
 	case x.refused.has(CheckSearchBudget, e.Domain().ID):
 		r.Why = "the search over the members' nodes ran out of its budget of allocator calls"

@@ -9,6 +9,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rails"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -17,13 +18,13 @@ import (
 // quotas, the greedy fill, and when it fails the firstAvailable fills
 // (firstalt.go) and the member search (searcher); rail alignment is the
 // aligner's. Each fill places the members with the cheap checks (fits),
-// then the allocator, NICs following their GPUs (follower).
+// then the allocator, NICs following their GPUs (rails.Follower).
 type filler struct {
 	*members
 	s       *index.Snapshot
 	fit     *fits
 	pack    *packer
-	follow  *follower
+	follow  *rails.Follower
 	align   *aligner
 	search  *searcher
 	alloc   allocator
@@ -292,7 +293,7 @@ func (f *filler) fill(ctx context.Context, d *topology.Domain, nodes []*index.No
 			var res []resourceapi.AllocationResult
 			if len(claims) > 0 {
 				var why string
-				res, why, err = f.follow.allocMember(ctx, ns, mi, claims, att.inflight)
+				res, why, err = f.follow.AllocMember(ctx, ns, mi, claims, att.inflight)
 				if err != nil {
 					return nil, err
 				}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rails"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -78,6 +79,14 @@ func (f *fits) staticFail(ns *index.NodeState, shape int) string {
 	}
 	c.done[ns.Index()], c.why[ns.Index()] = true, v
 	return v
+}
+
+var _ rails.Fits = (*fits)(nil)
+
+// FitOn is fitOn without usage and reason, for the rail searches.
+func (f *fits) FitOn(ctx context.Context, ns *index.NodeState, shape int) (int, error) {
+	n, _, err := f.fitOn(ctx, ns, shape, nil)
+	return n, err
 }
 
 // fitOn returns how many copies of a shape fit on a node by the cheap

@@ -11,6 +11,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/fabricrank"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rails"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -196,11 +197,12 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 // makes one per segment bin.
 func newFiller(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang, fit *fits, alloc allocator, refused refusals, shared sharedClaims) *filler {
 	m, logger, stats := fit.members, klog.FromContext(ctx), alloc.stats
-	copies := &railCopies{class: m.class}
-	follow := &follower{members: m, s: s, copies: copies, alloc: alloc, stats: stats, required: g.RailAlignmentRequired, off: cfg.oldRails}
+	rm, rstats := railMembers(m), rails.Stats{Cutoffs: &stats.RailCutoffs, FollowCalls: &stats.RailFollowCalls}
+	copies := rails.NewCopies(m.class)
+	follow := rails.NewFollower(rm, s, copies, alloc, rstats, g.RailAlignmentRequired, cfg.oldRails)
 	search := &searcher{members: m, s: s, fit: fit, follow: follow, copies: copies, alloc: alloc, stats: stats, refused: refused, logger: logger,
 		on: needsSearch(m.distinct) && !cfg.greedyOnly, left: searchCallsPerPlace + 2*len(m.per)}
-	align := &aligner{members: m, fit: fit, follow: follow, copies: copies, stats: stats, refused: refused, logger: logger,
+	align := &aligner{members: m, search: rails.NewSearch(rm, follow, fit, rstats), follow: follow, copies: copies, stats: stats, refused: refused, logger: logger,
 		required: g.RailAlignmentRequired, old: cfg.oldRails}
 	pack := &packer{members: m, s: s, fit: fit, order: cfg.PackOrder, balanced: g.Balanced}
 	return &filler{members: m, s: s, fit: fit, pack: pack, follow: follow, align: align, search: search, alloc: alloc,

@@ -5,74 +5,45 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rails"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
-// Rail alignment across members (issue 13, "rails done fully").
-//
-// Rules: a member's rail set is the rails of all its devices that carry
-// an ibRail attribute, counted only when one of them is of the main class
-// (members without a lead device on a rail do not count). Its NICs follow
-// its GPUs (railfollow.go), so the set is its GPUs' rails; a NIC off them
-// makes the set differ. Score.RailSets is the number of distinct sets; 1
-// is aligned: every member uses the same set. With rail-alignment
-// required and a placement that is not aligned, or none, the engine
-// searches rail sets R (aligner.align):
-//
-//   - candidates: the sets R of the rails where some node of the domain
-//     has a free lead device, of at most as many rails as the smallest
-//     lead demand g of a member (every member uses every rail of R) and at
-//     least as many as the largest demand needs at the most free lead
-//     devices on one rail of a node, larger sets first, at most
-//     maxRailCandidates of them; with at most 8 rails all are counted;
-//   - count filter: R is kept when the members that fit on the domain's
-//     nodes using exactly R (memberFit: the cheap checks, a free lead
-//     device on every rail of R, enough free lead devices on R and enough
-//     following devices on R) add up, per shape, to the members needed;
-//   - order: most room first (members that fit, over all shapes), then
-//     wider sets, then by rail numbers;
-//   - verification: the gang is placed again on the nodes where a member
-//     fits on R, every member's claims limited to R and its lead request
-//     split so that it takes a device on every rail of R (railclaims.go):
-//     the greedy fill, then the search (search.go, within the domain's
-//     search budget) when that fails, or the firstAvailable fills for a
-//     placement found by demoting alternatives. The first placement whose
-//     members all use exactly R wins;
-//   - budget: maxRailRefills sets verified per domain (a count, not a
-//     clock); a cut counts in Stats.RailCutoffs. A domain whose first
-//     placement no set replaces is refused with CheckRailAlignment and a
-//     reason with numbers; without a first placement the refills refuse
-//     nothing themselves.
-//
-// On nodes with one lead device per rail (HGX) and on nodes with up to two,
-// for homogeneous gangs of exactCount claims the count filter is exact, so
-// the first candidate verifies whenever an aligned placement exists.
+// Rail alignment across members (issue 13, "rails done fully"): the
+// aligner scores a placement's rail sets and, when alignment is required
+// and the placement is not aligned, verifies the rail sets that the leaf
+// package pkg/gang/placement/rails counts, by placing the gang again
+// (its rules: pkg/gang/placement/rails, search.go). NICs follow their
+// GPUs (rails.Follower), claims are limited to rail sets (rails.Copies).
+
+// CheckRailFollow counts nodes refused because no allocation there puts a
+// member's NICs on its GPUs' rails and the gang requires rail alignment;
+// CheckRailFollowBudget those where the tries stopped at
+// rails.MaxFollowCalls.
+const (
+	CheckRailFollow       = rails.CheckFollow
+	CheckRailFollowBudget = rails.CheckFollowBudget
+)
 
 // CheckRailAlignment counts domains rejected because rail alignment was
 // required and no aligned placement was found.
 const CheckRailAlignment = "rail alignment impossible (domains)"
 
-// maxRailRefills bounds the rail sets verified per domain; maxRailCandidates
-// the rail sets counted per domain (and per member and node, railfollow.go).
-const (
-	maxRailRefills    = 8
-	maxRailCandidates = 4096
-)
+// maxRailRefills bounds the rail sets verified per domain.
+const maxRailRefills = 8
 
-// aligner searches rail sets for a gang that requires rail alignment (see
-// the rules above) in one Place call.
+// aligner searches rail sets for a gang that requires rail alignment (the
+// rules: pkg/gang/placement/rails, search.go) in one Place call.
 type aligner struct {
 	*members
-	fit     *fits
-	follow  *follower
-	copies  *railCopies
+	search  *rails.Search
+	follow  *rails.Follower
+	copies  *rails.Copies
 	stats   *Stats
 	refused refusals
 	logger  klog.Logger
@@ -84,6 +55,28 @@ type aligner struct {
 	why map[string]string
 }
 
+// railMembers is m as the rail searches read it: the same shapes'
+// claims, classes and needs, not copied.
+func railMembers(m *members) *rails.Members {
+	rm := &rails.Members{Class: m.class, IDs: m.ids}
+	of := map[*shape]*rails.Shape{}
+	conv := func(sh *shape) *rails.Shape {
+		if r, ok := of[sh]; ok {
+			return r
+		}
+		r := &rails.Shape{Need: sh.need, Classes: sh.classes, Claims: sh.claims, AllClasses: sh.allClasses}
+		of[sh] = r
+		return r
+	}
+	for _, sh := range m.per {
+		rm.Per = append(rm.Per, conv(sh))
+	}
+	for _, sh := range m.distinct {
+		rm.Distinct = append(rm.Distinct, conv(sh))
+	}
+	return rm
+}
+
 // railRefill places the gang again on the nodes (in pack order) with
 // every member's claims given by claimsOf (variant names them for the
 // search's memo).
@@ -91,7 +84,7 @@ type railRefill func(variant string, nodes []*index.NodeState, claimsOf func(int
 
 // align scores att's rail alignment and, when alignment is required
 // and att is not aligned, returns the first aligned refill over the
-// candidate rail sets (see the rules above), or nil after refusing the
+// candidate rail sets (the rails package's rules), or nil after refusing the
 // domain. With att nil (no placement found) it searches the rail sets
 // only when alignment is required, and refuses nothing itself.
 func (a *aligner) align(ctx context.Context, d *topology.Domain, nodes []*index.NodeState, att *attempt, need int, refill railRefill) (*attempt, error) {
@@ -111,7 +104,7 @@ func (a *aligner) align(ctx context.Context, d *topology.Domain, nodes []*index.
 			return a.alignRailsOld(ctx, d, nodes, sets, refill)
 		}
 	}
-	cands, why, err := a.railCandidates(ctx, nodes, need)
+	cands, why, err := a.search.Candidates(ctx, nodes, need)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +115,7 @@ func (a *aligner) align(ctx context.Context, d *topology.Domain, nodes []*index.
 	}
 	if n := len(cands); n > 0 {
 		why = fmt.Sprintf("rail sets with room by counts: %d (most: rails %s, room for %s); placed again on %d of them (the budget: %d), the members never all used the set",
-			n, cands[0].key, plural(cands[0].room, "pod"), verified, maxRailRefills)
+			n, cands[0].Key, plural(cands[0].Room, "pod"), verified, maxRailRefills)
 	}
 	if a.why == nil {
 		a.why = map[string]string{}
@@ -134,13 +127,13 @@ func (a *aligner) align(ctx context.Context, d *topology.Domain, nodes []*index.
 
 // verifyRailSets refills the candidates in order, at most maxRailRefills
 // of them, and returns the first aligned placement and how many it tried.
-func (a *aligner) verifyRailSets(ctx context.Context, nodes []*index.NodeState, cands []railCand, refill railRefill) (*attempt, int, error) {
+func (a *aligner) verifyRailSets(ctx context.Context, nodes []*index.NodeState, cands []rails.Cand, refill railRefill) (*attempt, int, error) {
 	for i, c := range cands {
 		if i == maxRailRefills {
 			a.stats.RailCutoffs++
 			return nil, i, nil
 		}
-		alt, err := a.refillRails(ctx, nodes, c.rails, refill)
+		alt, err := a.refillRails(ctx, nodes, c.Rails, refill)
 		if alt != nil || err != nil {
 			return alt, i + 1, err
 		}
@@ -149,35 +142,17 @@ func (a *aligner) verifyRailSets(ctx context.Context, nodes []*index.NodeState, 
 }
 
 // refillRails places the gang with every member limited to the rails, on
-// the nodes where a member fits by counts (memberFit), and returns the
+// the nodes where a member fits by counts (rails.Search.OnRails), and
+// returns the
 // placement when every member uses exactly them.
-func (a *aligner) refillRails(ctx context.Context, nodes []*index.NodeState, rails []int64, refill railRefill) (*attempt, error) {
+func (a *aligner) refillRails(ctx context.Context, nodes []*index.NodeState, set []int64, refill railRefill) (*attempt, error) {
 	a.stats.RailRefills++
-	var fit []*index.NodeState
-	for _, ns := range nodes {
-		nr, err := a.follow.freeRailsOf(ctx, ns)
-		if err != nil {
-			return nil, err
-		}
-		for id, sh := range a.distinct {
-			cheap, _, err := a.fit.fitOn(ctx, ns, id, nil)
-			if err != nil {
-				return nil, err
-			}
-			if a.memberFit(nr, sh, rails, cheap) > 0 {
-				fit = append(fit, ns)
-				break
-			}
-		}
+	fit, err := a.search.OnRails(ctx, nodes, set)
+	if err != nil {
+		return nil, err
 	}
-	claims := make([][]*resourceapi.ResourceClaim, len(a.per))
-	for mi := range a.per {
-		claims[mi] = a.per[mi].claims
-		if a.per[mi].need[a.class] > 0 {
-			claims[mi] = a.copies.limit(a.per[mi].claims, rails, true)
-		}
-	}
-	key := railKey(slices.Clone(rails))
+	claims := a.search.Limited(a.copies, set)
+	key := rails.Key(slices.Clone(set))
 	alt, err := refill("rails "+key, fit, func(mi int) []*resourceapi.ResourceClaim { return claims[mi] })
 	if alt == nil || err != nil {
 		return nil, err
@@ -192,150 +167,10 @@ func (a *aligner) refillRails(ctx context.Context, nodes []*index.NodeState, rai
 	return nil, nil
 }
 
-// railSets returns, per distinct member rail set (see the rules above),
-// how many members use it.
+// railSets returns, per distinct member rail set of att (rails.Sets), how
+// many members use it.
 func (a *aligner) railSets(ctx context.Context, att *attempt) (map[string]int, error) {
-	out := map[string]int{}
-	for i, ns := range att.memberNode {
-		lead, all, err := a.follow.memberRails(ctx, ns, att.memberRes[i])
-		if err != nil {
-			return nil, err
-		}
-		if len(lead) > 0 {
-			out[railKey(all)]++
-		}
-	}
-	return out, nil
-}
-
-// railCand is a candidate rail set and the members that fit on it.
-type railCand struct {
-	rails []int64
-	key   string
-	room  int
-}
-
-// railCandidates returns the rail sets where the members needed fit by
-// counts, in try order, and why none when there is none (see the rules).
-func (a *aligner) railCandidates(ctx context.Context, nodes []*index.NodeState, need int) ([]railCand, string, error) {
-	groups, universe, err := a.railGroups(ctx, nodes)
-	if err != nil {
-		return nil, "", err
-	}
-	perRail := 0
-	for _, g := range groups {
-		perRail = max(perRail, g.rails.lead.most()+g.rails.lead.none)
-	}
-	want := make([]int, len(a.distinct))
-	most, least := index.Unbounded, 1
-	for mi, id := range a.ids {
-		want[id]++
-		if g := a.per[mi].need[a.class]; g > 0 {
-			most, least = min(most, g), max(least, leastRails(g, perRail))
-		}
-	}
-	var cands []railCand
-	bestKey, bestFit := "", 0
-	cut := enumRailSets(universe, least, most, maxRailCandidates, func(rails []int64) {
-		fit, room := a.railRoom(groups, want, rails)
-		key := railKey(slices.Clone(rails))
-		switch {
-		case fit >= need:
-			cands = append(cands, railCand{rails: slices.Clone(rails), key: key, room: room})
-		case bestKey == "" || fit > bestFit:
-			bestKey, bestFit = key, fit
-		}
-	})
-	if cut {
-		a.stats.RailCutoffs++
-	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		a, b := cands[i], cands[j]
-		if a.room != b.room {
-			return a.room > b.room
-		}
-		if len(a.rails) != len(b.rails) {
-			return len(a.rails) > len(b.rails)
-		}
-		return a.key < b.key
-	})
-	why := fmt.Sprintf("no set of IB rails has room for %s with a device on each of its rails", plural(need, "pod"))
-	if bestKey != "" {
-		why += fmt.Sprintf(" (most: rails %s, room for %d)", bestKey, bestFit)
-	}
-	if cut {
-		why += fmt.Sprintf("; only the first %d of the rail sets were counted", maxRailCandidates)
-	}
-	return cands, why, nil
-}
-
-// railRoom returns how many of the members needed fit with every member
-// on exactly the rails (per shape at most its members), and the room in
-// members over all shapes.
-func (a *aligner) railRoom(groups []railGroup, want []int, rails []int64) (int, int) {
-	fit, room := 0, 0
-	for id, sh := range a.distinct {
-		got := 0
-		for _, g := range groups {
-			got += g.nodes * a.memberFit(g.rails, sh, rails, g.cheap[id])
-		}
-		fit += min(got, want[id])
-		room += got
-	}
-	return fit, room
-}
-
-// railGroup is the nodes with the same free devices by rail and the same
-// cheap fit per shape.
-type railGroup struct {
-	rails nodeRails
-	cheap []int
-	nodes int
-}
-
-// railGroups groups the nodes for railRoom (by signature, sorted) and
-// returns the rails with a free lead device on some node.
-func (a *aligner) railGroups(ctx context.Context, nodes []*index.NodeState) ([]railGroup, []int64, error) {
-	bySig := map[string]*railGroup{}
-	railSet := map[int64]bool{}
-	for _, ns := range nodes {
-		nr, err := a.follow.freeRailsOf(ctx, ns)
-		if err != nil {
-			return nil, nil, err
-		}
-		cheap := make([]int, len(a.distinct))
-		for id := range a.distinct {
-			if cheap[id], _, err = a.fit.fitOn(ctx, ns, id, nil); err != nil {
-				return nil, nil, err
-			}
-		}
-		for r, n := range nr.lead.by {
-			railSet[r] = railSet[r] || n > 0
-		}
-		sig := nr.signature(cheap)
-		if g := bySig[sig]; g != nil {
-			g.nodes++
-			continue
-		}
-		bySig[sig] = &railGroup{rails: nr, cheap: cheap, nodes: 1}
-	}
-	sigs := make([]string, 0, len(bySig))
-	for s := range bySig {
-		sigs = append(sigs, s)
-	}
-	sort.Strings(sigs)
-	groups := make([]railGroup, len(sigs))
-	for i, s := range sigs {
-		groups[i] = *bySig[s]
-	}
-	var universe []int64
-	for r, ok := range railSet {
-		if ok {
-			universe = append(universe, r)
-		}
-	}
-	slices.Sort(universe)
-	return groups, universe, nil
+	return a.follow.Sets(ctx, att.memberNode, att.memberRes)
 }
 
 // alignRailsOld is the rail alignment before the search over rail sets,
@@ -353,9 +188,9 @@ func (a *aligner) alignRailsOld(ctx context.Context, d *topology.Domain, nodes [
 		}
 		return keys[i] < keys[j]
 	})
-	for _, rails := range keys[:min(4, len(keys))] {
-		restricted := a.restrictRailsOld(rails)
-		alt, err := refill("rails "+rails, nodes, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] })
+	for _, set := range keys[:min(4, len(keys))] {
+		restricted := a.search.RestrictOld(set)
+		alt, err := refill("rails "+set, nodes, func(mi int) []*resourceapi.ResourceClaim { return restricted[mi] })
 		if err != nil {
 			return nil, err
 		}
@@ -372,30 +207,4 @@ func (a *aligner) alignRailsOld(ctx context.Context, d *topology.Domain, nodes [
 	}
 	a.refused.add(CheckRailAlignment, d.ID)
 	return nil, nil
-}
-
-// restrictRailsOld returns each member's claims with a selector added to
-// every request of the main class: devices on one of the rails (or
-// without one).
-func (a *aligner) restrictRailsOld(rails string) [][]*resourceapi.ResourceClaim {
-	var list []int64
-	for _, f := range strings.Split(rails, ",") {
-		if r, err := strconv.ParseInt(f, 10, 64); err == nil {
-			list = append(list, r)
-		}
-	}
-	sel := railSelector(list)
-	out := make([][]*resourceapi.ResourceClaim, len(a.per))
-	for mi, sh := range a.per {
-		for _, c := range sh.claims {
-			c = c.DeepCopy()
-			for i := range c.Spec.Devices.Requests {
-				if e := c.Spec.Devices.Requests[i].Exactly; e != nil && e.DeviceClassName == a.class {
-					e.Selectors = append(e.Selectors, sel)
-				}
-			}
-			out[mi] = append(out[mi], c)
-		}
-	}
-	return out
 }

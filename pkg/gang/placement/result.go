@@ -84,7 +84,7 @@ type Stats struct {
 	SearchCutoffs int
 	// RailFollowCalls counts the Allocate calls (included in
 	// AllocateCalls) made to put members' NICs on their GPUs' rails
-	// (railfollow.go); RailRefills the rail sets verified by placing the
+	// (pkg/gang/placement/rails, follow.go); RailRefills the rail sets verified by placing the
 	// gang again (rails.go); RailCutoffs the rail searches stopped by their
 	// budget (rail sets counted, verified, or tried for one member on one
 	// node).

@@ -7,6 +7,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rails"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -127,8 +128,8 @@ type searcher struct {
 	*members
 	s       *index.Snapshot
 	fit     *fits
-	follow  *follower
-	copies  *railCopies
+	follow  *rails.Follower
+	copies  *rails.Copies
 	alloc   allocator
 	stats   *Stats
 	refused refusals

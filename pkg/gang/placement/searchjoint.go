@@ -85,7 +85,7 @@ func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]r
 	if res == nil || err != nil {
 		return nil, why, err
 	}
-	res = s.sr.copies.unsplit(claims, res)
+	res = s.sr.copies.Unsplit(claims, res)
 	byMember := map[int][]resourceapi.AllocationResult{}
 	for _, m := range order {
 		n := len(s.claimsOf(m))
@@ -101,7 +101,7 @@ func (s *search) allocate(ctx context.Context, pos, dev int, members []int) ([]r
 	return out, "", nil
 }
 
-// follow puts each member's NICs on its GPUs' rails (railfollow.go), in
+// follow puts each member's NICs on its GPUs' rails (rails.Follower), in
 // call order, the devices of the node's other members fixed; it replaces
 // the members' results in byMember, or returns the failed check.
 func (s *search) follow(ctx context.Context, pos int, order []int, byMember map[int][]resourceapi.AllocationResult, inflight index.InFlight) (string, error) {
@@ -119,7 +119,7 @@ func (s *search) follow(ctx context.Context, pos int, order []int, byMember map[
 			}
 			return tmp.inflight
 		}
-		res, why, err := s.sr.follow.follow(ctx, ns, m, s.claimsOf(m), byMember[m], others)
+		res, why, err := s.sr.follow.Follow(ctx, ns, m, s.claimsOf(m), byMember[m], others)
 		if why != "" || err != nil {
 			return why, err
 		}

@@ -1,4 +1,4 @@
-package placement
+package rails
 
 import (
 	"context"
@@ -30,65 +30,71 @@ import (
 // the first result's lead devices, then the widest sets, then those with
 // the most following devices to spare, then by rail numbers. Each try
 // allocates the member's claims limited to S with a device on every rail
-// of S (railclaims.go), so its NICs lie on its GPUs' rails; at most
-// maxFollowCalls tries per member and node. When none works, the node is
+// of S (claims.go), so its NICs lie on its GPUs' rails; at most
+// MaxFollowCalls tries per member and node. When none works, the node is
 // refused for the member if the gang requires rail alignment (with
-// CheckRailFollow, or CheckRailFollowBudget when the tries stopped), and
+// CheckFollow, or CheckFollowBudget when the tries stopped), and
 // the first result is kept otherwise. The same holds in the search's
 // joint calls (each member of the node in turn, the others' devices
 // fixed) and in the firstAvailable fills.
 
-// CheckRailFollow counts nodes refused because no allocation there puts a
+// CheckFollow counts nodes refused because no allocation there puts a
 // member's NICs on its GPUs' rails and the gang requires rail alignment;
-// CheckRailFollowBudget those where the tries stopped at maxFollowCalls.
+// CheckFollowBudget those where the tries stopped at MaxFollowCalls.
 const (
-	CheckRailFollow       = "NICs not on the GPUs' IB rails"
-	CheckRailFollowBudget = "NICs not on the GPUs' IB rails within the tries"
+	CheckFollow       = "NICs not on the GPUs' IB rails"
+	CheckFollowBudget = "NICs not on the GPUs' IB rails within the tries"
 )
 
-// maxFollowCalls bounds the Allocate calls that one member may make on one
+// MaxFollowCalls bounds the Allocate calls that one member may make on one
 // node to put its NICs on its GPUs' rails.
-const maxFollowCalls = 4
+const MaxFollowCalls = 4
 
-// follower puts each member's NICs on its GPUs' rails (see the rules
+// Follower puts each member's NICs on its GPUs' rails (see the rules
 // above) for one Place call, and keeps the nodes' lead devices and free
-// devices by rail that the rail searches count with (rails.go).
-type follower struct {
-	*members
+// devices by rail that the rail searches count with (search.go).
+type Follower struct {
+	*Members
 	s      *index.Snapshot
-	copies *railCopies
-	alloc  allocator
-	stats  *Stats
+	copies *Copies
+	alloc  Allocator
+	stats  Stats
 	// required: the gang requires rail alignment; off: NICs do not follow
-	// (Config.oldRails).
+	// (the engine's old rule, kept for comparisons).
 	required bool
 	off      bool
 	// lead: per node index, its devices of the main class; free: per node
 	// index, its free devices by rail (no gang devices). Made on first
 	// use.
 	lead map[int]sets.Set[structured.DeviceID]
-	free map[int]nodeRails
+	free map[int]NodeRails
+}
+
+// NewFollower returns the follower of one Place call: required when the
+// gang requires rail alignment, off when NICs do not follow (the old rule).
+func NewFollower(m *Members, s *index.Snapshot, copies *Copies, alloc Allocator, stats Stats, required, off bool) *Follower {
+	return &Follower{Members: m, s: s, copies: copies, alloc: alloc, stats: stats, required: required, off: off}
 }
 
 // follows reports whether member mi's claims ask for a class other than
 // the main one.
-func (fo *follower) follows(mi int) bool {
-	if fo.off || fo.class == "" {
+func (fo *Follower) follows(mi int) bool {
+	if fo.off || fo.Class == "" {
 		return false
 	}
-	return slices.ContainsFunc(fo.per[mi].allClasses, func(c string) bool { return c != fo.class })
+	return slices.ContainsFunc(fo.Per[mi].AllClasses, func(c string) bool { return c != fo.Class })
 }
 
 // leadSet returns the node's devices of the main class; none for a gang
 // without node-local devices (its main class is "").
-func (fo *follower) leadSet(ctx context.Context, ns *index.NodeState) (sets.Set[structured.DeviceID], error) {
-	if fo.class == "" {
+func (fo *Follower) leadSet(ctx context.Context, ns *index.NodeState) (sets.Set[structured.DeviceID], error) {
+	if fo.Class == "" {
 		return nil, nil
 	}
 	if s, ok := fo.lead[ns.Index()]; ok {
 		return s, nil
 	}
-	ids, err := fo.s.Matching(ctx, ns, fo.class)
+	ids, err := fo.s.Matching(ctx, ns, fo.Class)
 	if err != nil {
 		return nil, err
 	}
@@ -100,9 +106,9 @@ func (fo *follower) leadSet(ctx context.Context, ns *index.NodeState) (sets.Set[
 	return s, nil
 }
 
-// memberRails returns the sorted distinct rails of a member's node-local
+// MemberRails returns the sorted distinct rails of a member's node-local
 // devices in res: of its lead devices, and of all of them.
-func (fo *follower) memberRails(ctx context.Context, ns *index.NodeState, res []resourceapi.AllocationResult) ([]int64, []int64, error) {
+func (fo *Follower) MemberRails(ctx context.Context, ns *index.NodeState, res []resourceapi.AllocationResult) ([]int64, []int64, error) {
 	lead, err := fo.leadSet(ctx, ns)
 	if err != nil {
 		return nil, nil, err
@@ -125,25 +131,25 @@ func (fo *follower) memberRails(ctx context.Context, ns *index.NodeState, res []
 			}
 		}
 	}
-	return distinct(leadRails), distinct(all), nil
+	return Distinct(leadRails), Distinct(all), nil
 }
 
 // freeRails counts the node's free devices of a class by rail: matching,
 // not allocated, not in taken.
-func (fo *follower) freeRails(ctx context.Context, ns *index.NodeState, class string, taken sets.Set[structured.DeviceID]) (railCounts, error) {
+func (fo *Follower) freeRails(ctx context.Context, ns *index.NodeState, class string, taken sets.Set[structured.DeviceID]) (Counts, error) {
 	ids, err := fo.s.Matching(ctx, ns, class)
 	if err != nil {
-		return railCounts{}, err
+		return Counts{}, err
 	}
-	rc := railCounts{by: map[int64]int{}}
+	rc := Counts{By: map[int64]int{}}
 	for _, id := range ids {
 		if ns.Allocated(id) || taken.Has(id) {
 			continue
 		}
 		if r, ok := topology.DeviceIBRail(ns.Device(id)); ok {
-			rc.by[r]++
+			rc.By[r]++
 		} else {
-			rc.none++
+			rc.None++
 		}
 	}
 	return rc, nil
@@ -151,69 +157,69 @@ func (fo *follower) freeRails(ctx context.Context, ns *index.NodeState, class st
 
 // nodeRailsOf counts a node's free devices by rail for the main class and
 // the other node-local classes of the gang's members, minus taken.
-func (fo *follower) nodeRailsOf(ctx context.Context, ns *index.NodeState, taken sets.Set[structured.DeviceID]) (nodeRails, error) {
-	lead, err := fo.freeRails(ctx, ns, fo.class, taken)
+func (fo *Follower) nodeRailsOf(ctx context.Context, ns *index.NodeState, taken sets.Set[structured.DeviceID]) (NodeRails, error) {
+	lead, err := fo.freeRails(ctx, ns, fo.Class, taken)
 	if err != nil {
-		return nodeRails{}, err
+		return NodeRails{}, err
 	}
-	nr := nodeRails{lead: lead, other: map[string]railCounts{}}
-	for _, sh := range fo.distinct {
-		for _, c := range sh.classes {
-			if _, done := nr.other[c]; done || c == fo.class {
+	nr := NodeRails{Lead: lead, Other: map[string]Counts{}}
+	for _, sh := range fo.Distinct {
+		for _, c := range sh.Classes {
+			if _, done := nr.Other[c]; done || c == fo.Class {
 				continue
 			}
 			if inCluster, err := fo.s.ClassInCluster(ctx, c); err != nil || inCluster {
 				if err != nil {
-					return nodeRails{}, err
+					return NodeRails{}, err
 				}
 				continue // no count bound: the allocator decides
 			}
-			if nr.other[c], err = fo.freeRails(ctx, ns, c, taken); err != nil {
-				return nodeRails{}, err
+			if nr.Other[c], err = fo.freeRails(ctx, ns, c, taken); err != nil {
+				return NodeRails{}, err
 			}
 		}
 	}
 	return nr, nil
 }
 
-// freeRailsOf is nodeRailsOf without gang devices, cached per Place.
-func (fo *follower) freeRailsOf(ctx context.Context, ns *index.NodeState) (nodeRails, error) {
+// FreeRailsOf is nodeRailsOf without gang devices, cached per Place.
+func (fo *Follower) FreeRailsOf(ctx context.Context, ns *index.NodeState) (NodeRails, error) {
 	if nr, ok := fo.free[ns.Index()]; ok {
 		return nr, nil
 	}
 	nr, err := fo.nodeRailsOf(ctx, ns, nil)
 	if err != nil {
-		return nodeRails{}, err
+		return NodeRails{}, err
 	}
 	if fo.free == nil {
-		fo.free = map[int]nodeRails{}
+		fo.free = map[int]NodeRails{}
 	}
 	fo.free[ns.Index()] = nr
 	return nr, nil
 }
 
-// allocMember allocates member mi's claims on a node next to inflight,
+// AllocMember allocates member mi's claims on a node next to inflight,
 // renames split requests back, and puts its NICs on its GPUs' rails (see
 // the rules above). It returns nil and the failed check when refused.
-func (fo *follower) allocMember(ctx context.Context, ns *index.NodeState, mi int, claims []*resourceapi.ResourceClaim, inflight index.InFlight) ([]resourceapi.AllocationResult, string, error) {
-	classes := fo.per[mi].allClasses
-	res, why, err := fo.alloc.allocate(ctx, ns, claims, classes, inflight)
+func (fo *Follower) AllocMember(ctx context.Context, ns *index.NodeState, mi int, claims []*resourceapi.ResourceClaim, inflight index.InFlight) ([]resourceapi.AllocationResult, string, error) {
+	classes := fo.Per[mi].AllClasses
+	res, why, err := fo.alloc.Allocate(ctx, ns, claims, classes, inflight)
 	if res == nil || err != nil {
 		return nil, why, err
 	}
-	res = fo.copies.unsplit(claims, res)
-	return fo.follow(ctx, ns, mi, claims, res, func() index.InFlight { return inflight })
+	res = fo.copies.Unsplit(claims, res)
+	return fo.Follow(ctx, ns, mi, claims, res, func() index.InFlight { return inflight })
 }
 
-// follow keeps res when member mi's NICs on node ns are on its GPUs'
+// Follow keeps res when member mi's NICs on node ns are on its GPUs'
 // rails, or finds an allocation where they are (inflight: what the others
 // hold); see the rules above.
-func (fo *follower) follow(ctx context.Context, ns *index.NodeState, mi int, claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult,
+func (fo *Follower) Follow(ctx context.Context, ns *index.NodeState, mi int, claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult,
 	inflight func() index.InFlight) ([]resourceapi.AllocationResult, string, error) {
 	if !fo.follows(mi) {
 		return res, "", nil
 	}
-	lead, all, err := fo.memberRails(ctx, ns, res)
+	lead, all, err := fo.MemberRails(ctx, ns, res)
 	if err != nil || len(lead) == 0 || len(all) == len(lead) {
 		return res, "", err
 	}
@@ -224,9 +230,9 @@ func (fo *follower) follow(ctx context.Context, ns *index.NodeState, mi int, cla
 	case alt != nil:
 		return alt, "", nil
 	case fo.required && cut:
-		return nil, CheckRailFollowBudget, nil
+		return nil, CheckFollowBudget, nil
 	case fo.required:
-		return nil, CheckRailFollow, nil
+		return nil, CheckFollow, nil
 	}
 	return res, "", nil
 }
@@ -234,30 +240,30 @@ func (fo *follower) follow(ctx context.Context, ns *index.NodeState, mi int, cla
 // refollow tries the node's candidate rail sets for member mi with its
 // claims base (first: the rails of its first result's lead devices) and
 // returns the first allocation whose following devices lie on its lead
-// devices' rails, or nil and whether the tries stopped at maxFollowCalls.
-func (fo *follower) refollow(ctx context.Context, ns *index.NodeState, mi int, base []*resourceapi.ResourceClaim, first []int64,
+// devices' rails, or nil and whether the tries stopped at MaxFollowCalls.
+func (fo *Follower) refollow(ctx context.Context, ns *index.NodeState, mi int, base []*resourceapi.ResourceClaim, first []int64,
 	inflight index.InFlight) ([]resourceapi.AllocationResult, bool, error) {
 	nr, err := fo.nodeRailsOf(ctx, ns, inflight.OnNode(ns))
 	if err != nil {
 		return nil, false, err
 	}
-	cands := fo.followCandidates(nr, fo.per[mi], first)
+	cands := fo.followCandidates(nr, fo.Per[mi], first)
 	for i, rails := range cands {
-		if i == maxFollowCalls {
-			fo.stats.RailCutoffs++
+		if i == MaxFollowCalls {
+			*fo.stats.Cutoffs++
 			return nil, true, nil
 		}
-		claims := fo.copies.limit(base, rails, true)
-		fo.stats.RailFollowCalls++
-		res, _, err := fo.alloc.allocate(ctx, ns, claims, fo.per[mi].allClasses, inflight)
+		claims := fo.copies.Limit(base, rails, true)
+		*fo.stats.FollowCalls++
+		res, _, err := fo.alloc.Allocate(ctx, ns, claims, fo.Per[mi].AllClasses, inflight)
 		if err != nil || res == nil {
 			if err != nil {
 				return nil, false, err
 			}
 			continue
 		}
-		res = fo.copies.unsplit(claims, res)
-		lead, all, err := fo.memberRails(ctx, ns, res)
+		res = fo.copies.Unsplit(claims, res)
+		lead, all, err := fo.MemberRails(ctx, ns, res)
 		if err != nil {
 			return nil, false, err
 		}
@@ -269,28 +275,28 @@ func (fo *follower) refollow(ctx context.Context, ns *index.NodeState, mi int, b
 }
 
 // followCandidates lists the rail sets where one member of the shape fits
-// on a node with free devices nr (memberFit), in try order: first, then
+// on a node with free devices nr (Fit), in try order: first, then
 // wider sets, then more following devices to spare, then by rail numbers.
-func (fo *follower) followCandidates(nr nodeRails, sh *shape, first []int64) [][]int64 {
+func (fo *Follower) followCandidates(nr NodeRails, sh *Shape, first []int64) [][]int64 {
 	type cand struct {
 		rails []int64
 		key   string
 		spare int
 	}
 	var cands []cand
-	firstKey := railKey(slices.Clone(first))
-	g := sh.need[fo.class]
-	enumRailSets(railsWithFree(nr.lead), leastRails(g-nr.lead.none, nr.lead.most()), g, maxRailCandidates, func(rails []int64) {
-		if fo.memberFit(nr, sh, rails, 1) == 0 {
+	firstKey := Key(slices.Clone(first))
+	g := sh.Need[fo.Class]
+	EnumSets(WithFree(nr.Lead), LeastRails(g-nr.Lead.None, nr.Lead.Most()), g, MaxCandidates, func(rails []int64) {
+		if fo.Fit(nr, sh, rails, 1) == 0 {
 			return
 		}
 		spare := index.Unbounded
-		for c, rc := range nr.other {
-			if n := sh.need[c]; n > 0 {
-				spare = min(spare, rc.sum(rails)-n)
+		for c, rc := range nr.Other {
+			if n := sh.Need[c]; n > 0 {
+				spare = min(spare, rc.Sum(rails)-n)
 			}
 		}
-		cands = append(cands, cand{slices.Clone(rails), railKey(slices.Clone(rails)), spare})
+		cands = append(cands, cand{slices.Clone(rails), Key(slices.Clone(rails)), spare})
 	})
 	sort.SliceStable(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]

@@ -1,4 +1,4 @@
-package placement
+package rails
 
 import (
 	"fmt"
@@ -10,63 +10,63 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
-// Counting free devices by IB rail, for the rail searches (rails.go,
-// railfollow.go).
+// Counting free devices by IB rail, for the rail searches (search.go,
+// follow.go).
 
-// railCounts are free devices by IB rail, and those without a rail.
-type railCounts struct {
-	by   map[int64]int
-	none int
+// Counts are free devices by IB rail, and those without a rail.
+type Counts struct {
+	By   map[int64]int
+	None int
 }
 
-// sum is the free devices on the rails or on none.
-func (rc railCounts) sum(rails []int64) int {
-	n := rc.none
+// Sum is the free devices on the rails or on none.
+func (rc Counts) Sum(rails []int64) int {
+	n := rc.None
 	for _, r := range rails {
-		n += rc.by[r]
+		n += rc.By[r]
 	}
 	return n
 }
 
-// least is the fewest free devices on one of the rails.
-func (rc railCounts) least(rails []int64) int {
+// Least is the fewest free devices on one of the rails.
+func (rc Counts) Least(rails []int64) int {
 	m := index.Unbounded
 	for _, r := range rails {
-		m = min(m, rc.by[r])
+		m = min(m, rc.By[r])
 	}
 	return m
 }
 
-// nodeRails are a node's free devices by rail: of the main class, and of
+// NodeRails are a node's free devices by rail: of the main class, and of
 // each other node-local class the gang's members ask for.
-type nodeRails struct {
-	lead  railCounts
-	other map[string]railCounts
+type NodeRails struct {
+	Lead  Counts
+	Other map[string]Counts
 }
 
-// signature names free devices by rail and cheap fits.
-func (nr nodeRails) signature(cheap []int) string {
+// Signature names free devices by rail and cheap fits.
+func (nr NodeRails) Signature(cheap []int) string {
 	var b strings.Builder
-	write := func(rc railCounts) {
-		rails := make([]int64, 0, len(rc.by))
-		for r := range rc.by {
+	write := func(rc Counts) {
+		rails := make([]int64, 0, len(rc.By))
+		for r := range rc.By {
 			rails = append(rails, r)
 		}
 		slices.Sort(rails)
 		for _, r := range rails {
-			fmt.Fprintf(&b, "%d:%d,", r, rc.by[r])
+			fmt.Fprintf(&b, "%d:%d,", r, rc.By[r])
 		}
-		fmt.Fprintf(&b, "-:%d|", rc.none)
+		fmt.Fprintf(&b, "-:%d|", rc.None)
 	}
-	write(nr.lead)
-	classes := make([]string, 0, len(nr.other))
-	for c := range nr.other {
+	write(nr.Lead)
+	classes := make([]string, 0, len(nr.Other))
+	for c := range nr.Other {
 		classes = append(classes, c)
 	}
 	sort.Strings(classes)
 	for _, c := range classes {
 		b.WriteString(c + "=")
-		write(nr.other[c])
+		write(nr.Other[c])
 	}
 	for _, c := range cheap {
 		b.WriteString(strconv.Itoa(c) + ",")
@@ -74,39 +74,39 @@ func (nr nodeRails) signature(cheap []int) string {
 	return b.String()
 }
 
-// memberFit is how many members of a shape fit on a node with free
+// Fit is how many members of a shape fit on a node with free
 // devices nr when each uses exactly the rails (a lead device on every
 // one), at most cheap: no more than the fewest free lead devices on one
 // of the rails, the free lead devices over its lead demand, and the free
 // following devices of each class over its demand. A shape without lead
 // demand fits cheap times.
-func (m *members) memberFit(nr nodeRails, sh *shape, rails []int64, cheap int) int {
-	g := sh.need[m.class]
+func (m *Members) Fit(nr NodeRails, sh *Shape, rails []int64, cheap int) int {
+	g := sh.Need[m.Class]
 	if g == 0 || cheap == 0 {
 		return cheap
 	}
 	if len(rails) > g {
 		return 0
 	}
-	fit := min(cheap, nr.lead.least(rails), nr.lead.sum(rails)/g)
-	for c, rc := range nr.other {
-		if n := sh.need[c]; n > 0 {
-			fit = min(fit, rc.sum(rails)/n)
+	fit := min(cheap, nr.Lead.Least(rails), nr.Lead.Sum(rails)/g)
+	for c, rc := range nr.Other {
+		if n := sh.Need[c]; n > 0 {
+			fit = min(fit, rc.Sum(rails)/n)
 		}
 	}
 	return fit
 }
 
-// distinct sorts v and drops repeats.
-func distinct(v []int64) []int64 {
+// Distinct sorts v and drops repeats.
+func Distinct(v []int64) []int64 {
 	slices.Sort(v)
 	return slices.Compact(v)
 }
 
-// railsWithFree returns the sorted rails with a free device.
-func railsWithFree(rc railCounts) []int64 {
+// WithFree returns the sorted rails with a free device.
+func WithFree(rc Counts) []int64 {
 	var out []int64
-	for r, n := range rc.by {
+	for r, n := range rc.By {
 		if n > 0 {
 			out = append(out, r)
 		}
@@ -115,11 +115,11 @@ func railsWithFree(rc railCounts) []int64 {
 	return out
 }
 
-// enumRailSets calls f with every subset of rails (sorted) of least to
+// EnumSets calls f with every subset of rails (sorted) of least to
 // most rails, larger sets first, each size in lexicographic order, at most
 // limit of them; it reports whether it stopped at the limit. f must not
 // keep its argument.
-func enumRailSets(rails []int64, least, most, limit int, f func([]int64)) bool {
+func EnumSets(rails []int64, least, most, limit int, f func([]int64)) bool {
 	count := 0
 	buf := make([]int64, 0, len(rails))
 	var rec func(from, k int) bool
@@ -149,19 +149,19 @@ func enumRailSets(rails []int64, least, most, limit int, f func([]int64)) bool {
 	return false
 }
 
-// leastRails is the fewest rails a member asking g lead devices can use
+// LeastRails is the fewest rails a member asking g lead devices can use
 // when no rail has more than perRail of them free.
-func leastRails(g, perRail int) int {
+func LeastRails(g, perRail int) int {
 	if perRail <= 0 {
 		return g
 	}
 	return (g + perRail - 1) / perRail
 }
 
-// most is the most free devices on one rail.
-func (rc railCounts) most() int {
+// Most is the most free devices on one rail.
+func (rc Counts) Most() int {
 	m := 0
-	for _, n := range rc.by {
+	for _, n := range rc.By {
 		m = max(m, n)
 	}
 	return m

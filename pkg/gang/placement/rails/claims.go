@@ -1,4 +1,4 @@
-package placement
+package rails
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
-// Claims limited to a set of IB rails (rails.go, railfollow.go).
+// Claims limited to a set of IB rails (search.go, follow.go).
 //
 // Rules: every request and firstAvailable subrequest of the copies gets a
 // CEL selector "the device has no ibRail attribute, or one in the set", so
@@ -25,12 +25,12 @@ import (
 // itself, not a part of it, which matters when a node has several devices
 // per rail. The pieces are named "<request>-rail<r>" (made unique in the
 // claim); constraints and configs that name the request name the pieces
-// too, and unsplit renames the results back, so that a Decision only ever
+// too, and Unsplit renames the results back, so that a Decision only ever
 // names the claim's own requests. firstAvailable requests are never split.
 
-// railSelector is the selector of the devices on one of the rails, or on
+// Selector is the selector of the devices on one of the rails, or on
 // none.
-func railSelector(rails []int64) resourceapi.DeviceSelector {
+func Selector(rails []int64) resourceapi.DeviceSelector {
 	parts := make([]string, len(rails))
 	for i, r := range rails {
 		parts[i] = strconv.FormatInt(r, 10)
@@ -47,9 +47,9 @@ func pinSelector(rail int64) resourceapi.DeviceSelector {
 	return resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}
 }
 
-// railCopies makes and keeps one Place call's rail-limited copies of
+// Copies makes and keeps one Place call's rail-limited copies of
 // claims (see the rules above).
-type railCopies struct {
+type Copies struct {
 	// class is the gang's main class.
 	class string
 	// byKey: the copies, by claims, rail set and cover; splits: for a copy
@@ -59,14 +59,18 @@ type railCopies struct {
 	splits map[*resourceapi.ResourceClaim]map[string]string
 }
 
-// limit returns copies of a member's claims (its own, or copies of them)
+// NewCopies returns an empty Copies for a gang whose main class is
+// class.
+func NewCopies(class string) *Copies { return &Copies{class: class} }
+
+// Limit returns copies of a member's claims (its own, or copies of them)
 // limited to the rails (see the rules above), cached per claims, rail set
 // and cover.
-func (cp *railCopies) limit(claims []*resourceapi.ResourceClaim, rails []int64, cover bool) []*resourceapi.ResourceClaim {
+func (cp *Copies) Limit(claims []*resourceapi.ResourceClaim, rails []int64, cover bool) []*resourceapi.ResourceClaim {
 	if len(claims) == 0 {
 		return claims
 	}
-	k := fmt.Sprintf("%p|%s|%v", claims[0], railKey(slices.Clone(rails)), cover)
+	k := fmt.Sprintf("%p|%s|%v", claims[0], Key(slices.Clone(rails)), cover)
 	if v, ok := cp.byKey[k]; ok {
 		return v
 	}
@@ -77,7 +81,7 @@ func (cp *railCopies) limit(claims []*resourceapi.ResourceClaim, rails []int64, 
 	out := make([]*resourceapi.ResourceClaim, len(claims))
 	for i, c := range claims {
 		c = c.DeepCopy()
-		sel := railSelector(rails)
+		sel := Selector(rails)
 		var reqs []resourceapi.DeviceRequest
 		for _, r := range c.Spec.Devices.Requests {
 			if split && cp.splittable(r, len(rails)) {
@@ -103,7 +107,7 @@ func (cp *railCopies) limit(claims []*resourceapi.ResourceClaim, rails []int64, 
 
 // mainRequests counts the requests and subrequests of the main class in
 // the claims.
-func (cp *railCopies) mainRequests(claims []*resourceapi.ResourceClaim) int {
+func (cp *Copies) mainRequests(claims []*resourceapi.ResourceClaim) int {
 	n := 0
 	for _, c := range claims {
 		for _, r := range c.Spec.Devices.Requests {
@@ -122,7 +126,7 @@ func (cp *railCopies) mainRequests(claims []*resourceapi.ResourceClaim) int {
 
 // splittable: an exactCount request of the main class without admin
 // access asking at least k devices.
-func (cp *railCopies) splittable(r resourceapi.DeviceRequest, k int) bool {
+func (cp *Copies) splittable(r resourceapi.DeviceRequest, k int) bool {
 	e := r.Exactly
 	if e == nil || e.DeviceClassName != cp.class || (e.AdminAccess != nil && *e.AdminAccess) {
 		return false
@@ -193,9 +197,9 @@ func renameList(list []string, name string, names []string) []string {
 	return out
 }
 
-// unsplit renames the results of split claims (claims[i] gave res[i])
+// Unsplit renames the results of split claims (claims[i] gave res[i])
 // back to the original requests, in place.
-func (cp *railCopies) unsplit(claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult) []resourceapi.AllocationResult {
+func (cp *Copies) Unsplit(claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult) []resourceapi.AllocationResult {
 	if len(cp.splits) == 0 {
 		return res
 	}
@@ -229,9 +233,9 @@ func (cp *railCopies) unsplit(claims []*resourceapi.ResourceClaim, res []resourc
 	return res
 }
 
-// railKey names a set of rails: sorted, distinct, comma-separated. It
+// Key names a set of rails: sorted, distinct, comma-separated. It
 // sorts rails in place.
-func railKey(rails []int64) string {
+func Key(rails []int64) string {
 	slices.Sort(rails)
 	parts := make([]string, 0, len(rails))
 	for i, r := range rails {
