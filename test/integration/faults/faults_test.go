@@ -177,15 +177,13 @@ func runCase(t *testing.T, admin kubernetes.Interface, c *faultCase) {
 	}
 }
 
-// waitInPlace waits until the gang runs with the victim's rank replaced
-// in domain (not on badNode unless it is ""), the other ranks the same
-// pods; then MembersLost says ReplacedInPlace.
-func waitInPlace(t *testing.T, admin kubernetes.Interface, c *faultCase, before *gang, badNode, domain string, newNode bool) (*gang, time.Time) {
+// waitRunning polls until the gang runs whole and check accepts it; it
+// returns the gang and when it was seen so.
+func waitRunning(t *testing.T, admin kubernetes.Interface, c *faultCase, what string, timeout time.Duration, check func(*gang) error) (*gang, time.Time) {
 	t.Helper()
-	old := before.uids()
 	var after *gang
 	var bound time.Time
-	itest.Poll(t, "replaced in place", replacementTimeout+30*time.Second, func(ctx context.Context) error {
+	itest.Poll(t, what, timeout, func(ctx context.Context) error {
 		g, err := readGang(ctx, admin, c.name)
 		if err != nil {
 			return err
@@ -193,12 +191,27 @@ func waitInPlace(t *testing.T, admin kubernetes.Interface, c *faultCase, before 
 		if err := g.running(c.pods); err != nil {
 			return err
 		}
+		if err := check(g); err != nil {
+			return err
+		}
+		after, bound = g, time.Now()
+		return nil
+	})
+	return after, bound
+}
+
+// waitInPlace waits until the gang runs with the victim's rank replaced
+// in domain (not on badNode unless it is ""), the other ranks the same
+// pods; then MembersLost says ReplacedInPlace.
+func waitInPlace(t *testing.T, admin kubernetes.Interface, c *faultCase, before *gang, badNode, domain string, newNode bool) (*gang, time.Time) {
+	t.Helper()
+	old := before.uids()
+	after, bound := waitRunning(t, admin, c, "replaced in place", replacementTimeout+30*time.Second, func(g *gang) error {
 		for r, uid := range g.uids() {
 			if (r == c.victim) == (uid == old[r]) {
 				return fmt.Errorf("rank %d: same pod %v, want a new pod only for rank %d: %s", r, uid == old[r], c.victim, g)
 			}
 		}
-		after, bound = g, time.Now()
 		return nil
 	})
 	p := after.live[c.victim]
@@ -219,22 +232,12 @@ func waitInPlace(t *testing.T, admin kubernetes.Interface, c *faultCase, before 
 func waitRestarted(t *testing.T, admin kubernetes.Interface, c *faultCase, before *gang, badNode string) (*gang, time.Time) {
 	t.Helper()
 	old := before.uids()
-	var after *gang
-	var bound time.Time
-	itest.Poll(t, "restarted whole", replacementTimeout+60*time.Second, func(ctx context.Context) error {
-		g, err := readGang(ctx, admin, c.name)
-		if err != nil {
-			return err
-		}
-		if err := g.running(c.pods); err != nil {
-			return err
-		}
+	after, bound := waitRunning(t, admin, c, "restarted whole", replacementTimeout+60*time.Second, func(g *gang) error {
 		for r, uid := range g.uids() {
 			if uid == old[r] {
 				return fmt.Errorf("rank %d is still the same pod: %s", r, g)
 			}
 		}
-		after, bound = g, time.Now()
 		return nil
 	})
 	doms, prev := after.domains(), before.domains()
