@@ -16,6 +16,8 @@
 //   - replacer.go: Replacer, the turn of one placed gang (Turn) and its
 //     bounded memory per gang; write.go: its writes (the lost pods' evictions,
 //     evictions, the Failed condition) through the gate.
+//   - domain.go: a restarting whole gang's previous NVLink domain (Prefer),
+//     written into its condition by id and read back (Deps.Tree).
 //   - metrics.go: Metrics.
 //
 // Rules:
@@ -36,6 +38,10 @@
 //   - A whole gang restarting goes back to its previous domain when it
 //     fits; when it does not, policy Restart lets it go wherever it fits
 //     best, Wait and Fail keep it there (Stays), Fail until its bound.
+//     Its previous NVLink domain (when its running members shared one) is
+//     written into the MembersLost condition by id (quoted, at most 64
+//     characters read back) and turned back into that domain's nodes
+//     after a scheduler restart, so Prefer and Stays survive it.
 //   - Every write passes the gate (gate.Gate.Check) first; this package
 //     never imports the loop.
 package replace

@@ -18,6 +18,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // Conditions sets one condition on a PodGroup (the loop's writer, past
@@ -45,6 +46,10 @@ type Deps struct {
 	Restarts   Restarts
 	// Deletions are the node informer's (when nodes were deleted).
 	Deletions *Deletions
+	// Tree, when set, is the fabric tree: a whole gang's previous NVLink
+	// domain is written into its MembersLost condition by id and turned
+	// back into its nodes after a scheduler restart.
+	Tree func() (*topology.Tree, error)
 	// Clock, when set, replaces the real clock (tests).
 	Clock clock.PassiveClock
 }
@@ -96,6 +101,9 @@ type gangState struct {
 	// (at most maxPrefer): the new gang goes back to their domain when it
 	// fits.
 	prefer []string
+	// domain is the NVLink domain of prefer ("" when they span several),
+	// written into the condition; after a restart prefer is its nodes.
+	domain string
 	// said: the NoReplacement event and the invalid annotations' event
 	// were recorded.
 	waitSaid, invalidSaid bool
@@ -262,7 +270,7 @@ func (r *Replacer) state(key string, old *metav1.Condition, losses []Loss, now t
 		old = nil // the episode that ended, not written yet: no new one
 	}
 	if st == nil && old != nil && old.Status == metav1.ConditionTrue && (old.Reason == vocab.ReasonReplacingInPlace || old.Reason == vocab.ReasonNoReplacement) {
-		st = &gangState{since: old.LastTransitionTime.Time, trigger: triggerIn(old.Message)}
+		st = &gangState{since: old.LastTransitionTime.Time, trigger: triggerIn(old.Message), domain: domainIn(old.Message)}
 		st.waitSaid = old.Reason == vocab.ReasonNoReplacement
 		if strings.Contains(old.Message, phraseRestarting) {
 			st.outcome = OutcomeRestarted
@@ -310,8 +318,8 @@ func triggerIn(msg string) Trigger {
 func (r *Replacer) cond(t Turn, st *gangState, next string) metav1.Condition {
 	return metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionTrue, Reason: vocab.ReasonReplacingInPlace,
 		LastTransitionTime: metav1.NewTime(st.since),
-		Message: fmt.Sprintf("%s; lost to a trigger (%s) at %s, lost: %s; %s", t.Cond.Message, st.trigger, st.since.UTC().Format(time.RFC3339),
-			r.lostOf(st), next)}
+		Message: fmt.Sprintf("%s; lost to a trigger (%s) at %s, lost: %s%s; %s", t.Cond.Message, st.trigger, st.since.UTC().Format(time.RFC3339),
+			r.lostOf(st), domainPhrase(st.domain), next)}
 }
 
 // lostOf describes a gang's lost members (Disrupted adds to them from the
@@ -347,18 +355,20 @@ func (r *Replacer) restart(t Turn, st *gangState, why string, prefer bool) {
 }
 
 // restarting marks the gang's restart; prefer: remember the nodes of its
-// running members.
+// running members and their NVLink domain.
 func (r *Replacer) restarting(t Turn, st *gangState, prefer bool) {
+	var nodes []string
+	for _, p := range t.Running {
+		if prefer && len(nodes) < maxPrefer && !slices.Contains(nodes, p.Spec.NodeName) {
+			nodes = append(nodes, p.Spec.NodeName)
+		}
+	}
+	domain := r.domainOf(nodes)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st.outcome = OutcomeRestarted
 	if prefer {
-		st.prefer = nil
-		for _, p := range t.Running {
-			if len(st.prefer) < maxPrefer && !slices.Contains(st.prefer, p.Spec.NodeName) {
-				st.prefer = append(st.prefer, p.Spec.NodeName)
-			}
-		}
+		st.prefer, st.domain = nodes, domain
 	}
 }
 
@@ -388,17 +398,6 @@ func (r *Replacer) Disrupted(key string, p *v1.Pod) {
 	if len(st.lost) < maxLost && !slices.Contains(st.lost, why) {
 		st.lost = append(st.lost, why)
 	}
-}
-
-// Prefer returns the nodes whose domain a restarting gang should go back
-// to when it fits, nil for none.
-func (r *Replacer) Prefer(key string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if st := r.gangs[key]; st != nil {
-		return slices.Clone(st.prefer)
-	}
-	return nil
 }
 
 // held takes the turn of a whole gang restarting in its previous domain
@@ -433,6 +432,7 @@ func (r *Replacer) held(ctx context.Context, t Turn, st *gangState, ch Choice, n
 // it may go wherever it fits best now (policy Restart, or no previous
 // domain known).
 func (r *Replacer) Stays(key string, pg *schedulingv1beta1.PodGroup) string {
+	r.Prefer(key) // its previous domain's nodes, after a restart
 	r.mu.Lock()
 	st := r.gangs[key]
 	known := st != nil && st.outcome == OutcomeRestarted && len(st.prefer) > 0

@@ -81,7 +81,8 @@ func (s *Scheduler) wireRooms() {
 		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
 	s.status.replacer = replace.New(replace.Deps{Config: s.cfg.Replace, Client: s.cfg.Client, Gate: s.gate, Report: s.report,
-		Metrics: s.cfg.Metrics.replaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions})
+		Metrics: s.cfg.Metrics.replaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions,
+		Tree: listerTree(s).Tree}) // a whole gang's previous domain, by id over a restart
 	s.gangs.classify, s.inf.lost = s.status.replacer.Classify, s.status.replacer.Disrupted
 	cfg.NodeLost = s.gangs.nodeLost
 	s.evict = evict.New(cfg)

@@ -161,7 +161,8 @@ func TestSchedulerReplaceWholeInPlace(t *testing.T) {
 // Restart places the new gang in another domain at once; policy Fail
 // keeps it waiting for its previous domain and, past its 3 s bound from
 // the taint, fails the PodGroup (Failed=True, NoReplacement) with nothing
-// of it placed.
+// of it placed. The scheduler restarts between the loss and the new
+// members: the previous domain is read back from the condition.
 func TestSchedulerReplaceWholePolicies(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true})
 	ctx := t.Context()
@@ -169,7 +170,8 @@ func TestSchedulerReplaceWholePolicies(t *testing.T) {
 	itest.KwokFabric(t, admin, []string{"a", "b", "c", "d"}, 2, 4)
 	const ns = "policies"
 	itest.GangNamespace(t, admin, ns, 4)
-	startScheduler(t, schedulerClient(t, cp, "gpufabric-scheduler"), scheduler.Config{DomainChannels: 4})
+	client := schedulerClient(t, cp, "gpufabric-scheduler")
+	first := startScheduler(t, client, scheduler.Config{DomainChannels: 4})
 	create := func(name, group string) {
 		p := itest.TemplatePod(ns, name, group)
 		p.Spec.Tolerations = nil // without the template's toleration of every taint
@@ -206,6 +208,11 @@ func TestSchedulerReplaceWholePolicies(t *testing.T) {
 		}
 		return nil
 	})
+	// A new scheduler (a restart, a new leader) knows the fail gang's
+	// previous domain only from its condition.
+	waitReason(t, admin, ns, "fail", vocab.ConditionMembersLost, vocab.ReasonReplacingInPlace, `previous NVLink domain "`)
+	first.stop()
+	startScheduler(t, client, scheduler.Config{DomainChannels: 4})
 	for _, group := range groups { // the Job's new members
 		create(group+"-2", group)
 		create(group+"-3", group)
