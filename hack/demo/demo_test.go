@@ -38,7 +38,7 @@ func TestDemo(t *testing.T) {
 		"job llm-train: 16/16 pods bound, in 1 NVLink domain(s)",
 		"→ PodGroup llm-train-",
 		"too-big: 0/20 pods bound",
-		"train-seg: 20/20 pods bound, in 2 NVLink domain(s)",
+		"train-seg: 18/18 pods bound, in 1 NVLink domain(s)",
 		"; segments in gpufabric.dev/nvlinkDomain: ",
 		"too-big: PodGroupInitiallyScheduled=False (Unschedulable)",
 		"needs 20 pods with 80 gpu.gpufabric.dev devices in one gpufabric.dev/nvlinkDomain: largest free 72 devices",
