@@ -86,6 +86,11 @@ type Gang struct {
 	// PreviousNodes: a gang restarting whole ran there; it may use their
 	// domains' spares (Config.Spares), as BoundNodes may their domain's.
 	PreviousNodes []string
+	// Within, when set, holds the gang inside that domain's nodes (a
+	// CompositePodGroup's child inside its parent's domain): its own
+	// domains are those that share nodes with it, and no member goes to
+	// a node outside it (CheckWithin).
+	Within *topology.Domain
 	// SharedClaims are the claims every member uses, allocated once for
 	// the gang: the PodGroup's claims, and the unallocated claims that
 	// every member names itself (MemberShared).
@@ -357,4 +362,16 @@ func (g *Gang) memberNames(idx []int) string {
 		s += fmt.Sprintf(" and %d more", len(idx)-3)
 	}
 	return s
+}
+
+// Demand is what the gang's members ask of the main device class (the
+// class the level indexes count): its name, the devices of all members,
+// and the least a placement of the gang takes (minCount members of the
+// smallest need); "" and 0 for a gang without devices.
+func Demand(g *Gang) (class string, devices, least int, err error) {
+	m, err := newMembers(g)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	return m.class, m.need, min(m.perPod*max(g.MinCount, 1), m.need), nil
 }

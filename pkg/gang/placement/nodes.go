@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"math"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -29,6 +30,7 @@ const (
 	// (topology.CheckNodeDomain); the Node has the event that says why.
 	CheckNodeRefused  = "NVLink domain not trusted (see the Node's FabricDomainRefused event)"
 	CheckSpare        = "spare node kept for replacements"
+	CheckWithin       = "outside the parent group's domain"
 	checkInsufficient = "insufficient "
 )
 
@@ -45,6 +47,8 @@ type fits struct {
 	static map[int]*staticCache
 	// spares hides the kept spare nodes from a new gang (nil: none).
 	spares *spares.Guard
+	// within: the only nodes the gang may use (Gang.Within; nil: all).
+	within map[string]bool
 }
 
 // staticCache holds staticFail's answers for one shape, by node index.
@@ -72,6 +76,9 @@ func (f *fits) staticFail(ns *index.NodeState, shape int) string {
 	if v == "" && f.spares.Hides(ns.Name()) {
 		v = CheckSpare
 	}
+	if v == "" && f.within != nil && !f.within[ns.Name()] {
+		v = CheckWithin
+	}
 	for _, sel := range f.pins {
 		if v == "" && !sel.Match(ns.Node()) {
 			v = CheckSharedSelector
@@ -79,6 +86,12 @@ func (f *fits) staticFail(ns *index.NodeState, shape int) string {
 	}
 	c.done[ns.Index()], c.why[ns.Index()] = true, v
 	return v
+}
+
+// touches reports whether domain d shares a node with Gang.Within (true
+// without one).
+func (f *fits) touches(d *topology.Domain) bool {
+	return f.within == nil || slices.ContainsFunc(d.Nodes, func(n string) bool { return f.within[n] })
 }
 
 var _ rails.Fits = (*fits)(nil)
