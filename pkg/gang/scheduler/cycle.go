@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/gangless"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
@@ -64,7 +65,7 @@ func (a *attempt) about() runtime.Object {
 // gate.ErrAborted stops the worker.
 func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	cycle, begin := s.queue.Cycle(), time.Now()
-	if s.assumed.waiting(key, s.snaps.visible) {
+	if s.assumed.Waiting(key, s.snaps.shown.Visible) {
 		// Committed; the informers do not show it all yet. Look again soon
 		// in case members were added meanwhile.
 		s.queue.RetryAfter(key, time.Second)
@@ -294,8 +295,8 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	// snapshot, Place); duration: snapshot and Place.
 	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims),
 		"duration", time.Since(start), "attempt", time.Since(a.begin))
-	s.assumed.addInFlight(a.key, g, d)
-	s.cfg.Metrics.setAssumed(s.assumed.len())
+	s.assumed.AddInFlight(a.key, assume.Part{Gang: g, Decision: d})
+	s.cfg.Metrics.setAssumed(s.assumed.Len())
 	if s.cfg.SerialCommits {
 		txn := s.commits.Begin(a.pg, g, d)
 		err := txn.Run(ctx)
@@ -330,14 +331,14 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		// Retried with a backoff that grows with each conflict; the parked
 		// gangs are woken only if its retry does not take the devices it
 		// assumed back (queue.RetryConflict).
-		s.assumed.drop(a.key)
+		s.assumed.Drop(a.key)
 		a.result = resultConflict
 		s.cfg.Metrics.gangRefused(ReasonConflict)
 		backoff := s.queue.RetryConflict(a.key)
 		logger.V(2).Info("Commit lost a race, retrying on a fresh snapshot", "err", err, "backoff", backoff)
 		return nil
 	case err != nil:
-		s.assumed.drop(a.key)
+		s.assumed.Drop(a.key)
 		s.queue.FlushParked() // the devices it assumed are free again
 		a.result = resultError
 		s.pending.set(a.key, ReasonCommitError)
@@ -346,7 +347,7 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		s.queue.ParkError(a.key, a.cycle)
 		return err
 	}
-	s.assumed.complete(a.key, written)
+	s.assumed.Complete(a.key, written)
 	a.result = resultPlaced
 	if err := s.evict.GangDone(ctx, a.key); gate.Stops(err) {
 		return err

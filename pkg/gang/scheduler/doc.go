@@ -20,9 +20,10 @@
 //     adapters the rooms call back through); config.go is its Config.
 //   - gangPods (members.go): a gang's pods from the informers' indexes,
 //     its members (pending, gated, running, lost); evict.Gangs.
-//   - snapshots: snapshot.go (the snapshots an attempt places on, the
-//     assume cache, free GPUs), cachefeed.go (the placement cache's feed
-//     from the informers), warm.go (the cache's warm-up).
+//   - snapshots: snapshot.go (the snapshots an attempt places on, with
+//     the decisions of pkg/gang/assume's cache added; free GPUs),
+//     cachefeed.go (the placement cache's feed from the informers),
+//     warm.go (the cache's warm-up).
 //   - members are pinned to their volumes' nodes by pkg/gang/volumepins.
 //   - gangStatus: status.go (PodGroup conditions, PodScheduled on pods),
 //     lifecycle.go (a placed gang's members lost; PodGroups missing or

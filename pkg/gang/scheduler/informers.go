@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
@@ -416,7 +417,7 @@ func claimDeleted(q queue.Events, obj any) {
 // results with admin access hold no device, so an allocation of only
 // those wakes no gang.
 func devicesFreed(q queue.Events, a *resourceapi.AllocationResult) {
-	if n := len(appendHeld(nil, a.Devices.Results)); n > 0 {
+	if n := len(assume.AppendHeld(nil, a.Devices.Results)); n > 0 {
 		q.DevicesFreed(n)
 	}
 }

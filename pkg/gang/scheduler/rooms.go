@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
@@ -44,8 +45,10 @@ func (s *Scheduler) wireLoop(factory informers.SharedInformerFactory) {
 		slices:    factory.Resource().V1().ResourceSlices().Lister(),
 		classes:   factory.Resource().V1().DeviceClasses().Lister(),
 	}
+	s.snaps.shown = &assume.Shown{Pods: s.pods, Nodes: s.nodes, Claims: s.claims}
 	if !s.cfg.RebuildSnapshots {
 		s.snaps.cache = index.NewCache(s.cfg.Placement.Index)
+		s.snaps.shown.Cache = s.snaps.cache
 	}
 	s.volumes = &volumepins.Pins{
 		PVCs:           factory.Core().V1().PersistentVolumeClaims().Lister(),

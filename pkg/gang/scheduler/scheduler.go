@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
@@ -42,7 +43,7 @@ const schedulerName = topology.SchedulerName
 type Scheduler struct {
 	cfg     Config
 	queue   queue.Interface
-	assumed *assumeCache
+	assumed *assume.Cache
 	// The rooms of one term (set by Run, rooms.go): commits writes
 	// decisions and recovers half-done commits; evict carries preemptions
 	// out and holds room for gangs (nominations, reservations); restarts
@@ -99,7 +100,7 @@ func New(cfg Config) (*Scheduler, error) {
 	s := &Scheduler{
 		cfg:     cfg,
 		queue:   queue.New(queue.Config{InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff, MaxUnschedulableWait: cfg.MaxUnschedulableWait}),
-		assumed: newAssumeCache(),
+		assumed: assume.New(),
 		costs:   cost.NewMemories(0),
 	}
 	s.pipe = commit.NewPipeline(cfg.CommitsInFlight, s.queue.ShutDown)
