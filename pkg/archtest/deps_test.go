@@ -49,6 +49,8 @@ var rules = []struct {
 	// The tree search is pure too, above the engine it drives.
 	{"pkg/gang/composite", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/placement/index"}},
 	{"pkg/gang/assume", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/podstate"}},
+	{"pkg/gang/metrics", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/ungate", "pkg/gang/commit", "pkg/gang/evict", "pkg/gang/replace"}},
+	{"pkg/gang/trees", []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/placement"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
 	{"pkg/gang/freeroom", []string{"pkg/topology", "pkg/gang/placement/spares", "pkg/gang/placement/index"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
@@ -69,7 +71,7 @@ var rules = []struct {
 	{"pkg/gang/evict", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate",
 		"pkg/gang/preemption", "pkg/gang/commit"}},
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
-		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless", "pkg/gang/assume", "pkg/gang/composite"}},
+		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless", "pkg/gang/assume", "pkg/gang/composite", "pkg/gang/metrics", "pkg/gang/trees"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	// The failure model is a leaf of the simulator: rates, the seeded
 	// schedule and checkpoint arithmetic, no cluster view.

@@ -213,7 +213,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	begin := time.Now()
 	defer func() {
 		if !a.async {
-			s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds())
+			s.cfg.Metrics.ObserveAttempt(a.result, time.Since(begin).Seconds())
 		}
 	}()
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "gang", a.key)
@@ -252,7 +252,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		}
 		s.costs.Keep(a.key, g.Memory)
 	}
-	s.cfg.Metrics.observePlacement(time.Since(start).Seconds())
+	s.cfg.Metrics.ObservePlacement(time.Since(start).Seconds())
 	switch {
 	case err != nil:
 		return s.refuse(ctx, a, ReasonSchedulerError, vocab.ReasonSchedulerError, err.Error())
@@ -296,7 +296,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims),
 		"duration", time.Since(start), "attempt", time.Since(a.begin))
 	s.assumed.AddInFlight(a.key, assume.Part{Gang: g, Decision: d})
-	s.cfg.Metrics.setAssumed(s.assumed.Len())
+	s.cfg.Metrics.SetAssumed(s.assumed.Len())
 	if s.cfg.SerialCommits {
 		txn := s.commits.Begin(a.pg, g, d)
 		err := txn.Run(ctx)
@@ -308,7 +308,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		txn := s.commits.Begin(a.pg, g, d)
 		err := txn.Run(ctx)
 		err = s.afterCommit(ctx, a, g, d, txn.Written(), err)
-		s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds())
+		s.cfg.Metrics.ObserveAttempt(a.result, time.Since(begin).Seconds())
 		if err != nil && !gate.Stops(err) && ctx.Err() == nil {
 			logger.Error(err, "Committing a placed gang failed")
 		}
@@ -333,7 +333,7 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		// assumed back (queue.RetryConflict).
 		s.assumed.Drop(a.key)
 		a.result = resultConflict
-		s.cfg.Metrics.gangRefused(ReasonConflict)
+		s.cfg.Metrics.GangRefused(ReasonConflict)
 		backoff := s.queue.RetryConflict(a.key)
 		logger.V(2).Info("Commit lost a race, retrying on a fresh snapshot", "err", err, "backoff", backoff)
 		return nil
@@ -342,7 +342,7 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		s.queue.FlushParked() // the devices it assumed are free again
 		a.result = resultError
 		s.pending.set(a.key, ReasonCommitError)
-		s.cfg.Metrics.gangRefused(ReasonCommitError)
+		s.cfg.Metrics.GangRefused(ReasonCommitError)
 		s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Binding", "commit failed: "+err.Error())
 		s.queue.ParkError(a.key, a.cycle)
 		return err
@@ -355,10 +355,10 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		logger.Error(err, "Ending the gang's nomination")
 	}
 	s.forget(a.key)
-	s.cfg.Metrics.gangPlaced()
+	s.cfg.Metrics.GangPlaced()
 	ungated := s.inf.ungated.Take(a.key) // the members bound now are no longer gated
 	if since, ok := gangWaitSince(a); ok {
-		s.cfg.Metrics.observeGangWait(resultPlaced, time.Since(ungate.Later(since, ungated)).Seconds())
+		s.cfg.Metrics.ObserveGangWait(resultPlaced, time.Since(ungate.Later(since, ungated)).Seconds())
 	}
 	s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", commit.PlacedMessage(g, d))
 	for _, w := range d.Warnings {
@@ -380,7 +380,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 		a.result = resultError
 	}
 	s.pending.set(a.key, metricReason)
-	s.cfg.Metrics.gangRefused(metricReason)
+	s.cfg.Metrics.GangRefused(metricReason)
 	var backoff time.Duration
 	switch {
 	case metricReason == ReasonSchedulerError:

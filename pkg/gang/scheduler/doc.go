@@ -36,10 +36,10 @@
 //     Config.InformersStarted).
 //   - freeroom.go: the free-room publisher's config of a term
 //     (pkg/gang/freeroom): the free GPUs and the fabric tree.
-//   - metrics.go: Metrics (free GPUs per level, per domain only when
-//     opted in; gang_wait_seconds once per placement, gangWaitSince, and
-//     per PodGroup deleted before it was placed, gangAbandoned) and the
-//     pending set (when each gang's last scheduling gate went, the
+//   - metrics.go: Metrics (pkg/gang/metrics: free GPUs per level, per
+//     domain only when opted in; gang_wait_seconds once per placement,
+//     gangWaitSince here, and per PodGroup deleted before it was placed)
+//     and the pending set (when each gang's last scheduling gate went, the
 //     wait's start when later than its creation, is pkg/gang/ungate's,
 //     fed by informers.go); leader.go: leader election and the fence of its Lease.
 //

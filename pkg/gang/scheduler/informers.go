@@ -150,7 +150,7 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 			DeleteFunc: func(obj any) {
 				if pg, ok := tombstone[*schedulingv1beta1.PodGroup](obj); ok {
 					key := queue.PodGroupKey(pg.Namespace, pg.Name)
-					s.metrics.gangAbandoned(pg, s.ungated.Take(key), time.Now())
+					s.metrics.GangAbandoned(pg, s.ungated.Take(key), time.Now())
 					q.Add(key) // its waiting pods say so
 				}
 			},

@@ -71,12 +71,12 @@ func (s *Scheduler) wireRooms() {
 	}
 	s.commits = commit.New(commit.Config{
 		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Parallelism: s.cfg.CommitParallelism,
-		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.commitMetrics(), Conditions: s.conditions,
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.CommitMetrics(), Conditions: s.conditions,
 		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, Nodes: s.nodes,
 	})
 	cfg := evict.Config{
 		Client: s.cfg.Client, Store: s.commits.Store(), Releaser: s.commits, Parallelism: s.cfg.CommitParallelism,
-		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.evictMetrics(), Conditions: s.conditions,
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.EvictMetrics(), Conditions: s.conditions,
 		Queue: s.queue, Gangs: s.gangs, Disruptions: &s.inf.disrupted,
 		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, PDBs: s.pdbs, PriorityClasses: s.inf.factory.Scheduling().V1().PriorityClasses().Lister(),
 		Placement: s.cfg.Placement, DisablePreemption: s.cfg.DisablePreemption,
@@ -84,7 +84,7 @@ func (s *Scheduler) wireRooms() {
 		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
 	s.status.replacer = replace.New(replace.Deps{Config: s.cfg.Replace, Client: s.cfg.Client, Gate: s.gate, Report: s.report,
-		Metrics: s.cfg.Metrics.replaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions,
+		Metrics: s.cfg.Metrics.ReplaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions,
 		Tree: listerTree(s).Tree}) // a whole gang's previous domain, by id over a restart
 	s.gangs.classify, s.inf.lost = s.status.replacer.Classify, s.status.replacer.Disrupted
 	cfg.NodeLost = s.gangs.nodeLost

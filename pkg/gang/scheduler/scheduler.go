@@ -151,7 +151,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.cfg.OnRecovered != nil {
 		s.cfg.OnRecovered()
 	}
-	s.cfg.Metrics.attach(func() (map[string]int, map[string]int) { return s.queue.Counts(), s.pending.counts() })
+	s.cfg.Metrics.Attach(func() (map[string]int, map[string]int) { return s.queue.Counts(), s.pending.counts() })
 	go s.metricsLoop(ctx)
 	if s.cfg.FreeRoomInterval > 0 {
 		go freeroom.Run(ctx, freeRoomConfig(s))
@@ -267,7 +267,7 @@ func (s *Scheduler) metricsLoop(ctx context.Context) {
 		if n := s.inf.capacityEvents.Load(); n != seen || tick == 0 || tick%metricsFullRefresh == 0 {
 			seen = n
 			if free, err := s.snaps.freeGPUs(); err == nil {
-				s.cfg.Metrics.setFreeGPUs(free)
+				s.cfg.Metrics.SetFreeGPUs(free)
 			} else {
 				klog.FromContext(ctx).Error(err, "Computing free GPUs")
 			}

@@ -131,7 +131,7 @@ func (sn *snapshots) assumePending(ctx context.Context, snap *index.Snapshot) er
 	}
 	sn.trust.Observe(ctx, snap.Tree())
 	pending := sn.assumed.Pending(sn.shown.Visible)
-	sn.metrics.setAssumed(len(pending))
+	sn.metrics.SetAssumed(len(pending))
 	for _, e := range pending {
 		for _, part := range e.Parts {
 			if err := placement.Assume(ctx, snap, part.Gang, part.Decision); err != nil {
@@ -157,7 +157,7 @@ func (sn *snapshots) assumePending(ctx context.Context, snap *index.Snapshot) er
 // decision is never missing from both.
 func (sn *snapshots) freeGPUs() (map[string]int, error) {
 	pending := sn.assumed.Pending(sn.shown.Visible)
-	sn.metrics.setAssumed(len(pending))
+	sn.metrics.SetAssumed(len(pending))
 	extra := assume.Devices(pending)
 	if sn.cache != nil {
 		return sn.cache.FreeGPUs(extra), nil
