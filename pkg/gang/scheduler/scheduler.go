@@ -176,7 +176,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 const poolsWait = 10 * time.Second
 
 func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerFactory) error {
-	inf, err := newInformerSet(factory)
+	inf, err := newInformerSet(factory, s.cfg.CompositePodGroups)
 	if err != nil {
 		return err
 	}
