@@ -5,7 +5,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -74,10 +73,23 @@ func IsFor(c *resourceapi.ResourceClaim, p *v1.Pod) bool {
 	return owner != nil && owner.APIVersion == "v1" && owner.Kind == "Pod" && owner.Name == p.Name && owner.UID == p.UID
 }
 
-// asks reports whether the claim's requests are exactly r's.
+// asks reports whether the claim asks exactly for r's requests (exact
+// counts of a class, nothing more: no selectors, constraints, config,
+// admin access, tolerations or capacity).
 func asks(c *resourceapi.ResourceClaim, r *Request) bool {
-	return equality.Semantic.DeepEqual(c.Spec.Devices.Requests, r.Requests) &&
-		len(c.Spec.Devices.Constraints) == 0 && len(c.Spec.Devices.Config) == 0
+	d := c.Spec.Devices
+	if len(d.Requests) != len(r.Requests) || len(d.Constraints) > 0 || len(d.Config) > 0 {
+		return false
+	}
+	for i, q := range d.Requests {
+		e, w := q.Exactly, r.Requests[i].Exactly
+		if q.Name != r.Requests[i].Name || e == nil || len(q.FirstAvailable) > 0 ||
+			e.DeviceClassName != w.DeviceClassName || e.AllocationMode != w.AllocationMode || e.Count != w.Count ||
+			len(e.Selectors) > 0 || ptr.Deref(e.AdminAccess, false) || len(e.Tolerations) > 0 || e.Capacity != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // reservedOnlyFor reports whether the claim is reserved for nobody but

@@ -40,6 +40,9 @@ type Request struct {
 // resourceapi.AllocationResultsMaxSize devices and DeviceRequestsMaxSize
 // requests: a pod asking for more is refused (ErrUnsupported). Pure.
 func RequestOf(p *v1.Pod, classes Classes) (*Request, error) {
+	if !asksAny(p, classes) {
+		return nil, nil // most pods: no PodRequests to compute
+	}
 	var names []v1.ResourceName
 	podReqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	for name, q := range podReqs {
@@ -64,6 +67,21 @@ func RequestOf(p *v1.Pod, classes Classes) (*Request, error) {
 	}
 	slices.SortFunc(r.Requests, func(a, b resourceapi.DeviceRequest) int { return cmp.Compare(a.Name, b.Name) })
 	return r, r.check(p)
+}
+
+// asksAny reports whether a container of the pod requests a resource a
+// class backs.
+func asksAny(p *v1.Pod, classes Classes) bool {
+	for _, cs := range [][]v1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			for name := range cs[i].Resources.Requests {
+				if classes.For(name) != nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // check refuses a request no ResourceClaim can hold.

@@ -106,13 +106,13 @@ func (c *Claims) Attach(ctx context.Context, g *placement.Gang) error {
 // one, or returns the write that makes one.
 func (c *Claims) attach(m *placement.Member, r *Request) (*write, error) {
 	p := m.Pod
-	want := NewClaim(p, r)
-	have, err := c.cfg.Claims.ResourceClaims(p.Namespace).Get(want.Name)
+	name := ClaimName(p)
+	have, err := c.cfg.Claims.ResourceClaims(p.Namespace).Get(name)
 	switch {
 	case apierrors.IsNotFound(err):
-		return &write{pod: p, claim: want}, nil
+		return &write{pod: p, claim: NewClaim(p, r)}, nil
 	case err != nil:
-		return nil, fmt.Errorf("get claim %s/%s: %w", p.Namespace, want.Name, err)
+		return nil, fmt.Errorf("get claim %s/%s: %w", p.Namespace, name, err)
 	case !IsFor(have, p):
 		return nil, fmt.Errorf("pod %s/%s: the name of its extended-resource claim, %s, is taken by a ResourceClaim that is not the pod's (annotation %s: \"true\" and the pod as controller owner); delete that claim: %w",
 			p.Namespace, p.Name, have.Name, resourceapi.ExtendedResourceClaimAnnotation, placement.ErrInvalid)
@@ -122,7 +122,7 @@ func (c *Claims) attach(m *placement.Member, r *Request) (*write, error) {
 		return nil, fmt.Errorf("pod %s/%s: its extended-resource claim %s asks for other devices than its extended resources (%s) do now, and is reserved for other consumers too; delete the pod: %w",
 			p.Namespace, p.Name, have.Name, namesOf(r.Names), placement.ErrInvalid)
 	case !asks(have, r):
-		return &write{pod: p, claim: want, stale: have}, nil
+		return &write{pod: p, claim: NewClaim(p, r), stale: have}, nil
 	}
 	if !slices.ContainsFunc(m.Claims, func(o *resourceapi.ResourceClaim) bool { return o.UID == have.UID }) {
 		m.Claims = append(m.Claims, have)

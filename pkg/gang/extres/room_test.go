@@ -24,7 +24,7 @@ import (
 
 // roomFor is the room over a fake client holding objects, with listers
 // that show the claims and classes given.
-func roomFor(t *testing.T, claims []*resourceapi.ResourceClaim, hook gate.Hook) (*Claims, *fake.Clientset) {
+func roomFor(t testing.TB, claims []*resourceapi.ResourceClaim, hook gate.Hook) (*Claims, *fake.Clientset) {
 	t.Helper()
 	var objects []runtime.Object
 	claimIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
