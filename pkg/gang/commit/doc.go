@@ -18,12 +18,15 @@
 // release claims),
 // finish.go (roll forward), pipeline.go (commits beside the worker),
 // parallel.go (the writers of one phase), metrics.go (commit and recovery
-// metrics).
+// metrics), extstatus.go (the pods' status.extendedResourceClaimStatus,
+// and what recovery checks of it).
 //
 // Rules:
 //   - A PodGroup commit writes, in phases: the commit record, the shared
 //     claims (reserved for the PodGroup), the per-pod claims (reserved for
-//     their pods), the bindings, the PodGroup condition, and deletes the
+//     their pods; a pod's special claim for its extended resources backed
+//     by DRA among them), the pods' status.extendedResourceClaimStatus
+//     (naming that claim), the bindings, the PodGroup condition, and deletes the
 //     record. A gang of one has no record and no condition. The writes of
 //     a phase run in parallel (Config.Parallelism); a phase starts when the
 //     previous one succeeded, so "a member is bound" implies "every claim

@@ -24,9 +24,10 @@ import (
 //
 // Rules: a pod is bound only when it is a live member of the PodGroup with
 // the record's UID and our schedulerName, unbound, not terminating and not
-// gated, its node exists, and every claim it uses (its own and the
-// PodGroup's) is allocated, reserved for it (or the PodGroup) and usable on
-// that node. Any other pod is skipped and the event says why.
+// gated, its node exists, and every claim it uses (its own, the
+// PodGroup's, and the special claim of its extended resources, which its
+// status must name) is allocated, reserved for it (or the PodGroup) and
+// usable on that node. Any other pod is skipped and the event says why.
 func (c *Committer) finishCommit(ctx context.Context, rec *commitRecord, live *liveCommit) error {
 	var (
 		mu      sync.Mutex
@@ -120,7 +121,7 @@ func (c *Committer) unbindable(ctx context.Context, rec *commitRecord, live *liv
 			return why
 		}
 	}
-	return ""
+	return extendedUnbindable(ctx, c, rec, live, i, node)
 }
 
 // claimUsableOn says why a claim cannot serve consumer on node, "" when it

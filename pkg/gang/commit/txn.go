@@ -197,7 +197,8 @@ func (t *Txn) Undo(ctx context.Context) error {
 }
 
 // writeAll writes a decision phase by phase: record, shared claims, per-pod
-// claims, bindings, condition, clear record. The writes of one phase run in
+// claims, the pods' status.extendedResourceClaimStatus, bindings,
+// condition, clear record. The writes of one phase run in
 // parallel (Config.Parallelism); a phase starts only after every write of
 // the previous one succeeded, so "a member is bound" still implies "every
 // claim write is done".
@@ -207,6 +208,7 @@ func (t *Txn) writeAll(ctx context.Context) error {
 		return fmt.Errorf("the decision allocates claim %s twice; nothing was written", name)
 	}
 	shared, perPod := splitShared(t.writes)
+	statuses := extendedStatuses(t.gang, t.d)
 	phases := []struct {
 		name string
 		skip bool
@@ -223,6 +225,7 @@ func (t *Txn) writeAll(ctx context.Context) error {
 		}},
 		{phaseSharedClaims, len(shared) == 0, func(ctx context.Context) error { return t.writeClaims(ctx, shared) }},
 		{phasePodClaims, len(perPod) == 0, func(ctx context.Context) error { return t.writeClaims(ctx, perPod) }},
+		{phasePodStatus, len(statuses) == 0, func(ctx context.Context) error { return t.writeStatuses(ctx, statuses) }},
 		{phaseBind, false, func(ctx context.Context) error {
 			return Parallel(ctx, c.cfg.Parallelism, len(t.d.Pods), func(ctx context.Context, i int) error {
 				pp := t.d.Pods[i]

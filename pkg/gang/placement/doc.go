@@ -44,7 +44,8 @@
 // (fabric-domain channels only for gangs that use the domain's GPUs),
 // segments.go (hard segments: rules, layout, segmenter), segverify.go
 // (verifying a plan's picks), segexplain.go (SegmentPlacement, refusals of
-// segments).
+// segments), extended.go (the note of a refusal for extended resources
+// backed by DRA; the leaf pkg/gang/placement/extended has the rest).
 //
 // Rules:
 //   - Domains are chosen from free-device counts, which are upper bounds;

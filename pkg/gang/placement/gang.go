@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/extended"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -126,6 +127,9 @@ type Member struct {
 	// volumes (the caller resolves them): the member goes only to nodes
 	// that match every one.
 	VolumePins []*v1.NodeSelector
+	// Extended: the pod's extended resources backed by DRA, with their
+	// claim (one of Claims); nil when none (pkg/gang/extres sets it).
+	Extended *extended.Resources
 }
 
 // Key is "namespace/name".

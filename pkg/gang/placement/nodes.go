@@ -10,6 +10,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/extended"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/rails"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
@@ -187,8 +188,9 @@ func (f *fits) antiExisting(mi int, ns *index.NodeState) bool {
 
 // staticCheck applies the checks that do not depend on load: unschedulable,
 // taints (NoSchedule, NoExecute), node selector and required node affinity,
-// and node selectors of the member's already allocated claims. It returns
-// the failed check or "".
+// node selectors of the member's already allocated claims, and a device
+// plugin serving its DRA-backed extended resources. It returns the failed
+// check or "".
 func staticCheck(logger klog.Logger, ns *index.NodeState, m *shape) string {
 	n := ns.Node()
 	if n.Spec.Unschedulable {
@@ -215,7 +217,7 @@ func staticCheck(logger klog.Logger, ns *index.NodeState, m *shape) string {
 			return CheckVolumeAffinity
 		}
 	}
-	return ""
+	return extended.DevicePluginServes(ns.Allocatable(), m.extended)
 }
 
 // resourceFit returns how many more copies of the member fit on the node by

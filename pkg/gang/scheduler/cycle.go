@@ -89,7 +89,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		}
 		g, err := placement.NewPodGang(pod, s.getClaim)
 		if err == nil {
-			err = s.volumes.Pin(g)
+			err = s.prepare(ctx, g)
 		}
 		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, eff: preemption.ResolvePod(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
@@ -174,7 +174,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 			g.PreviousNodes = g.BoundNodes
 		}
 		g.Running = ms.running // a segmented gang's late members join their segments
-		if err = s.volumes.Pin(g); err == nil {
+		if err = s.prepare(ctx, g); err == nil {
 			// A gang no commit record can hold is refused before it is
 			// placed, not at every commit.
 			err = commit.RecordFits(g)

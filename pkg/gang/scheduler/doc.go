@@ -24,7 +24,9 @@
 //     the decisions of pkg/gang/assume's cache added; free GPUs),
 //     cachefeed.go (the placement cache's feed from the informers),
 //     warm.go (the cache's warm-up).
-//   - members are pinned to their volumes' nodes by pkg/gang/volumepins.
+//   - members are pinned to their volumes' nodes by pkg/gang/volumepins,
+//     and given their extended resources' claims by pkg/gang/extres
+//     (rooms.go: prepare).
 //   - gangStatus: status.go (PodGroup conditions, PodScheduled on pods),
 //     lifecycle.go (a placed gang's members lost; PodGroups missing or
 //     deleting; gated pods), notready.go (the throttled status of gangs

@@ -11,9 +11,11 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/extres"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -92,6 +94,17 @@ func (s *Scheduler) wireRooms() {
 	s.prios = evict.NewPriorities(cfg)
 	s.restarts = evict.NewRestarter(cfg)
 	s.snaps.trust = nodetrust.New(s.report, s.nodes.Get, nil)
+	s.extended = extres.New(extres.Config{Client: s.cfg.Client, Claims: s.claims, Classes: s.snaps.classes, Gate: s.gate, Parallelism: s.cfg.CommitParallelism})
+}
+
+// prepare pins a built gang's members to their volumes' nodes, then gives
+// them their claims for extended resources backed by DRA
+// (pkg/gang/extres), before the gang is placed.
+func (s *Scheduler) prepare(ctx context.Context, g *placement.Gang) error {
+	if err := s.volumes.Pin(g); err != nil {
+		return err
+	}
+	return s.extended.Attach(ctx, g)
 }
 
 // newGuard builds the double-allocation guard of this term on the
@@ -99,18 +112,12 @@ func (s *Scheduler) wireRooms() {
 // through the commit room (wireRooms first).
 func (s *Scheduler) newGuard() *guard.Guard {
 	return guard.New(guard.Config{
-		Client:          s.cfg.Client,
-		RecordNamespace: s.cfg.RecordNamespace,
-		Claims:          s.claims,
-		Pods:            s.pods,
+		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Claims: s.claims, Pods: s.pods,
 		GroupPods: func(namespace, podGroup string) []*v1.Pod {
 			pods, _ := s.gangs.GroupPods(namespace, podGroup)
 			return pods
 		},
-		Gate:     s.gate,
-		Report:   s.report,
-		Metrics:  s.cfg.Metrics,
-		Releaser: claimReleaser{s.commits},
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics, Releaser: claimReleaser{s.commits},
 	})
 }
 

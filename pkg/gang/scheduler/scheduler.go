@@ -19,6 +19,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/extres"
 	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
@@ -66,7 +67,8 @@ type Scheduler struct {
 	// Set by Run: the informers and the listers the loop and the rooms
 	// read; gangs reads gangs' pods; snaps serves the worker its
 	// snapshots (the assume cache is shared with it); volumes pins members
-	// to their volumes' nodes; status writes what users read of a gang.
+	// to their volumes' nodes, extended gives them their claims for
+	// extended resources (prepare); status writes what users read of a gang.
 	inf       *informerSet
 	pods      corelisters.PodLister
 	podGroups schedulinglisters.PodGroupLister
@@ -76,6 +78,7 @@ type Scheduler struct {
 	gangs     *gangPods
 	snaps     *snapshots
 	volumes   *volumepins.Pins
+	extended  *extres.Claims
 	status    *gangStatus
 	// report records events (notes bounded); gate is checked before every
 	// write.
