@@ -47,6 +47,8 @@ var rules = []struct {
 	// What the engine knows of extended resources backed by DRA: a leaf
 	// that reads the cluster index's resource lists.
 	{"pkg/gang/placement/extended", []string{"pkg/topology", "pkg/gang/placement/index"}},
+	// Member order is a leaf too: a pod in, its rank out.
+	{"pkg/gang/placement/rank", nil},
 	// The spare-node policy is a leaf too: it reads the cluster index.
 	{"pkg/gang/placement/spares", []string{"pkg/topology", "pkg/gang/placement/index"}},
 	// The tree search is pure too, above the engine it drives.
@@ -95,7 +97,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

@@ -28,8 +28,8 @@
 //     pkg/gang/placement/segment (segments.go, segverify.go,
 //     segexplain.go).
 //
-// Files: config.go (Config), gang.go (Gang and its builders), rank.go
-// (member order), shape.go (members and their shapes), podaffinity.go
+// Files: config.go (Config), gang.go (Gang and its builders; members in
+// the order of the leaf package pkg/gang/placement/rank), shape.go (members and their shapes), podaffinity.go
 // (Unsupported, the anti-affinity and volume checks' names), place.go
 // (Place, placer), decision.go (Decision and Unschedulable from a Place,
 // Assume), nodes.go (check names, fits), allocator.go (allocator, the

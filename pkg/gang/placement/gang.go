@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/extended"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rank"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -77,7 +78,7 @@ type Gang struct {
 	// gpufabric.dev/topology-spread: balanced); otherwise they are filled
 	// in turn.
 	Balanced bool
-	// Members in rank order (compareMembers: workload index labels, then
+	// Members in rank order (rank.Compare: workload index labels, then
 	// names with numeric suffixes compared as numbers).
 	Members []Member
 	// BoundNodes are the nodes of the gang's members that already run (late
@@ -192,7 +193,7 @@ func NewGang(pg *schedulingv1beta1.PodGroup, pods []*v1.Pod, getClaim ClaimGette
 		g.SharedClaims = append(g.SharedClaims, c)
 	}
 	sorted := slices.Clone(pods)
-	slices.SortStableFunc(sorted, compareMembers)
+	slices.SortStableFunc(sorted, rank.Compare)
 	for _, p := range sorted {
 		m, err := newMember(p, pg, shared, getClaim)
 		if err != nil {
