@@ -284,6 +284,7 @@ func (r *runner) try(gr *gangRun, refused map[int]int) (bool, error) {
 		return true, nil
 	}
 	r.held += gr.heldGPUs() - before
+	r.treeRefused(gr)
 	if gr.placed > 0 && gr.timeoutAt < 0 {
 		gr.timeoutAt = r.now + r.opt.Timeout
 		heap.Push(&r.events, event{t: gr.timeoutAt, kind: evTimeout, gang: gr.g.ID})

@@ -73,6 +73,16 @@ func (r *runner) treeStarted(gr *gangRun) {
 	r.res.Trees.Started(gr.g.Tree, o, r.now-gr.g.Arrival)
 }
 
+// treeRefused counts an attempt of a gang policy that left a tree
+// unplaced and, for the policies other than kube-scheduler's, whether
+// kube's greedy rule would have placed it on the same free GPUs.
+func (r *runner) treeRefused(gr *gangRun) {
+	if gr.g.Tree == nil || r.p.PodByPod() {
+		return
+	}
+	r.res.Trees.Refused(r.p.Name() != PolicyTAS && trees.KubeFits(r.c.Fabric.Topo, r.c.Free, gr.g.Tree))
+}
+
 // heldGPUs is the GPUs of gr's placed pods.
 func (gr *gangRun) heldGPUs() int {
 	n := 0

@@ -157,3 +157,21 @@ func TestLabelLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeFits: kube's rule is checked only where the node labels it reads
+// are the tree's levels.
+func TestKubeFits(t *testing.T) {
+	nvl := topology.TopologyKeyNVLinkDomain
+	seg := &Spec{Kind: KindTraining, Name: "job", TopologyKey: "leaf", Children: []Spec{leafSpec("s0", nvl, 1, 8)}}
+	racks, names := racksOf(rack{"a", "l0", 2, 8})
+	hgx := topoOf([]string{nvl, "rack", "leaf"}, []node{{8, []string{"n0", "r0", "l0"}}, {8, []string{"n1", "r0", "l0"}}})
+	if !KubeFits(racks, freeOf(racks, names, nil), seg) {
+		t.Error("racks that are NVLink domains: kube's rule places the segment, KubeFits says no")
+	}
+	if KubeFits(racks, freeOf(racks, names, map[string]int{"a-n0": 8, "a-n1": 8}), seg) {
+		t.Error("a full rack: KubeFits says yes")
+	}
+	if KubeFits(hgx, hgx.GPUs, seg) {
+		t.Error("HGX: the rack only stands for the NVLink domain, KubeFits says yes")
+	}
+}

@@ -102,3 +102,18 @@ func (r *run) allocated(nodes []int) (used, capacity int) {
 	}
 	return used, max(capacity, 1)
 }
+
+// KubeFits reports whether Kube would place s on free, where the node
+// labels it reads are exactly the tree's levels (false otherwise: on HGX
+// the rack only stands for the NVLink domain). It measures the claim that
+// the engine's joint search places every tree the greedy order places.
+func KubeFits(t *Topology, free []int, s *Spec) bool {
+	for _, key := range s.Keys() {
+		l, err := t.LabelLevel(key)
+		if err != nil || l != t.Level(key) && !t.same(t.Level(key), l) {
+			return false
+		}
+	}
+	out, err := Kube(t, free, s)
+	return err == nil && out != nil
+}

@@ -81,14 +81,21 @@ func TestStatsTable(t *testing.T) {
 	s.Started(job, Outcome{AsAsked: true, Segments: 8, SegmentsInDomain: 8}, 60)
 	s.Started(svc, Outcome{AsAsked: false, Couples: 1, Pairs: 8, PairsMatched: 2}, 0)
 	s.Waiting(job, 600)
+	s.Refused(true)
+	s.Refused(false)
 	var b bytes.Buffer
-	if err := Markdown(&b, []Row{{Policy: "p", Config: "c", Stats: &s, BusyPct: 50}}); err != nil {
+	rows := []Row{{Policy: "p", Config: "c", Stats: &s, BusyPct: 50}, {Policy: "k", Stats: &s, KubeRule: true}, {Policy: "f", Stats: &s, NoRefusals: true}}
+	if err := Markdown(&b, rows); err != nil {
 		t.Fatal(err)
 	}
-	row := strings.Split(strings.TrimSpace(b.String()), "\n")[2]
-	want := "| p | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | 50.0% | c |"
-	if row != want {
-		t.Errorf("row\n%s\nwant\n%s", row, want)
+	got := strings.Split(strings.TrimSpace(b.String()), "\n")[2:]
+	want := []string{
+		"| p | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | 2 (1) | 50.0% | c |",
+		"| k | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | 2 (—) | 0.0% |  |",
+		"| f | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | — | 0.0% |  |",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("rows (-want +got):\n%s", diff)
 	}
 }
 

@@ -20,6 +20,18 @@ type Stats struct {
 	Couples, CouplesMatched                      int
 	Pairs, PairsMatched                          int
 	TrainingWaits, InferenceWaits                []int64
+	// Refusals: attempts that left a tree unplaced; KubeWouldPlace of
+	// them: kube-scheduler's greedy rule (Kube) would have placed the tree
+	// on the same free GPUs (KubeFits).
+	Refusals, KubeWouldPlace int
+}
+
+// Refused counts an attempt that left a tree unplaced.
+func (s *Stats) Refused(kubeWould bool) {
+	s.Refusals++
+	if kubeWould {
+		s.KubeWouldPlace++
+	}
 }
 
 // Started counts a tree placed whole after waiting wait seconds.
@@ -71,20 +83,30 @@ type Row struct {
 	Config  string
 	Stats   *Stats
 	BusyPct float64
+	// NoRefusals: the policy places pod by pod (its refusals are not
+	// counted); KubeRule: it is kube's greedy rule itself.
+	NoRefusals, KubeRule bool
 }
 
 // Markdown writes the tree table.
 func Markdown(w io.Writer, rows []Row) error {
 	var b strings.Builder
-	b.WriteString("| policy | trees placed whole (as asked) | training placed (as asked) | inference placed (as asked) | segments in one NVLink domain | coupled roles on one rail set: services / pod pairs | training wait mean / p99 (min) | inference wait mean / p99 (min) | busy GPUs | how the trees are expressed |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| policy | trees placed whole (as asked) | training placed (as asked) | inference placed (as asked) | segments in one NVLink domain | coupled roles on one rail set: services / pod pairs | training wait mean / p99 (min) | inference wait mean / p99 (min) | tree refusals (kube's greedy would place) | busy GPUs | how the trees are expressed |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		s := r.Stats
-		fmt.Fprintf(&b, "| %s | %d / %d (%d) | %d / %d (%d) | %d / %d (%d) | %s | %s / %s | %s | %s | %.1f%% | %s |\n",
+		refusals := "—"
+		switch {
+		case r.KubeRule:
+			refusals = fmt.Sprintf("%d (—)", s.Refusals)
+		case !r.NoRefusals:
+			refusals = fmt.Sprintf("%d (%d)", s.Refusals, s.KubeWouldPlace)
+		}
+		fmt.Fprintf(&b, "| %s | %d / %d (%d) | %d / %d (%d) | %d / %d (%d) | %s | %s / %s | %s | %s | %s | %.1f%% | %s |\n",
 			r.Policy, s.Placed, s.Trees, s.AsAsked, s.TrainingPlaced, s.Training, s.TrainingAsAsked,
 			s.InferencePlaced, s.Inference, s.InferenceAsAsked, share(s.SegmentsInDomain, s.Segments),
 			share(s.CouplesMatched, s.Couples), share(s.PairsMatched, s.Pairs),
-			waits(s.TrainingWaits), waits(s.InferenceWaits), r.BusyPct, r.Config)
+			waits(s.TrainingWaits), waits(s.InferenceWaits), refusals, r.BusyPct, r.Config)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
