@@ -50,12 +50,15 @@ func BenchmarkRecord(b *testing.B) {
 // wrote it, for comparison.
 func encodeV1(b *testing.B, rec *commitRecord) []byte {
 	w := struct {
-		wireRecord
-		Pods   []wirePodV1   `json:"pods"`
-		Claims []wireClaimV1 `json:"claims"`
-	}{wireRecord: wireRecord{Version: recordVersion1, PodGroup: rec.PodGroup, Domain: rec.Domain, TopologyKey: rec.TopologyKey}}
+		Version     int           `json:"v"`
+		PodGroup    wireGroup     `json:"podGroup"`
+		Domain      string        `json:"domain"`
+		TopologyKey string        `json:"key,omitempty"`
+		Pods        []wirePodV1   `json:"pods"`
+		Claims      []wireClaimV1 `json:"claims"`
+	}{Version: recordVersion1, PodGroup: wireGroup{rec.Root.Namespace, rec.Root.Name, rec.Root.UID}, Domain: rec.Groups[0].Domain, TopologyKey: rec.Groups[0].TopologyKey}
 	for _, p := range rec.Pods {
-		w.Pods = append(w.Pods, wirePodV1(p))
+		w.Pods = append(w.Pods, wirePodV1{Name: p.Name, UID: p.UID, Node: p.Node})
 	}
 	for _, c := range rec.Claims {
 		wc := wireClaimV1{Name: c.Name, UID: c.UID, Allocation: c.Allocation}

@@ -34,14 +34,14 @@ func uuid(kind, i int) types.UID {
 // ("<job>-<index>-<suffix>", "<pod>-<claim>-<suffix>"), 8 pods per node,
 // every claim allocated.
 func jobRecord(pods, claims int) *commitRecord {
-	rec := &commitRecord{Version: recordVersion, PodGroup: recordGroup{Namespace: "team-research", Name: "pretrain-llama-70b-worker", UID: "uid-pg"},
-		Domain: "rack-07", TopologyKey: "gpufabric.dev/rack"}
+	rec := &commitRecord{Version: recordVersion, Root: Root{Kind: KindPodGroup, Namespace: "team-research", Name: "pretrain-llama-70b-worker", UID: "uid-pg"},
+		Groups: []recordGroup{{Namespace: "team-research", Name: "pretrain-llama-70b-worker", UID: "uid-pg", Domain: "rack-07", TopologyKey: "gpufabric.dev/rack"}}}
 	for i := range pods {
 		name := fmt.Sprintf("pretrain-llama-70b-worker-%d-%05x", i, (i*7919)%(1<<20))
 		rec.Pods = append(rec.Pods, recordPod{Name: name, UID: uuid(0, i), Node: fmt.Sprintf("gpu-rack%02d-node%03d", i/8/32, i/8%32)})
 		for c := range claims {
 			rec.Claims = append(rec.Claims, recordClaim{Name: fmt.Sprintf("%s-gpus%d-%05x", name, c, (i*31+c)%(1<<20)), UID: uuid(1+c, i),
-				Pods: []string{name}, Allocation: fmt.Sprintf("%032x", i*4+c)})
+				Pods: []string{name}, Groups: []int{0}, Allocation: fmt.Sprintf("%032x", i*4+c)})
 		}
 	}
 	return rec

@@ -98,9 +98,10 @@ func TestRecordVersion1StillRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &commitRecord{Version: 1, PodGroup: recordGroup{Namespace: "ns", Name: "pg", UID: "uid-pg"}, Domain: "dom",
+	want := &commitRecord{Version: 1, Root: Root{Kind: KindPodGroup, Namespace: "ns", Name: "pg", UID: "uid-pg"},
+		Groups: []recordGroup{{Namespace: "ns", Name: "pg", UID: "uid-pg", Domain: "dom"}},
 		Pods:   []recordPod{{Name: "p0", UID: "uid-p0", Node: "node-a"}},
-		Claims: []recordClaim{{Name: "fabric", UID: "uid-fabric", Allocation: "0123456789abcdef0123456789abcdef"}, {Name: "p0-gpus", UID: "uid-p0-gpus", Pods: []string{"p0"}}}}
+		Claims: []recordClaim{{Name: "fabric", UID: "uid-fabric", Groups: []int{0}, Allocation: "0123456789abcdef0123456789abcdef"}, {Name: "p0-gpus", UID: "uid-p0-gpus", Pods: []string{"p0"}, Groups: []int{0}}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("version 1 (-want +got):\n%s", diff)
 	}
@@ -123,9 +124,9 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"unknown field", strings.Replace(valid, `"v":2`, `"v":2,"release":["victim"]`, 1), `unknown field "release"`, ""},
 		{"unknown pod field", strings.Replace(valid, `"o":1`, `"o":1,"bind":"x"`, 1), `unknown field "bind"`, ""},
 		{"trailing data", valid + `{"v":2}`, "trailing data", ""},
-		{"version", strings.Replace(valid, `"v":2`, `"v":3`, 1), "version 3, want 1 or 2", ""},
+		{"version", strings.Replace(valid, `"v":2`, `"v":4`, 1), "version 4, want 1, 2 or 3", ""},
 		{"version 1 with a node table", strings.Replace(valid, `"v":2`, `"v":1`, 1), "version 1 has no nodes", ""},
-		{"namespace", mutate(func(r *commitRecord) { r.PodGroup.Namespace = "Bad_NS" }), "podGroup.namespace", ""},
+		{"namespace", mutate(func(r *commitRecord) { r.Root.Namespace, r.Groups[0].Namespace = "Bad_NS", "Bad_NS" }), "podGroup.namespace", ""},
 		{"pod name", mutate(func(r *commitRecord) { r.Pods[0].Name = "../p"; r.Claims[1].Pods = nil }), "pods[0].n", ""},
 		{"node name", mutate(func(r *commitRecord) { r.Pods[1].Node = "" }), "pods[1].node", ""},
 		{"node index", strings.Replace(valid, `"o":1`, `"o":7`, 1), "pods[1].o: node 7 of 2", ""},
@@ -170,8 +171,8 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err := rec.validate(); err != nil {
 			t.Fatalf("decoded record does not validate: %v", err)
 		}
-		if rec.PodGroup.UID != "uid-pg" {
-			t.Fatalf("record of group %q accepted under %s", rec.PodGroup.UID, validName)
+		if rec.Root.UID != "uid-pg" {
+			t.Fatalf("record of group %q accepted under %s", rec.Root.UID, validName)
 		}
 		again, err := decodeRecord(validName, encode(t, rec))
 		if err != nil {
