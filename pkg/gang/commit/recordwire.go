@@ -390,4 +390,3 @@ func decodeStrict(raw []byte, what string, v any) error {
 	}
 	return nil
 }
-
