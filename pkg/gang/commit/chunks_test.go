@@ -41,7 +41,7 @@ func jobRecord(pods, claims int) *commitRecord {
 		rec.Pods = append(rec.Pods, recordPod{Name: name, UID: uuid(0, i), Node: fmt.Sprintf("gpu-rack%02d-node%03d", i/8/32, i/8%32)})
 		for c := range claims {
 			rec.Claims = append(rec.Claims, recordClaim{Name: fmt.Sprintf("%s-gpus%d-%05x", name, c, (i*31+c)%(1<<20)), UID: uuid(1+c, i),
-				Pods: []string{name}, Groups: []int{0}, Allocation: fmt.Sprintf("%032x", i*4+c)})
+				Pods: []string{name}, Allocation: fmt.Sprintf("%032x", i*4+c)})
 		}
 	}
 	return rec

@@ -68,10 +68,11 @@ type recordClaim struct {
 	// members share by name; none for a PodGroup claim (reserved for the
 	// PodGroup).
 	Pods []string
-	// Groups are the indices of the PodGroups the claim is reserved for
-	// (a tree's leaves' claims). A flat gang's record names its one
-	// PodGroup on every claim, as versions 1 and 2 are read: a roll-back
-	// removes the PodGroup's reservation from every claim of the record.
+	// Groups are the indices of the PodGroups of a tree the claim is
+	// reserved for (its leaves' PodGroup claims). None in a flat gang's
+	// record, whose one PodGroup stands for every claim (versions 1 and
+	// 2): its roll-back removes the PodGroup's reservation from every
+	// claim of the record.
 	Groups []int
 	// Allocation is the fingerprint of the allocation the commit writes;
 	// "" when the commit only adds reservations to an allocated claim.
@@ -122,9 +123,6 @@ func newTreeRecord(root Root, leaves []Leaf, writes []claimWrite) *commitRecord 
 					rc.Groups = append(rc.Groups, g)
 				}
 			}
-		}
-		if !rec.tree() {
-			rc.Groups = []int{0}
 		}
 		if w.alloc != nil {
 			rc.Allocation = AllocationFingerprint(w.alloc)
@@ -241,8 +239,8 @@ func (r *commitRecord) validatePods(p *Problems) map[string]bool {
 }
 
 // validateClaims checks the claims: each once, its pods in the record,
-// its groups in range and each once (a flat record's: its one group), a
-// tree's reserved for some pod or group.
+// its groups in range and each once (none in a flat record's), a tree's
+// reserved for some pod or group.
 func (r *commitRecord) validateClaims(p *Problems, pods map[string]bool) {
 	if len(r.Claims) > MaxRecordClaims {
 		p.Addf("%d claims, over the limit of %d", len(r.Claims), MaxRecordClaims)
@@ -278,8 +276,8 @@ func (r *commitRecord) validateClaims(p *Problems, pods map[string]bool) {
 			}
 		}
 		switch {
-		case !r.tree() && (len(c.Groups) != 1 || c.Groups[0] != 0):
-			p.Addf("claims[%d].g: %v in the record of a podgroup, want its one group", i, Shorten(fmt.Sprint(c.Groups), 40))
+		case !r.tree() && len(c.Groups) > 0:
+			p.Addf("claims[%d].g: %d groups in the record of a podgroup", i, len(c.Groups))
 		case r.tree() && len(c.Pods) == 0 && len(c.Groups) == 0:
 			p.Addf("claims[%d]: reserved for no pod and no group", i)
 		}

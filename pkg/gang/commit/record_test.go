@@ -101,7 +101,7 @@ func TestRecordVersion1StillRead(t *testing.T) {
 	want := &commitRecord{Version: 1, Root: Root{Kind: KindPodGroup, Namespace: "ns", Name: "pg", UID: "uid-pg"},
 		Groups: []recordGroup{{Namespace: "ns", Name: "pg", UID: "uid-pg", Domain: "dom"}},
 		Pods:   []recordPod{{Name: "p0", UID: "uid-p0", Node: "node-a"}},
-		Claims: []recordClaim{{Name: "fabric", UID: "uid-fabric", Groups: []int{0}, Allocation: "0123456789abcdef0123456789abcdef"}, {Name: "p0-gpus", UID: "uid-p0-gpus", Pods: []string{"p0"}, Groups: []int{0}}}}
+		Claims: []recordClaim{{Name: "fabric", UID: "uid-fabric", Allocation: "0123456789abcdef0123456789abcdef"}, {Name: "p0-gpus", UID: "uid-p0-gpus", Pods: []string{"p0"}}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("version 1 (-want +got):\n%s", diff)
 	}
@@ -163,6 +163,9 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(`{"v":1,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"","pods":[{"n":"a","u":"u","node":"n"}],"claims":[]}`)
 	f.Add(`{"v":2,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"","nodes":["n"],"pods":[{"n":"a","u":"u","o":0}],"claims":[{"n":"c","u":"v","p":[0]}]}`)
 	f.Add(`{"v":2,"pods":null}`)
+	tree := validTreeRecord()
+	tree.Root.UID = "uid-pg"
+	f.Add(string(encode(f, tree)))
 	f.Fuzz(func(t *testing.T, raw string) {
 		rec, err := decodeRecord(validName, []byte(raw))
 		if err != nil {

@@ -27,7 +27,7 @@ import (
 //	{"v":3,"root":{"kind","namespace","name","uid"},
 //	 "groups":[{"namespace","name","uid","domain","key"}],
 //	 "nodes":[…],"pods":[{"n","u","o","g":<group index>}],
-//	 "claims":[{"n","u","p":[…],"g":[<group index>…],"a"}]}
+//	 "claims":[{"n","u","p":[…],"a","g":[<group index>…]}]}
 //
 // A flat gang's record stays version 2, so that a scheduler of the
 // previous release reads it (a rolling upgrade, a rollback). Version 1
@@ -251,7 +251,7 @@ func (rec *commitRecord) fromV1(w wireRecord) error {
 		rec.Pods = append(rec.Pods, recordPod{Name: p.Name, UID: p.UID, Node: p.Node})
 	}
 	for _, c := range claims {
-		rc := recordClaim{Name: c.Name, UID: c.UID, Groups: []int{0}, Allocation: c.Allocation}
+		rc := recordClaim{Name: c.Name, UID: c.UID, Allocation: c.Allocation}
 		if c.Pod != "" {
 			rc.Pods = []string{c.Pod}
 		}
@@ -269,13 +269,7 @@ func (rec *commitRecord) fromV2(w wireRecord) error {
 	if err := decodeLists(w, &pods, &claims); err != nil {
 		return err
 	}
-	if err := rec.resolve(w.Nodes, pods, claims); err != nil {
-		return err
-	}
-	for i := range rec.Claims {
-		rec.Claims[i].Groups = []int{0}
-	}
-	return nil
+	return rec.resolve(w.Nodes, pods, claims)
 }
 
 func (rec *commitRecord) fromV3(w wireRecord) error {

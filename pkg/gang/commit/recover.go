@@ -207,11 +207,15 @@ func (c *Committer) rollBack(ctx context.Context, rec *commitRecord, live *liveC
 			}
 		}
 	}
+	var flat []types.UID // a flat record's PodGroup, on every claim
+	if !rec.tree() && rolled(0) {
+		flat = []types.UID{rec.Groups[0].UID}
+	}
 	var released atomic.Int32
 	errs := make([]error, len(rec.Claims))
 	err := Parallel(ctx, c.cfg.Parallelism, len(rec.Claims), func(ctx context.Context, i int) error {
 		rc, rcl := live.claims[i], rec.Claims[i]
-		var groups []types.UID
+		groups := flat
 		for _, g := range rcl.Groups {
 			if rolled(g) {
 				groups = append(groups, rec.Groups[g].UID)

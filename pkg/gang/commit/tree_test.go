@@ -1,0 +1,529 @@
+package commit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// tree is a placed CompositePodGroup "ns/job" on a fake clientset: leaves
+// leaf PodGroups of pods members each. Each leaf has a PodGroup claim
+// ("leaf-<g>-fabric", reserved for its PodGroup), each member a claim of
+// its own; the first member of every leaf also names "dataset", a claim
+// allocated before the commit (reserved for another consumer), so one
+// write reserves it for a pod of each leaf. Two members per node.
+type tree struct {
+	*world
+	root   Root
+	leaves []Leaf
+}
+
+func treeGang(leaves, pods int) *tree {
+	t := &tree{world: &world{}, root: Root{Kind: KindCompositePodGroup, Namespace: "ns", Name: "job", UID: "uid-root"}}
+	w := t.world
+	dataset := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "dataset", UID: "uid-dataset"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}, ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "other", UID: "uid-other"}}}}
+	w.objects = append(w.objects, dataset)
+	for g := range leaves {
+		name := fmt.Sprintf("leaf-%d", g)
+		pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: uuid(9, g)}}
+		gang := &placement.Gang{Namespace: "ns", Name: name, UID: pg.UID, MinCount: pods}
+		d := &placement.Decision{Gang: "ns/" + name, Domain: fmt.Sprintf("rack-%d", g), TopologyKey: "gpufabric.dev/rack"}
+		claim := func(name string, i int) *resourceapi.ResourceClaim {
+			rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: uuid(20+g, i)}}
+			d.Claims = append(d.Claims, placement.ClaimAllocation{Namespace: "ns", Name: name, UID: rc.UID, Allocation: resourceapi.AllocationResult{
+				Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Request: "r", Driver: topology.DriverName, Pool: name, Device: "d"}}}}})
+			w.objects = append(w.objects, rc)
+			return rc
+		}
+		fabric := claim(name+"-fabric", 1<<20)
+		d.Claims[0].Shared = true
+		gang.SharedClaims = []*resourceapi.ResourceClaim{fabric}
+		pg.Spec.ResourceClaims = []schedulingv1beta1.PodGroupResourceClaim{{Name: "fabric", ResourceClaimName: &fabric.Name}}
+		w.objects = append(w.objects, pg)
+		for i := range pods {
+			node := fmt.Sprintf("node-%d-%d", g, i/2)
+			if i%2 == 0 {
+				w.nodes = append(w.nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+			}
+			pname := fmt.Sprintf("%s-worker-%d", name, i)
+			p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: pname, UID: uuid(40+g, i)},
+				Spec: v1.PodSpec{SchedulerName: topology.SchedulerName, SchedulingGroup: &v1.PodSchedulingGroup{PodGroupName: &pg.Name}}}
+			own := claim(pname+"-gpus", i)
+			d.Claims[len(d.Claims)-1].Pod = pname
+			m := placement.Member{Pod: p, Claims: []*resourceapi.ResourceClaim{own}}
+			p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpus", ResourceClaimName: &own.Name}}
+			if i == 0 {
+				m.Claims = append(m.Claims, dataset)
+				p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, v1.PodResourceClaim{Name: "data", ResourceClaimName: &dataset.Name})
+			}
+			gang.Members = append(gang.Members, m)
+			d.Pods = append(d.Pods, placement.PodPlacement{Namespace: "ns", Name: pname, UID: p.UID, Node: node})
+			w.objects = append(w.objects, p)
+		}
+		t.leaves = append(t.leaves, Leaf{PodGroup: pg, Gang: gang, Decision: d})
+	}
+	for _, nd := range w.nodes {
+		w.objects = append(w.objects, nd)
+	}
+	return t
+}
+
+// committed is the state of a tree committed whole: every pod bound,
+// every claim allocated (the fabric claims, the pods' own and the
+// dataset) and reserved (its leaf's PodGroup, its pod; the dataset for
+// its other consumer and a pod of each leaf), no record.
+func (t *tree) committed() state {
+	l, p := len(t.leaves), len(t.leaves[0].Decision.Pods)
+	return state{bound: l * p, allocated: l + l*p + 1, reserved: l + l*p + 1 + l}
+}
+
+// rolledBack is the state of a tree none of whose writes is left: only
+// the dataset, as it was.
+func (t *tree) rolledBack() state { return state{allocated: 1, reserved: 1} }
+
+func (t *tree) begin(tb testing.TB, c *Committer) *Txn {
+	tb.Helper()
+	txn, err := c.BeginTree(t.root, t.leaves)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return txn
+}
+
+// conditions returns each leaf's last InitiallyScheduled condition
+// message, "" for none, by leaf.
+func (t *tree) conditions(tb testing.TB, client *fake.Clientset) []string {
+	tb.Helper()
+	out := make([]string, len(t.leaves))
+	for g, l := range t.leaves {
+		pg, err := client.SchedulingV1beta1().PodGroups("ns").Get(context.Background(), l.PodGroup.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		must(tb, err)
+		if pg.UID != l.PodGroup.UID {
+			continue
+		}
+		for _, c := range pg.Status.Conditions {
+			if c.Type == vocab.ConditionInitiallyScheduled && c.Status == metav1.ConditionTrue && c.Reason == vocab.ReasonScheduled {
+				out[g] = c.Message
+			}
+		}
+	}
+	return out
+}
+
+// claim reads claim name.
+func claimOf(tb testing.TB, client *fake.Clientset, name string) *resourceapi.ResourceClaim {
+	tb.Helper()
+	rc, err := client.ResourceV1().ResourceClaims("ns").Get(context.Background(), name, metav1.GetOptions{})
+	must(tb, err)
+	return rc
+}
+
+// consumers lists a claim's reservations as "resource/name".
+func consumers(rc *resourceapi.ResourceClaim) []string {
+	var out []string
+	for _, r := range rc.Status.ReservedFor {
+		out = append(out, r.Resource+"/"+r.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// treePhase numbers a step of a tree's commit by its phase.
+func treePhase(step gate.Step, object string) int {
+	if (step == gate.StepClaimFinalizer || step == gate.StepClaimStatus) && strings.HasSuffix(object, "-fabric") {
+		return 1
+	}
+	return commitPhase(step, object)
+}
+
+// TestTreeCommit: the leaves of a tree commit as one transaction, phase by
+// phase over all leaves (record; every leaf's PodGroup claim; every
+// member's claims; every binding; every leaf's condition; clear), with
+// one record named by the root's UID that names every leaf, each pod's
+// leaf and each PodGroup claim's leaf; each leaf's claim is reserved for
+// its own PodGroup, a claim members of several leaves name gets one write
+// reserving it for all of them, and each leaf's condition says where that
+// leaf went.
+func TestTreeCommit(t *testing.T) {
+	const leaves, pods = 3, 4
+	tr := treeGang(leaves, pods)
+	tr.parallelism = 4
+	client := tr.clientset()
+	var recorded *commitRecord
+	client.PrependReactor("create", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		cm := a.(k8stesting.CreateAction).GetObject().(*v1.ConfigMap)
+		rec, err := decodeRecord(cm.Name, []byte(cm.Data[RecordKey]))
+		if err != nil {
+			t.Errorf("record %s: %v", cm.Name, err)
+		}
+		recorded = rec
+		return false, nil, nil
+	})
+	var mu sync.Mutex
+	var phases []int
+	var steps []string
+	hook := func(step gate.Step, object string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		phases = append(phases, treePhase(step, object))
+		steps = append(steps, string(step)+" "+object)
+		return nil
+	}
+	c := tr.committer(client, hook, nil)
+	txn := tr.begin(t, c)
+	if err := txn.Run(t.Context()); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if !slices.IsSorted(phases) {
+		t.Errorf("phases out of order: %v\n%s", phases, strings.Join(steps, "\n"))
+	}
+	// record, 2 per fabric claim, 2 per own claim, 1 for the dataset, a
+	// binding per pod, a condition per leaf, clear, done.
+	if want := 1 + 2*leaves + 2*leaves*pods + 1 + leaves*pods + leaves + 2; len(phases) != want {
+		t.Errorf("%d steps, want %d:\n%s", len(phases), want, strings.Join(steps, "\n"))
+	}
+	if got, want := tr.state(t, client), tr.committed(); got != want {
+		t.Errorf("after the commit %+v, want %+v", got, want)
+	}
+	if n := len(txn.Written()); n != leaves+leaves*pods+1 {
+		t.Errorf("%d written claims reported, want %d", n, leaves+leaves*pods+1)
+	}
+	if c.Record(tr.root.UID) != nil {
+		t.Error("record still known after the commit")
+	}
+	for g, msg := range tr.conditions(t, client) {
+		if want := fmt.Sprintf("placed %d pods in gpufabric.dev/rack rack-%d", pods, g); msg != want {
+			t.Errorf("leaf %d: condition %q, want %q", g, msg, want)
+		}
+		if got, want := consumers(claimOf(t, client, fmt.Sprintf("leaf-%d-fabric", g))), []string{fmt.Sprintf("podgroups/leaf-%d", g)}; !slices.Equal(got, want) {
+			t.Errorf("leaf %d's claim reserved for %v, want %v", g, got, want)
+		}
+	}
+	if got, want := consumers(claimOf(t, client, "dataset")), []string{"pods/leaf-0-worker-0", "pods/leaf-1-worker-0", "pods/leaf-2-worker-0", "pods/other"}; !slices.Equal(got, want) {
+		t.Errorf("dataset reserved for %v, want %v", got, want)
+	}
+	if recorded == nil {
+		t.Fatal("no record written")
+	}
+	if recorded.Version != recordVersionTree || recorded.Root != tr.root || len(recorded.Groups) != leaves || len(recorded.Pods) != leaves*pods {
+		t.Errorf("record: version %d, root %+v, %d groups, %d pods", recorded.Version, recorded.Root, len(recorded.Groups), len(recorded.Pods))
+	}
+	for i, p := range recorded.Pods {
+		if want := fmt.Sprintf("leaf-%d-", p.Group); !strings.HasPrefix(p.Name, want) {
+			t.Errorf("pods[%d] %s in group %d", i, p.Name, p.Group)
+		}
+	}
+	for _, rc := range recorded.Claims {
+		var want []int
+		if g, ok := strings.CutSuffix(rc.Name, "-fabric"); ok {
+			want = []int{int(g[len(g)-1] - '0')}
+		}
+		if !slices.Equal(rc.Groups, want) {
+			t.Errorf("claim %s recorded for groups %v, want %v", rc.Name, rc.Groups, want)
+		}
+	}
+}
+
+// TestTreeCommitKilled: a tree's commit killed at any phase is, after the
+// next term's recovery, all or nothing over the whole tree: rolled back
+// (every claim the commit allocated released, every reservation it added
+// gone, no condition) when no member of any leaf was bound, else finished
+// (every member of every leaf bound, every claim reserved once, every
+// leaf's condition set); no record is left.
+func TestTreeCommitKilled(t *testing.T) {
+	const leaves, pods = 3, 4
+	tr := treeGang(leaves, pods)
+	tr.parallelism = 2
+	tests := []struct {
+		name     string
+		kill     gate.Hook
+		finished bool
+	}{
+		{"record", killAt(gate.StepRecord, 1), false},
+		{"shared claims", killAt(gate.StepClaimStatus, 2), false},
+		{"pod claims", killAt(gate.StepClaimStatus, leaves+5), false},
+		{"first binding", killAt(gate.StepBind, 1), false},
+		{"bindings of the second leaf", killAt(gate.StepBind, pods+2), true},
+		{"second condition", killAt(gate.StepCondition, 2), true},
+		{"clear record", killAt(gate.StepClearRecord, 1), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := tr.clientset()
+			if tc.name == "first binding" {
+				tr.parallelism = 1 // no binding past the hook beside the first
+				defer func() { tr.parallelism = 2 }()
+			}
+			err := tr.begin(t, tr.committer(client, tc.kill, nil)).Run(t.Context())
+			if !errors.Is(err, gate.ErrAborted) {
+				t.Fatalf("run ended with %v, want the kill", err)
+			}
+			must(t, tr.committer(client, nil, nil).RecoverAll(t.Context()))
+			want, conditions := tr.rolledBack(), 0
+			if tc.finished {
+				want, conditions = tr.committed(), leaves
+			}
+			if got := tr.state(t, client); got != want {
+				t.Errorf("after recovery %+v, want %+v", got, want)
+			}
+			n := 0
+			for _, msg := range tr.conditions(t, client) {
+				if msg != "" {
+					n++
+				}
+			}
+			if n != conditions {
+				t.Errorf("%d leaves with a condition, want %d", n, conditions)
+			}
+		})
+	}
+}
+
+// TestTreeRecoverLeafGone: a leaf whose PodGroup was deleted (or replaced)
+// before recovery is rolled back as a flat gang's commit is when its
+// PodGroup is gone (its PodGroup claim released, no pod of it bound)
+// while the tree's other leaves are finished; the record goes.
+func TestTreeRecoverLeafGone(t *testing.T) {
+	for _, replaced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replaced=%v", replaced), func(t *testing.T) {
+			tr := treeGang(3, 4)
+			tr.parallelism = 1
+			client := tr.clientset()
+			err := tr.begin(t, tr.committer(client, killAt(gate.StepBind, 3), nil)).Run(t.Context()) // leaf 0's first two pods bound
+			if !errors.Is(err, gate.ErrAborted) {
+				t.Fatalf("run ended with %v, want the kill", err)
+			}
+			pgs := client.SchedulingV1beta1().PodGroups("ns")
+			must(t, pgs.Delete(t.Context(), "leaf-1", metav1.DeleteOptions{}))
+			if replaced {
+				_, err := pgs.Create(t.Context(), &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "leaf-1", UID: "uid-new"}}, metav1.CreateOptions{})
+				must(t, err)
+			}
+			rec := events.NewFakeRecorder(20)
+			c := tr.committer(client, nil, report.New(rec))
+			head, err := client.CoreV1().ConfigMaps(recordNS).Get(t.Context(), vocab.RecordName(tr.root.UID), metav1.GetOptions{})
+			must(t, err)
+			must(t, c.RecoverRecord(t.Context(), head))
+			if st := tr.state(t, client); st.records != 0 || st.bound != 8 {
+				t.Errorf("after recovery %+v, want leaves 0 and 2 bound (8 pods) and no record", st)
+			}
+			if rc := claimOf(t, client, "leaf-1-fabric"); rc.Status.Allocation != nil || len(rc.Status.ReservedFor) != 0 {
+				t.Errorf("the gone leaf's claim: allocated %v, reserved for %v; want released", rc.Status.Allocation != nil, consumers(rc))
+			}
+			for _, g := range []int{0, 2} {
+				if rc := claimOf(t, client, fmt.Sprintf("leaf-%d-fabric", g)); rc.Status.Allocation == nil || len(rc.Status.ReservedFor) != 1 {
+					t.Errorf("leaf %d's claim: allocated %v, reserved for %v", g, rc.Status.Allocation != nil, consumers(rc))
+				}
+			}
+			if got := tr.conditions(t, client); got[0] == "" || got[1] != "" || got[2] == "" {
+				t.Errorf("conditions %q, want leaves 0 and 2 only", got)
+			}
+			if replaced {
+				pg, err := pgs.Get(t.Context(), "leaf-1", metav1.GetOptions{})
+				must(t, err)
+				if len(pg.Status.Conditions) != 0 {
+					t.Errorf("the new leaf-1 got conditions %v", pg.Status.Conditions)
+				}
+			}
+		})
+	}
+}
+
+// TestTreeRecoverBadLeaf: one leaf whose binding and condition the API
+// refuses does not stop the others' recovery: they are bound and get their
+// conditions, the error names the bad leaf's pod, and the record stays;
+// once the API accepts, the next recovery finishes that leaf too and the
+// record goes.
+func TestTreeRecoverBadLeaf(t *testing.T) {
+	tr := treeGang(3, 4)
+	tr.parallelism = 1
+	client := tr.clientset()
+	err := tr.begin(t, tr.committer(client, killAt(gate.StepBind, 2), nil)).Run(t.Context())
+	if !errors.Is(err, gate.ErrAborted) {
+		t.Fatalf("run ended with %v, want the kill", err)
+	}
+	var refuse atomic.Bool
+	refuse.Store(true)
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" && refuse.Load() && a.(k8stesting.CreateAction).GetObject().(*v1.Binding).Name == "leaf-1-worker-2" {
+			return true, nil, apierrors.NewInternalError(errors.New("binding refused"))
+		}
+		return false, nil, nil
+	})
+	client.PrependReactor("update", "podgroups", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && refuse.Load() && a.(k8stesting.UpdateAction).GetObject().(*schedulingv1beta1.PodGroup).Name == "leaf-2" {
+			return true, nil, apierrors.NewInternalError(errors.New("status refused"))
+		}
+		return false, nil, nil
+	})
+	head, err := client.CoreV1().ConfigMaps(recordNS).Get(t.Context(), vocab.RecordName(tr.root.UID), metav1.GetOptions{})
+	must(t, err)
+	err = tr.committer(client, nil, nil).RecoverRecord(t.Context(), head)
+	if err == nil || !strings.Contains(err.Error(), "leaf-1-worker-2") || !strings.Contains(err.Error(), "status refused") {
+		t.Fatalf("recovery: %v, want the refused binding and condition", err)
+	}
+	if st := tr.state(t, client); st.bound != 11 || st.records != 1 {
+		t.Errorf("after the first recovery %+v, want all but one pod bound and the record kept", st)
+	}
+	if got := tr.conditions(t, client); got[0] == "" || got[1] != "" || got[2] != "" {
+		t.Errorf("conditions %q, want leaf 0's only", got)
+	}
+	refuse.Store(false)
+	must(t, tr.committer(client, nil, nil).RecoverAll(t.Context()))
+	if got, want := tr.state(t, client), tr.committed(); got != want {
+		t.Errorf("after the second recovery %+v, want %+v", got, want)
+	}
+	if got := tr.conditions(t, client); slices.Contains(got, "") {
+		t.Errorf("conditions %q, want every leaf's", got)
+	}
+}
+
+// TestTreeUndo: a tree's commit whose bindings the API refuses is undone
+// from its own record: the whole tree rolled back, an event on every
+// leaf saying so, no record rejected.
+func TestTreeUndo(t *testing.T) {
+	tr := treeGang(3, 2)
+	client := tr.clientset()
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "binding", nil, apierrors.NewInternalError(errors.New("binding refused"))
+	})
+	rec := events.NewFakeRecorder(20)
+	err := tr.begin(t, tr.committer(client, nil, report.New(rec))).Run(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "binding refused") || strings.Contains(err.Error(), "undo") {
+		t.Fatalf("run: %v, want the binding's error and an undo that worked", err)
+	}
+	if got, want := tr.state(t, client), tr.rolledBack(); got != want {
+		t.Errorf("after the undo %+v, want %+v", got, want)
+	}
+	close(rec.Events)
+	var rolled []string
+	for e := range rec.Events {
+		if strings.Contains(e, vocab.EventCommitRecordRejected) {
+			t.Errorf("event %q: the undo rejected the commit's own record", e)
+		}
+		if strings.Contains(e, vocab.EventCommitRolledBack) && strings.Contains(e, "of compositepodgroup ns/job to gpufabric.dev/rack rack-") {
+			rolled = append(rolled, e)
+		}
+	}
+	if len(rolled) != 3 {
+		t.Errorf("%d roll-back events naming the tree, want one per leaf: %q", len(rolled), rolled)
+	}
+}
+
+// TestFlatRecordStillVersion2: a flat gang's commit writes the record the
+// previous release wrote, byte for byte (it reads it back after a rolling
+// upgrade or a rollback), and that record is recovered: a gang killed in
+// its bindings is finished from it.
+func TestFlatRecordStillVersion2(t *testing.T) {
+	const previous = `{"v":2,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"dom","key":"gpufabric.dev/nvlinkDomain","nodes":["node-a","node-b"],` +
+		`"pods":[{"n":"p0","u":"uid-p0","o":0},{"n":"p1","u":"uid-p1","o":1},{"n":"p2","u":"uid-p2","o":0}],` +
+		`"claims":[{"n":"fabric","u":"uid-fabric","a":"0a945083b774b41a31aa4e56b9132850"},{"n":"p0-gpus","u":"uid-p0-gpus","p":[0],"a":"0a945083b774b41a31aa4e56b9132850"},` +
+		`{"n":"user","u":"uid-user","p":[1]},{"n":"pair","u":"uid-pair","p":[1,2],"a":"0a945083b774b41a31aa4e56b9132850"}]}`
+	if got := string(encode(t, validRecord())); got != previous {
+		t.Errorf("flat record\n%s\nwant the previous release's\n%s", got, previous)
+	}
+	w := jobGang(4, 1, false)
+	w.parallelism = 1
+	client := w.clientset()
+	err := w.committer(client, killAt(gate.StepBind, 2), nil).Begin(w.pg, w.g, w.d).Run(t.Context())
+	if !errors.Is(err, gate.ErrAborted) {
+		t.Fatalf("run ended with %v, want the kill", err)
+	}
+	head, err := client.CoreV1().ConfigMaps(recordNS).Get(t.Context(), vocab.RecordName(w.pg.UID), metav1.GetOptions{})
+	must(t, err)
+	if !strings.HasPrefix(head.Data[RecordKey], `{"v":2,"podGroup":{"namespace":"ns","name":"train","uid":"uid-pg"},"domain":"rack-1","nodes":`) {
+		t.Errorf("record %s, want version 2", Shorten(head.Data[RecordKey], 200))
+	}
+	must(t, w.committer(client, nil, nil).RecoverAll(t.Context()))
+	if got, want := w.state(t, client), (state{bound: 4, allocated: 4, reserved: 4}); got != want {
+		t.Errorf("after recovery %+v, want %+v", got, want)
+	}
+}
+
+// TestBeginTree: a tree that cannot commit as one is refused before
+// anything is planned; a PodGroup root that is its own one leaf is
+// Begin's commit (the same writes, a version 2 record).
+func TestBeginTree(t *testing.T) {
+	c := New(Config{Gate: &gate.Gate{}})
+	mutate := func(f func(root *Root, leaves []Leaf) []Leaf) (Root, []Leaf) {
+		tr := treeGang(2, 2)
+		root := tr.root
+		return root, f(&root, tr.leaves)
+	}
+	for _, tt := range []struct {
+		name string
+		f    func(r *Root, l []Leaf) []Leaf
+		want string
+	}{
+		{"kind", func(r *Root, l []Leaf) []Leaf { r.Kind = "Workload"; return l }, `kind "Workload"`},
+		{"no uid", func(r *Root, l []Leaf) []Leaf { r.UID = ""; return l }, "uid are required"},
+		{"no leaves", func(r *Root, l []Leaf) []Leaf { return nil }, "0 leaf podgroups, want 1..584"},
+		{"too many leaves", func(r *Root, l []Leaf) []Leaf { return slices.Repeat(l[:1], MaxRecordGroups+1) }, "585 leaf podgroups"},
+		{"podgroup root with two leaves", func(r *Root, l []Leaf) []Leaf { r.Kind = KindPodGroup; return l }, "a podgroup is its own one leaf"},
+		{"podgroup root, another leaf", func(r *Root, l []Leaf) []Leaf { r.Kind = KindPodGroup; return l[:1] }, "is not the root podgroup"},
+		{"leaf listed twice", func(r *Root, l []Leaf) []Leaf { return []Leaf{l[0], l[0]} }, "leaf podgroup leaf-0 listed twice"},
+		{"leaf is the root", func(r *Root, l []Leaf) []Leaf { r.UID = l[1].PodGroup.UID; return l }, "leaf podgroup leaf-1 has the root's uid"},
+		{"leaf in another namespace", func(r *Root, l []Leaf) []Leaf { l[1].PodGroup.Namespace = "other"; return l }, "leaf podgroup other/leaf-1 is not in the root's namespace"},
+		{"pod in another namespace", func(r *Root, l []Leaf) []Leaf { l[1].Decision.Pods[1].Namespace = "other"; return l }, "pod other/leaf-1-worker-1"},
+		{"no pod placed", func(r *Root, l []Leaf) []Leaf { l[0].Decision.Pods = nil; return l }, "leaf podgroup leaf-0: the decision places no pod"},
+		{"no decision", func(r *Root, l []Leaf) []Leaf { l[1].Decision = nil; return l }, "leaf 1: podgroup, gang and decision are required"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root, leaves := mutate(tt.f)
+			txn, err := c.BeginTree(root, leaves)
+			if err == nil || txn != nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("BeginTree: %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	w := jobGang(3, 1, true)
+	flat := c.Begin(w.pg, w.g, w.d)
+	txn, err := c.BeginTree(rootOf(w.pg), []Leaf{{PodGroup: w.pg, Gang: w.g, Decision: w.d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newTreeRecord(flat.root, flat.leaves, flat.writes), newTreeRecord(txn.root, txn.leaves, txn.writes)
+	if len(flat.writes) != len(txn.writes) || a.Version != recordVersion || string(encode(t, a)) != string(encode(t, b)) {
+		t.Errorf("a podgroup root: %d writes and record %s; Begin: %d writes and record %s", len(txn.writes), encode(t, b), len(flat.writes), encode(t, a))
+	}
+}
+
+// TestTreeDoubleAllocated: two leaves whose decisions allocate one claim
+// are refused before anything is written.
+func TestTreeDoubleAllocated(t *testing.T) {
+	tr := treeGang(2, 1)
+	tr.leaves[1].Decision.Claims = append(tr.leaves[1].Decision.Claims, tr.leaves[0].Decision.Claims[0])
+	client := tr.clientset()
+	err := tr.begin(t, tr.committer(client, nil, nil)).Run(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "allocates claim ns/leaf-0-fabric twice; nothing was written") {
+		t.Fatalf("run: %v, want the double allocation refused", err)
+	}
+	if got, want := tr.state(t, client), tr.rolledBack(); got != want {
+		t.Errorf("after the refusal %+v, want %+v", got, want)
+	}
+}
