@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
@@ -244,5 +245,35 @@ func TestRecordBoundHolds(t *testing.T) {
 				t.Errorf("%d pods, shared %v: record %d bytes, bound %d", n, shared, len(raw), bound)
 			}
 		}
+	}
+}
+
+// TestFlatRecordStillVersion2: a flat gang's commit writes the record the
+// previous release wrote, byte for byte (it reads it back after a rolling
+// upgrade or a rollback), and that record is recovered: a gang killed in
+// its bindings is finished from it.
+func TestFlatRecordStillVersion2(t *testing.T) {
+	const previous = `{"v":2,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"dom","key":"gpufabric.dev/nvlinkDomain","nodes":["node-a","node-b"],` +
+		`"pods":[{"n":"p0","u":"uid-p0","o":0},{"n":"p1","u":"uid-p1","o":1},{"n":"p2","u":"uid-p2","o":0}],` +
+		`"claims":[{"n":"fabric","u":"uid-fabric","a":"0a945083b774b41a31aa4e56b9132850"},{"n":"p0-gpus","u":"uid-p0-gpus","p":[0],"a":"0a945083b774b41a31aa4e56b9132850"},` +
+		`{"n":"user","u":"uid-user","p":[1]},{"n":"pair","u":"uid-pair","p":[1,2],"a":"0a945083b774b41a31aa4e56b9132850"}]}`
+	if got := string(encode(t, validRecord())); got != previous {
+		t.Errorf("flat record\n%s\nwant the previous release's\n%s", got, previous)
+	}
+	w := jobGang(4, 1, false)
+	w.parallelism = 1
+	client := w.clientset()
+	err := w.committer(client, killAt(gate.StepBind, 2), nil).Begin(w.pg, w.g, w.d).Run(t.Context())
+	if !errors.Is(err, gate.ErrAborted) {
+		t.Fatalf("run ended with %v, want the kill", err)
+	}
+	head, err := client.CoreV1().ConfigMaps(recordNS).Get(t.Context(), vocab.RecordName(w.pg.UID), metav1.GetOptions{})
+	must(t, err)
+	if !strings.HasPrefix(head.Data[RecordKey], `{"v":2,"podGroup":{"namespace":"ns","name":"train","uid":"uid-pg"},"domain":"rack-1","nodes":`) {
+		t.Errorf("record %s, want version 2", Shorten(head.Data[RecordKey], 200))
+	}
+	must(t, w.committer(client, nil, nil).RecoverAll(t.Context()))
+	if got, want := w.state(t, client), (state{bound: 4, allocated: 4, reserved: 4}); got != want {
+		t.Errorf("after recovery %+v, want %+v", got, want)
 	}
 }

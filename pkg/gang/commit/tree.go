@@ -110,11 +110,7 @@ func treePods(leaves []Leaf) []placement.PodPlacement {
 	if len(leaves) == 1 {
 		return leaves[0].Decision.Pods
 	}
-	n := 0
-	for _, l := range leaves {
-		n += len(l.Decision.Pods)
-	}
-	out := make([]placement.PodPlacement, 0, n)
+	var out []placement.PodPlacement
 	for _, l := range leaves {
 		out = append(out, l.Decision.Pods...)
 	}

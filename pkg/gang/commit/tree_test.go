@@ -227,10 +227,18 @@ func TestTreeCommit(t *testing.T) {
 	if got, want := consumers(claimOf(t, client, "dataset")), []string{"pods/leaf-0-worker-0", "pods/leaf-1-worker-0", "pods/leaf-2-worker-0", "pods/other"}; !slices.Equal(got, want) {
 		t.Errorf("dataset reserved for %v, want %v", got, want)
 	}
+	checkTreeRecord(t, tr, recorded)
+}
+
+// checkTreeRecord checks the record a tree's commit wrote: version 3, its
+// root, every leaf, each pod's leaf, each leaf's claim for its leaf alone.
+func checkTreeRecord(t *testing.T, tr *tree, recorded *commitRecord) {
+	t.Helper()
 	if recorded == nil {
 		t.Fatal("no record written")
 	}
-	if recorded.Version != recordVersionTree || recorded.Root != tr.root || len(recorded.Groups) != leaves || len(recorded.Pods) != leaves*pods {
+	pods := len(tr.leaves) * len(tr.leaves[0].Decision.Pods)
+	if recorded.Version != recordVersionTree || recorded.Root != tr.root || len(recorded.Groups) != len(tr.leaves) || len(recorded.Pods) != pods {
 		t.Errorf("record: version %d, root %+v, %d groups, %d pods", recorded.Version, recorded.Root, len(recorded.Groups), len(recorded.Pods))
 	}
 	for i, p := range recorded.Pods {
@@ -432,98 +440,5 @@ func TestTreeUndo(t *testing.T) {
 	}
 	if len(rolled) != 3 {
 		t.Errorf("%d roll-back events naming the tree, want one per leaf: %q", len(rolled), rolled)
-	}
-}
-
-// TestFlatRecordStillVersion2: a flat gang's commit writes the record the
-// previous release wrote, byte for byte (it reads it back after a rolling
-// upgrade or a rollback), and that record is recovered: a gang killed in
-// its bindings is finished from it.
-func TestFlatRecordStillVersion2(t *testing.T) {
-	const previous = `{"v":2,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"dom","key":"gpufabric.dev/nvlinkDomain","nodes":["node-a","node-b"],` +
-		`"pods":[{"n":"p0","u":"uid-p0","o":0},{"n":"p1","u":"uid-p1","o":1},{"n":"p2","u":"uid-p2","o":0}],` +
-		`"claims":[{"n":"fabric","u":"uid-fabric","a":"0a945083b774b41a31aa4e56b9132850"},{"n":"p0-gpus","u":"uid-p0-gpus","p":[0],"a":"0a945083b774b41a31aa4e56b9132850"},` +
-		`{"n":"user","u":"uid-user","p":[1]},{"n":"pair","u":"uid-pair","p":[1,2],"a":"0a945083b774b41a31aa4e56b9132850"}]}`
-	if got := string(encode(t, validRecord())); got != previous {
-		t.Errorf("flat record\n%s\nwant the previous release's\n%s", got, previous)
-	}
-	w := jobGang(4, 1, false)
-	w.parallelism = 1
-	client := w.clientset()
-	err := w.committer(client, killAt(gate.StepBind, 2), nil).Begin(w.pg, w.g, w.d).Run(t.Context())
-	if !errors.Is(err, gate.ErrAborted) {
-		t.Fatalf("run ended with %v, want the kill", err)
-	}
-	head, err := client.CoreV1().ConfigMaps(recordNS).Get(t.Context(), vocab.RecordName(w.pg.UID), metav1.GetOptions{})
-	must(t, err)
-	if !strings.HasPrefix(head.Data[RecordKey], `{"v":2,"podGroup":{"namespace":"ns","name":"train","uid":"uid-pg"},"domain":"rack-1","nodes":`) {
-		t.Errorf("record %s, want version 2", Shorten(head.Data[RecordKey], 200))
-	}
-	must(t, w.committer(client, nil, nil).RecoverAll(t.Context()))
-	if got, want := w.state(t, client), (state{bound: 4, allocated: 4, reserved: 4}); got != want {
-		t.Errorf("after recovery %+v, want %+v", got, want)
-	}
-}
-
-// TestBeginTree: a tree that cannot commit as one is refused before
-// anything is planned; a PodGroup root that is its own one leaf is
-// Begin's commit (the same writes, a version 2 record).
-func TestBeginTree(t *testing.T) {
-	c := New(Config{Gate: &gate.Gate{}})
-	mutate := func(f func(root *Root, leaves []Leaf) []Leaf) (Root, []Leaf) {
-		tr := treeGang(2, 2)
-		root := tr.root
-		return root, f(&root, tr.leaves)
-	}
-	for _, tt := range []struct {
-		name string
-		f    func(r *Root, l []Leaf) []Leaf
-		want string
-	}{
-		{"kind", func(r *Root, l []Leaf) []Leaf { r.Kind = "Workload"; return l }, `kind "Workload"`},
-		{"no uid", func(r *Root, l []Leaf) []Leaf { r.UID = ""; return l }, "uid are required"},
-		{"no leaves", func(r *Root, l []Leaf) []Leaf { return nil }, "0 leaf podgroups, want 1..584"},
-		{"too many leaves", func(r *Root, l []Leaf) []Leaf { return slices.Repeat(l[:1], MaxRecordGroups+1) }, "585 leaf podgroups"},
-		{"podgroup root with two leaves", func(r *Root, l []Leaf) []Leaf { r.Kind = KindPodGroup; return l }, "a podgroup is its own one leaf"},
-		{"podgroup root, another leaf", func(r *Root, l []Leaf) []Leaf { r.Kind = KindPodGroup; return l[:1] }, "is not the root podgroup"},
-		{"leaf listed twice", func(r *Root, l []Leaf) []Leaf { return []Leaf{l[0], l[0]} }, "leaf podgroup leaf-0 listed twice"},
-		{"leaf is the root", func(r *Root, l []Leaf) []Leaf { r.UID = l[1].PodGroup.UID; return l }, "leaf podgroup leaf-1 has the root's uid"},
-		{"leaf in another namespace", func(r *Root, l []Leaf) []Leaf { l[1].PodGroup.Namespace = "other"; return l }, "leaf podgroup other/leaf-1 is not in the root's namespace"},
-		{"pod in another namespace", func(r *Root, l []Leaf) []Leaf { l[1].Decision.Pods[1].Namespace = "other"; return l }, "pod other/leaf-1-worker-1"},
-		{"no pod placed", func(r *Root, l []Leaf) []Leaf { l[0].Decision.Pods = nil; return l }, "leaf podgroup leaf-0: the decision places no pod"},
-		{"no decision", func(r *Root, l []Leaf) []Leaf { l[1].Decision = nil; return l }, "leaf 1: podgroup, gang and decision are required"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			root, leaves := mutate(tt.f)
-			txn, err := c.BeginTree(root, leaves)
-			if err == nil || txn != nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("BeginTree: %v, want an error containing %q", err, tt.want)
-			}
-		})
-	}
-	w := jobGang(3, 1, true)
-	flat := c.Begin(w.pg, w.g, w.d)
-	txn, err := c.BeginTree(rootOf(w.pg), []Leaf{{PodGroup: w.pg, Gang: w.g, Decision: w.d}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := newTreeRecord(flat.root, flat.leaves, flat.writes), newTreeRecord(txn.root, txn.leaves, txn.writes)
-	if len(flat.writes) != len(txn.writes) || a.Version != recordVersion || string(encode(t, a)) != string(encode(t, b)) {
-		t.Errorf("a podgroup root: %d writes and record %s; Begin: %d writes and record %s", len(txn.writes), encode(t, b), len(flat.writes), encode(t, a))
-	}
-}
-
-// TestTreeDoubleAllocated: two leaves whose decisions allocate one claim
-// are refused before anything is written.
-func TestTreeDoubleAllocated(t *testing.T) {
-	tr := treeGang(2, 1)
-	tr.leaves[1].Decision.Claims = append(tr.leaves[1].Decision.Claims, tr.leaves[0].Decision.Claims[0])
-	client := tr.clientset()
-	err := tr.begin(t, tr.committer(client, nil, nil)).Run(t.Context())
-	if err == nil || !strings.Contains(err.Error(), "allocates claim ns/leaf-0-fabric twice; nothing was written") {
-		t.Fatalf("run: %v, want the double allocation refused", err)
-	}
-	if got, want := tr.state(t, client), tr.rolledBack(); got != want {
-		t.Errorf("after the refusal %+v, want %+v", got, want)
 	}
 }
