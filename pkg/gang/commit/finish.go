@@ -33,50 +33,45 @@ import (
 // own and the PodGroup's) is allocated, reserved for it (or the PodGroup)
 // and usable on that node. Any other pod is skipped and the event says
 // why. A tree's leaf whose PodGroup is gone (or replaced) is rolled back,
-// as a flat gang's commit is when its PodGroup is gone. A leaf that fails
+// as a flat gang's commit is when its PodGroup is gone, and so is a leaf
+// none of whose pods could be bound (no condition). A leaf that fails
 // (a binding or its condition refused by the API) does not stop the
 // others: the errors return joined and the record stays for a retry.
 func (c *Committer) finishCommit(ctx context.Context, rec *commitRecord, live *liveCommit) error {
 	n := len(rec.Groups)
-	var (
-		mu      sync.Mutex
-		bound   = make([]int, n)
-		skipped = make([][]string, n)
-		failed  = make([]error, n)
-	)
-	err := Parallel(ctx, c.cfg.Parallelism, len(rec.Pods), func(ctx context.Context, i int) error {
-		g := rec.Pods[i].Group
-		if live.pgs[g] == nil {
-			return nil // rolled back below
-		}
-		why, err := c.finishPod(ctx, rec, live, i)
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case gate.Stops(err):
-			return err
-		case err != nil:
-			failed[g] = cmp.Or(failed[g], err)
-		case why != "":
-			skipped[g] = append(skipped[g], fmt.Sprintf("%s: %s", rec.Pods[i].Name, why))
-		default:
-			bound[g]++
-		}
-		return nil
-	})
+	t, err := c.bindRecorded(ctx, rec, live)
 	if err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(failed, func(err error) bool { return err != nil }) {
+	if !slices.ContainsFunc(t.failed, func(err error) bool { return err != nil }) {
 		c.cfg.Metrics.recovery(RecoveryFinished)
+	}
+	// Rolled back: the leaves whose PodGroup is gone, and those none of
+	// whose pods could be bound (only in a tree: a flat gang's commit is
+	// finished because a member of its one group is bound). A leaf with no
+	// pod bound whose binding conflicted is read again at the next
+	// recovery instead (the record stays).
+	roll := make([]bool, n)
+	for g, pg := range live.pgs {
+		if pg != nil && t.failed[g] == nil && t.bound[g] == 0 && t.raced[g] {
+			t.failed[g] = fmt.Errorf("podgroup %s: no pod bound and a binding conflicted; recovered again", pg.Name)
+		}
+		roll[g] = pg == nil || (t.failed[g] == nil && t.bound[g] == 0)
 	}
 	errs := make([]error, n+1)
 	err = Parallel(ctx, c.cfg.Parallelism, n, func(ctx context.Context, g int) error {
-		if live.pgs[g] == nil || failed[g] != nil {
-			errs[g] = failed[g]
+		switch {
+		case live.pgs[g] == nil:
+			return nil
+		case t.failed[g] != nil:
+			errs[g] = t.failed[g]
+			return nil
+		case roll[g]:
+			c.cfg.Report.Event(live.pgs[g], v1.EventTypeWarning, vocab.EventCommitRolledBack, "Recovering",
+				fmt.Sprintf("a half-done commit of %s was finished for its other leaves, but no pod of this one could be bound, so its part was rolled back: %s", rec.Root, strings.Join(t.skipped[g], "; ")))
 			return nil
 		}
-		err := c.finishGroup(ctx, rec, live.pgs[g], g, bound[g], skipped[g])
+		err := c.finishGroup(ctx, rec, live.pgs[g], g, t.bound[g], t.skipped[g])
 		if err != nil && !gate.Stops(err) {
 			errs[g] = err
 			return nil
@@ -86,33 +81,69 @@ func (c *Committer) finishCommit(ctx context.Context, rec *commitRecord, live *l
 	if err != nil {
 		return err
 	}
-	gone := make([]bool, n)
-	for g, pg := range live.pgs {
-		gone[g] = pg == nil
-	}
-	if slices.Contains(gone, true) {
-		if errs[n] = c.rollBack(ctx, rec, live, gone); gate.Stops(errs[n]) {
+	if slices.Contains(roll, true) {
+		if errs[n] = c.rollBack(ctx, rec, live, roll); gate.Stops(errs[n]) {
 			return errs[n]
 		}
 	}
 	return firstErrors(errs)
 }
 
+// finishTally is what a roll-forward's bindings did, by group.
+type finishTally struct {
+	bound   []int
+	skipped [][]string // "pod: why"
+	failed  []error    // the first API error
+	raced   []bool     // a binding conflicted: the pod may be bound
+}
+
+// bindRecorded binds the record's unbound members of the groups whose
+// PodGroup exists (in parallel). An API error is kept for its group and
+// stops nothing; only an error that stops the scheduler returns.
+func (c *Committer) bindRecorded(ctx context.Context, rec *commitRecord, live *liveCommit) (*finishTally, error) {
+	n := len(rec.Groups)
+	t := &finishTally{bound: make([]int, n), skipped: make([][]string, n), failed: make([]error, n), raced: make([]bool, n)}
+	var mu sync.Mutex
+	err := Parallel(ctx, c.cfg.Parallelism, len(rec.Pods), func(ctx context.Context, i int) error {
+		g := rec.Pods[i].Group
+		if live.pgs[g] == nil {
+			return nil // rolled back
+		}
+		why, race, err := c.finishPod(ctx, rec, live, i)
+		mu.Lock()
+		defer mu.Unlock()
+		t.raced[g] = t.raced[g] || race
+		switch {
+		case gate.Stops(err):
+			return err
+		case err != nil:
+			t.failed[g] = cmp.Or(t.failed[g], err)
+		case why != "":
+			t.skipped[g] = append(t.skipped[g], fmt.Sprintf("%s: %s", rec.Pods[i].Name, why))
+		default:
+			t.bound[g]++
+		}
+		return nil
+	})
+	return t, err
+}
+
 // finishPod binds record pod i unless it is bound: it returns why it was
-// skipped ("" when it is bound), or the API's error.
-func (c *Committer) finishPod(ctx context.Context, rec *commitRecord, live *liveCommit, i int) (string, error) {
+// skipped ("" when it is bound; raced when its binding conflicted), or the
+// API's error.
+func (c *Committer) finishPod(ctx context.Context, rec *commitRecord, live *liveCommit, i int) (why string, raced bool, err error) {
 	p := live.members[i]
 	if p != nil && p.Spec.NodeName != "" {
-		return "", nil
+		return "", false, nil
 	}
 	if why := c.unbindable(ctx, rec, live, i); why != "" {
-		return why, nil
+		return why, false, nil
 	}
-	err := c.bind(ctx, p.Namespace, p.Name, p.UID, rec.Pods[i].Node)
+	err = c.bind(ctx, p.Namespace, p.Name, p.UID, rec.Pods[i].Node)
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return err.Error(), nil
+		return err.Error(), true, nil
 	}
-	return "", err
+	return "", false, err
 }
 
 // finishGroup reports a finished commit of group g (PodGroup pg) and sets

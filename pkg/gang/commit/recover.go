@@ -189,7 +189,7 @@ func (c *Committer) readCommit(ctx context.Context, rec *commitRecord) (*liveCom
 
 // rollBack removes the commit's reservations and the allocations it made,
 // of every group (only nil) or of the groups only names (a finished tree's
-// leaves whose PodGroup is gone). Rules: only reservations of such a
+// leaves whose PodGroup is gone or none of whose pods could be bound). Rules: only reservations of such a
 // group's PodGroup (on the claims the record reserves for it) and of its
 // record pods that are unbound members (or gone) are removed; an
 // allocation is cleared only when no reservation is left and it is
@@ -254,7 +254,7 @@ func (c *Committer) rollBack(ctx context.Context, rec *commitRecord, live *liveC
 func (c *Committer) reportRolledBack(ctx context.Context, rec *commitRecord, live *liveCommit, only []bool, released int) {
 	logger := klog.FromContext(ctx)
 	if only != nil {
-		logger.Info("Rolled back the leaves of a finished commit whose podgroups are gone", "root", rec.Root.String(), "claimsReleased", released)
+		logger.Info("Rolled back the leaves of a finished commit that are gone or could not be bound", "root", rec.Root.String(), "claimsReleased", released)
 		return
 	}
 	c.cfg.Metrics.recovery(RecoveryRolledBack)

@@ -362,6 +362,48 @@ func TestTreeRecoverLeafGone(t *testing.T) {
 	}
 }
 
+// TestTreeRecoverUnbindableLeaf: in a finished tree, a leaf none of whose
+// pods can be bound (here all gated since the crash) is rolled back, not
+// marked scheduled: its claims released (the claim it shares with other
+// leaves keeps their reservations), no condition, a warning saying why;
+// the other leaves are finished and the record goes.
+func TestTreeRecoverUnbindableLeaf(t *testing.T) {
+	tr := treeGang(3, 4)
+	tr.parallelism = 1
+	client := tr.clientset()
+	err := tr.begin(t, tr.committer(client, killAt(gate.StepBind, 2), nil)).Run(t.Context()) // leaf 0's first pod bound
+	if !errors.Is(err, gate.ErrAborted) {
+		t.Fatalf("run ended with %v, want the kill", err)
+	}
+	for i := range 4 {
+		p, err := client.CoreV1().Pods("ns").Get(t.Context(), fmt.Sprintf("leaf-2-worker-%d", i), metav1.GetOptions{})
+		must(t, err)
+		p.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "example.com/hold"}}
+		_, err = client.CoreV1().Pods("ns").Update(t.Context(), p, metav1.UpdateOptions{})
+		must(t, err)
+	}
+	rec := events.NewFakeRecorder(20)
+	must(t, tr.committer(client, nil, report.New(rec)).RecoverAll(t.Context()))
+	// Leaves 0 and 1: 8 pods bound, 2 PodGroup claims and 8 own claims
+	// allocated and reserved; the dataset for its consumer and 2 pods.
+	if got, want := tr.state(t, client), (state{bound: 8, allocated: 11, reserved: 13}); got != want {
+		t.Errorf("after recovery %+v, want %+v", got, want)
+	}
+	if got := tr.conditions(t, client); got[0] == "" || got[1] == "" || got[2] != "" {
+		t.Errorf("conditions %q, want leaves 0 and 1 only", got)
+	}
+	close(rec.Events)
+	warned := 0
+	for e := range rec.Events {
+		if strings.Contains(e, "no pod of this one could be bound") && strings.Contains(e, "leaf-2-worker-3: pod has scheduling gates") {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Errorf("%d warnings about leaf 2, want 1", warned)
+	}
+}
+
 // TestTreeRecoverBadLeaf: one leaf whose binding and condition the API
 // refuses does not stop the others' recovery: they are bound and get their
 // conditions, the error names the bad leaf's pod, and the record stays;
