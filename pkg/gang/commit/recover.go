@@ -189,12 +189,13 @@ func (c *Committer) readCommit(ctx context.Context, rec *commitRecord) (*liveCom
 
 // rollBack removes the commit's reservations and the allocations it made,
 // of every group (only nil) or of the groups only names (a finished tree's
-// leaves whose PodGroup is gone or none of whose pods could be bound). Rules: only reservations of such a
-// group's PodGroup (on the claims the record reserves for it) and of its
-// record pods that are unbound members (or gone) are removed; an
-// allocation is cleared only when no reservation is left and it is
-// exactly the one the record says the commit wrote. A claim that fails
-// does not stop the others; the errors return joined (the record stays).
+// leaves whose PodGroup is gone or none of whose pods could be bound).
+// Rules: only reservations of such a group's PodGroup (on the claims the
+// record reserves for it) and of its record pods that are unbound members
+// (or gone) are removed; an allocation is cleared only when no
+// reservation is left and it is exactly the one the record says the
+// commit wrote. A claim that fails does not stop the others; the errors
+// return joined (the record stays).
 func (c *Committer) rollBack(ctx context.Context, rec *commitRecord, live *liveCommit, only []bool) error {
 	rolled := func(g int) bool { return only == nil || only[g] }
 	pods := map[types.UID]bool{}
