@@ -44,8 +44,18 @@ var rules = []struct {
 	// The rail search is a leaf too: it reads the cluster index and
 	// reaches the engine's cheap checks and allocator through interfaces.
 	{"pkg/gang/placement/rails", []string{"pkg/topology", "pkg/gang/placement/index"}},
+	// What the engine knows of extended resources backed by DRA: a leaf
+	// that reads the cluster index's resource lists.
+	{"pkg/gang/placement/extended", []string{"pkg/topology", "pkg/gang/placement/index"}},
+	// Member order is a leaf too: a pod in, its rank out.
+	{"pkg/gang/placement/rank", nil},
 	// The spare-node policy is a leaf too: it reads the cluster index.
 	{"pkg/gang/placement/spares", []string{"pkg/topology", "pkg/gang/placement/index"}},
+	// The tree search is pure too, above the engine it drives.
+	{"pkg/gang/composite", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/placement/index"}},
+	{"pkg/gang/assume", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/podstate"}},
+	{"pkg/gang/metrics", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/ungate", "pkg/gang/commit", "pkg/gang/evict", "pkg/gang/replace"}},
+	{"pkg/gang/trees", []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/placement"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
 	{"pkg/gang/freeroom", []string{"pkg/topology", "pkg/gang/placement/spares", "pkg/gang/placement/index"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
@@ -55,6 +65,10 @@ var rules = []struct {
 	{"pkg/gang/ungate", []string{"pkg/gang/podstate"}},
 	{"pkg/gang/gangless", []string{"pkg/gang/report"}},
 	{"pkg/gang/volumepins", []string{"pkg/topology", "pkg/gang/placement"}},
+	// Extended resources backed by DRA: the special claims, made before a
+	// gang is placed; read by the engine and the commit room through the
+	// engine's leaf pkg/gang/placement/extended.
+	{"pkg/gang/extres", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/gate"}},
 	{"pkg/gang/memberevents", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/report"}},
 	// The scheduler's rooms never import the loop (pkg/gang/scheduler).
 	{"pkg/gang/queue", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
@@ -66,7 +80,8 @@ var rules = []struct {
 	{"pkg/gang/evict", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate",
 		"pkg/gang/preemption", "pkg/gang/commit"}},
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
-		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless"}},
+		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless", "pkg/gang/extres",
+		"pkg/gang/assume", "pkg/gang/composite", "pkg/gang/metrics", "pkg/gang/trees"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	// The failure model is a leaf of the simulator: rates, the seeded
 	// schedule and checkpoint arithmetic, no cluster view.
@@ -82,7 +97,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

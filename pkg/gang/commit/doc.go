@@ -21,16 +21,19 @@
 // helpers shared with nominations), recover.go (recovery: roll back,
 // release claims), finish.go (roll forward), pipeline.go (commits beside
 // the worker), parallel.go (the writers of one phase), metrics.go (commit
-// and recovery metrics).
+// and recovery metrics), extstatus.go (the pods'
+// status.extendedResourceClaimStatus, and what recovery checks of it).
 //
 // Rules:
 //   - A PodGroup commit writes, in phases: the commit record, the shared
 //     claims (reserved for the PodGroup), the per-pod claims (reserved for
-//     their pods), the bindings, the PodGroup condition, and deletes the
-//     record. A gang of one has no record and no condition. A tree's
-//     commit is one transaction over its placed leaves: one record, named
-//     by the root CompositePodGroup's UID, and each phase over every leaf
-//     (each leaf's shared claims reserved for its own PodGroup, each
+//     their pods; a pod's special claim for its extended resources backed
+//     by DRA among them), the pods' status.extendedResourceClaimStatus
+//     (naming that claim), the bindings, the PodGroup condition, and
+//     deletes the record. A gang of one has no record and no condition. A
+//     tree's commit is one transaction over its placed leaves: one record,
+//     named by the root CompositePodGroup's UID, and each phase over every
+//     leaf (each leaf's shared claims reserved for its own PodGroup, each
 //     leaf's condition); a claim has one write for all the leaves. The
 //     writes of a phase run in parallel (Config.Parallelism); a phase
 //     starts when the previous one succeeded, so "a member is bound"

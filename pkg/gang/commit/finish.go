@@ -30,13 +30,15 @@ import (
 // Rules: a pod is bound only when it is a live member of its group's
 // PodGroup with the record's UID and our schedulerName, unbound, not
 // terminating and not gated, its node exists, and every claim it uses (its
-// own and the PodGroup's) is allocated, reserved for it (or the PodGroup)
-// and usable on that node. Any other pod is skipped and the event says
-// why. A tree's leaf whose PodGroup is gone (or replaced) is rolled back,
-// as a flat gang's commit is when its PodGroup is gone, and so is a leaf
-// none of whose pods could be bound (no condition). A leaf that fails
-// (a binding or its condition refused by the API) does not stop the
-// others: the errors return joined and the record stays for a retry.
+// own, the PodGroup's, and the special claim of its extended resources,
+// which its status must name) is allocated, reserved for it (or the
+// PodGroup) and usable on that node. Any other pod is skipped and the
+// event says why. A tree's leaf whose PodGroup is gone (or replaced) is
+// rolled back, as a flat gang's commit is when its PodGroup is gone, and
+// so is a leaf none of whose pods could be bound (no condition). A leaf
+// that fails (a binding or its condition refused by the API) does not
+// stop the others: the errors return joined and the record stays for a
+// retry.
 func (c *Committer) finishCommit(ctx context.Context, rec *commitRecord, live *liveCommit) error {
 	n := len(rec.Groups)
 	t, err := c.bindRecorded(ctx, rec, live)
@@ -212,7 +214,7 @@ func (c *Committer) unbindable(ctx context.Context, rec *commitRecord, live *liv
 			return why
 		}
 	}
-	return ""
+	return extendedUnbindable(ctx, c, rec, live, i, node)
 }
 
 // claimUsableOn says why a claim cannot serve consumer on node, "" when it

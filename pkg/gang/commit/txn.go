@@ -243,17 +243,21 @@ func (t *Txn) Undo(ctx context.Context) error {
 }
 
 // writeAll writes a commit phase by phase: record, shared claims, per-pod
-// claims, bindings, conditions, clear record; each phase over every leaf.
-// The writes of one phase run in parallel (Config.Parallelism); a phase
-// starts only after every write of the previous one succeeded, so "a
-// member (of any leaf) is bound" still implies "every claim write is
-// done".
+// claims, the pods' status.extendedResourceClaimStatus, bindings,
+// conditions, clear record; each phase over every leaf. The writes of one
+// phase run in parallel (Config.Parallelism); a phase starts only after
+// every write of the previous one succeeded, so "a member (of any leaf) is
+// bound" still implies "every claim write is done".
 func (t *Txn) writeAll(ctx context.Context) error {
 	c := t.c
 	if name := doubleAllocated(t.leaves); name != "" {
 		return fmt.Errorf("the decision allocates claim %s twice; nothing was written", name)
 	}
 	shared, perPod := splitShared(t.writes)
+	var statuses []statusWrite
+	for _, l := range t.leaves {
+		statuses = append(statuses, extendedStatuses(l.Gang, l.Decision)...)
+	}
 	phases := []struct {
 		name string
 		skip bool
@@ -270,6 +274,7 @@ func (t *Txn) writeAll(ctx context.Context) error {
 		}},
 		{phaseSharedClaims, len(shared) == 0, func(ctx context.Context) error { return t.writeClaims(ctx, shared) }},
 		{phasePodClaims, len(perPod) == 0, func(ctx context.Context) error { return t.writeClaims(ctx, perPod) }},
+		{phasePodStatus, len(statuses) == 0, func(ctx context.Context) error { return t.writeStatuses(ctx, statuses) }},
 		{phaseBind, false, func(ctx context.Context) error {
 			return Parallel(ctx, c.cfg.Parallelism, len(t.pods), func(ctx context.Context, i int) error {
 				pp := t.pods[i]

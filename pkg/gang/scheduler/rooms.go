@@ -8,11 +8,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/extres"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -44,8 +47,10 @@ func (s *Scheduler) wireLoop(factory informers.SharedInformerFactory) {
 		slices:    factory.Resource().V1().ResourceSlices().Lister(),
 		classes:   factory.Resource().V1().DeviceClasses().Lister(),
 	}
+	s.snaps.shown = &assume.Shown{Pods: s.pods, Nodes: s.nodes, Claims: s.claims}
 	if !s.cfg.RebuildSnapshots {
 		s.snaps.cache = index.NewCache(s.cfg.Placement.Index)
+		s.snaps.shown.Cache = s.snaps.cache
 	}
 	s.volumes = &volumepins.Pins{
 		PVCs:           factory.Core().V1().PersistentVolumeClaims().Lister(),
@@ -68,12 +73,12 @@ func (s *Scheduler) wireRooms() {
 	}
 	s.commits = commit.New(commit.Config{
 		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Parallelism: s.cfg.CommitParallelism,
-		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.commitMetrics(), Conditions: s.conditions,
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.CommitMetrics(), Conditions: s.conditions,
 		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, Nodes: s.nodes,
 	})
 	cfg := evict.Config{
 		Client: s.cfg.Client, Store: s.commits.Store(), Releaser: s.commits, Parallelism: s.cfg.CommitParallelism,
-		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.evictMetrics(), Conditions: s.conditions,
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.EvictMetrics(), Conditions: s.conditions,
 		Queue: s.queue, Gangs: s.gangs, Disruptions: &s.inf.disrupted,
 		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, PDBs: s.pdbs, PriorityClasses: s.inf.factory.Scheduling().V1().PriorityClasses().Lister(),
 		Placement: s.cfg.Placement, DisablePreemption: s.cfg.DisablePreemption,
@@ -81,7 +86,7 @@ func (s *Scheduler) wireRooms() {
 		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
 	s.status.replacer = replace.New(replace.Deps{Config: s.cfg.Replace, Client: s.cfg.Client, Gate: s.gate, Report: s.report,
-		Metrics: s.cfg.Metrics.replaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions,
+		Metrics: s.cfg.Metrics.ReplaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions,
 		Tree: listerTree(s).Tree}) // a whole gang's previous domain, by id over a restart
 	s.gangs.classify, s.inf.lost = s.status.replacer.Classify, s.status.replacer.Disrupted
 	cfg.NodeLost = s.gangs.nodeLost
@@ -89,6 +94,17 @@ func (s *Scheduler) wireRooms() {
 	s.prios = evict.NewPriorities(cfg)
 	s.restarts = evict.NewRestarter(cfg)
 	s.snaps.trust = nodetrust.New(s.report, s.nodes.Get, nil)
+	s.extended = extres.New(extres.Config{Client: s.cfg.Client, Claims: s.claims, Classes: s.snaps.classes, Gate: s.gate, Parallelism: s.cfg.CommitParallelism})
+}
+
+// prepare pins a built gang's members to their volumes' nodes, then gives
+// them their claims for extended resources backed by DRA
+// (pkg/gang/extres), before the gang is placed.
+func (s *Scheduler) prepare(ctx context.Context, g *placement.Gang) error {
+	if err := s.volumes.Pin(g); err != nil {
+		return err
+	}
+	return s.extended.Attach(ctx, g)
 }
 
 // newGuard builds the double-allocation guard of this term on the
@@ -96,18 +112,12 @@ func (s *Scheduler) wireRooms() {
 // through the commit room (wireRooms first).
 func (s *Scheduler) newGuard() *guard.Guard {
 	return guard.New(guard.Config{
-		Client:          s.cfg.Client,
-		RecordNamespace: s.cfg.RecordNamespace,
-		Claims:          s.claims,
-		Pods:            s.pods,
+		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Claims: s.claims, Pods: s.pods,
 		GroupPods: func(namespace, podGroup string) []*v1.Pod {
 			pods, _ := s.gangs.GroupPods(namespace, podGroup)
 			return pods
 		},
-		Gate:     s.gate,
-		Report:   s.report,
-		Metrics:  s.cfg.Metrics,
-		Releaser: claimReleaser{s.commits},
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics, Releaser: claimReleaser{s.commits},
 	})
 }
 
