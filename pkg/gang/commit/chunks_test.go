@@ -34,8 +34,8 @@ func uuid(kind, i int) types.UID {
 // ("<job>-<index>-<suffix>", "<pod>-<claim>-<suffix>"), 8 pods per node,
 // every claim allocated.
 func jobRecord(pods, claims int) *commitRecord {
-	rec := &commitRecord{Version: recordVersion, PodGroup: recordGroup{Namespace: "team-research", Name: "pretrain-llama-70b-worker", UID: "uid-pg"},
-		Domain: "rack-07", TopologyKey: "gpufabric.dev/rack"}
+	rec := &commitRecord{Version: recordVersion, Root: Root{Kind: KindPodGroup, Namespace: "team-research", Name: "pretrain-llama-70b-worker", UID: "uid-pg"},
+		Groups: []recordGroup{{Namespace: "team-research", Name: "pretrain-llama-70b-worker", UID: "uid-pg", Domain: "rack-07", TopologyKey: "gpufabric.dev/rack"}}}
 	for i := range pods {
 		name := fmt.Sprintf("pretrain-llama-70b-worker-%d-%05x", i, (i*7919)%(1<<20))
 		rec.Pods = append(rec.Pods, recordPod{Name: name, UID: uuid(0, i), Node: fmt.Sprintf("gpu-rack%02d-node%03d", i/8/32, i/8%32)})

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
@@ -98,7 +99,8 @@ func TestRecordVersion1StillRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &commitRecord{Version: 1, PodGroup: recordGroup{Namespace: "ns", Name: "pg", UID: "uid-pg"}, Domain: "dom",
+	want := &commitRecord{Version: 1, Root: Root{Kind: KindPodGroup, Namespace: "ns", Name: "pg", UID: "uid-pg"},
+		Groups: []recordGroup{{Namespace: "ns", Name: "pg", UID: "uid-pg", Domain: "dom"}},
 		Pods:   []recordPod{{Name: "p0", UID: "uid-p0", Node: "node-a"}},
 		Claims: []recordClaim{{Name: "fabric", UID: "uid-fabric", Allocation: "0123456789abcdef0123456789abcdef"}, {Name: "p0-gpus", UID: "uid-p0-gpus", Pods: []string{"p0"}}}}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -123,9 +125,9 @@ func TestDecodeRecordRejects(t *testing.T) {
 		{"unknown field", strings.Replace(valid, `"v":2`, `"v":2,"release":["victim"]`, 1), `unknown field "release"`, ""},
 		{"unknown pod field", strings.Replace(valid, `"o":1`, `"o":1,"bind":"x"`, 1), `unknown field "bind"`, ""},
 		{"trailing data", valid + `{"v":2}`, "trailing data", ""},
-		{"version", strings.Replace(valid, `"v":2`, `"v":3`, 1), "version 3, want 1 or 2", ""},
+		{"version", strings.Replace(valid, `"v":2`, `"v":4`, 1), "version 4, want 1, 2 or 3", ""},
 		{"version 1 with a node table", strings.Replace(valid, `"v":2`, `"v":1`, 1), "version 1 has no nodes", ""},
-		{"namespace", mutate(func(r *commitRecord) { r.PodGroup.Namespace = "Bad_NS" }), "podGroup.namespace", ""},
+		{"namespace", mutate(func(r *commitRecord) { r.Root.Namespace, r.Groups[0].Namespace = "Bad_NS", "Bad_NS" }), "podGroup.namespace", ""},
 		{"pod name", mutate(func(r *commitRecord) { r.Pods[0].Name = "../p"; r.Claims[1].Pods = nil }), "pods[0].n", ""},
 		{"node name", mutate(func(r *commitRecord) { r.Pods[1].Node = "" }), "pods[1].node", ""},
 		{"node index", strings.Replace(valid, `"o":1`, `"o":7`, 1), "pods[1].o: node 7 of 2", ""},
@@ -162,6 +164,9 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(`{"v":1,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"","pods":[{"n":"a","u":"u","node":"n"}],"claims":[]}`)
 	f.Add(`{"v":2,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"","nodes":["n"],"pods":[{"n":"a","u":"u","o":0}],"claims":[{"n":"c","u":"v","p":[0]}]}`)
 	f.Add(`{"v":2,"pods":null}`)
+	tree := validTreeRecord()
+	tree.Root.UID = "uid-pg"
+	f.Add(string(encode(f, tree)))
 	f.Fuzz(func(t *testing.T, raw string) {
 		rec, err := decodeRecord(validName, []byte(raw))
 		if err != nil {
@@ -170,8 +175,8 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err := rec.validate(); err != nil {
 			t.Fatalf("decoded record does not validate: %v", err)
 		}
-		if rec.PodGroup.UID != "uid-pg" {
-			t.Fatalf("record of group %q accepted under %s", rec.PodGroup.UID, validName)
+		if rec.Root.UID != "uid-pg" {
+			t.Fatalf("record of group %q accepted under %s", rec.Root.UID, validName)
 		}
 		again, err := decodeRecord(validName, encode(t, rec))
 		if err != nil {
@@ -240,5 +245,35 @@ func TestRecordBoundHolds(t *testing.T) {
 				t.Errorf("%d pods, shared %v: record %d bytes, bound %d", n, shared, len(raw), bound)
 			}
 		}
+	}
+}
+
+// TestFlatRecordStillVersion2: a flat gang's commit writes the record the
+// previous release wrote, byte for byte (it reads it back after a rolling
+// upgrade or a rollback), and that record is recovered: a gang killed in
+// its bindings is finished from it.
+func TestFlatRecordStillVersion2(t *testing.T) {
+	const previous = `{"v":2,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"dom","key":"gpufabric.dev/nvlinkDomain","nodes":["node-a","node-b"],` +
+		`"pods":[{"n":"p0","u":"uid-p0","o":0},{"n":"p1","u":"uid-p1","o":1},{"n":"p2","u":"uid-p2","o":0}],` +
+		`"claims":[{"n":"fabric","u":"uid-fabric","a":"0a945083b774b41a31aa4e56b9132850"},{"n":"p0-gpus","u":"uid-p0-gpus","p":[0],"a":"0a945083b774b41a31aa4e56b9132850"},` +
+		`{"n":"user","u":"uid-user","p":[1]},{"n":"pair","u":"uid-pair","p":[1,2],"a":"0a945083b774b41a31aa4e56b9132850"}]}`
+	if got := string(encode(t, validRecord())); got != previous {
+		t.Errorf("flat record\n%s\nwant the previous release's\n%s", got, previous)
+	}
+	w := jobGang(4, 1, false)
+	w.parallelism = 1
+	client := w.clientset()
+	err := w.committer(client, killAt(gate.StepBind, 2), nil).Begin(w.pg, w.g, w.d).Run(t.Context())
+	if !errors.Is(err, gate.ErrAborted) {
+		t.Fatalf("run ended with %v, want the kill", err)
+	}
+	head, err := client.CoreV1().ConfigMaps(recordNS).Get(t.Context(), vocab.RecordName(w.pg.UID), metav1.GetOptions{})
+	must(t, err)
+	if !strings.HasPrefix(head.Data[RecordKey], `{"v":2,"podGroup":{"namespace":"ns","name":"train","uid":"uid-pg"},"domain":"rack-1","nodes":`) {
+		t.Errorf("record %s, want version 2", Shorten(head.Data[RecordKey], 200))
+	}
+	must(t, w.committer(client, nil, nil).RecoverAll(t.Context()))
+	if got, want := w.state(t, client), (state{bound: 4, allocated: 4, reserved: 4}); got != want {
+		t.Errorf("after recovery %+v, want %+v", got, want)
 	}
 }

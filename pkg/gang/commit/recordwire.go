@@ -4,38 +4,72 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // The JSON of a commit record. Version 2 (written since gangs of up to
-// MaxRecordPods members commit) is compact: the nodes once, in a table,
-// each pod naming its node by index, and each claim its pods by index:
+// MaxRecordPods members commit) is a flat gang's, compact: the nodes once,
+// in a table, each pod naming its node by index, and each claim its pods
+// by index:
 //
 //	{"v":2,"podGroup":{"namespace","name","uid"},"domain","key",
 //	 "nodes":["n-0",…],"pods":[{"n","u","o":<node index>}],
 //	 "claims":[{"n","u","p":[<pod index>…],"a":<fingerprint>}]}
 //
-// Version 1 (one pod per claim, node names repeated) is still read, so
-// that a commit an older scheduler left half done is recovered.
+// Version 3 is a tree's (its root a CompositePodGroup): the root, the leaf
+// PodGroups each with where it goes, each pod naming its group by index
+// ("g", 0 when left out), each claim the groups it is reserved for:
+//
+//	{"v":3,"root":{"kind","namespace","name","uid"},
+//	 "groups":[{"namespace","name","uid","domain","key"}],
+//	 "nodes":[…],"pods":[{"n","u","o","g":<group index>}],
+//	 "claims":[{"n","u","p":[…],"a","g":[<group index>…]}]}
+//
+// A flat gang's record stays version 2, so that a scheduler of the
+// previous release reads it (a rolling upgrade, a rollback). Version 1
+// (one pod per claim, node names inline) is still read, so that a commit
+// an older scheduler left half done is recovered.
 const (
-	recordVersion1 = 1
-	recordVersion  = 2
+	recordVersion1    = 1
+	recordVersion     = 2
+	recordVersionTree = 3
 )
 
-// wireRecord is the JSON of both versions; Nodes only in version 2, and
-// Pods and Claims decoded by version.
+// wireRecord is the JSON of every version, the lists raw: PodGroup,
+// Domain and TopologyKey only in versions 1 and 2, Root and Groups only
+// in version 3, Nodes from version 2 (fromV1, fromV2, fromV3 check).
 type wireRecord struct {
 	Version     int             `json:"v"`
-	PodGroup    recordGroup     `json:"podGroup"`
+	PodGroup    *wireGroup      `json:"podGroup"`
+	Root        *wireRoot       `json:"root"`
+	Groups      json.RawMessage `json:"groups"`
 	Domain      string          `json:"domain"`
 	TopologyKey string          `json:"key,omitempty"`
 	Nodes       []string        `json:"nodes,omitempty"`
 	Pods        json.RawMessage `json:"pods"`
 	Claims      json.RawMessage `json:"claims"`
+}
+
+type wireGroup struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+}
+
+type wireRoot struct {
+	Kind string `json:"kind"`
+	wireGroup
+}
+
+// wireLeaf is a version 3 group.
+type wireLeaf struct {
+	wireGroup
+	Domain      string `json:"domain,omitempty"`
+	TopologyKey string `json:"key,omitempty"`
 }
 
 type wirePod struct {
@@ -51,6 +85,17 @@ type wireClaim struct {
 	Allocation string    `json:"a,omitempty"`
 }
 
+// wirePodV3 and wireClaimV3 add the group indices of version 3.
+type wirePodV3 struct {
+	wirePod
+	Group int `json:"g,omitempty"`
+}
+
+type wireClaimV3 struct {
+	wireClaim
+	Groups []int `json:"g,omitempty"`
+}
+
 type wirePodV1 struct {
 	Name string    `json:"n"`
 	UID  types.UID `json:"u"`
@@ -64,37 +109,45 @@ type wireClaimV1 struct {
 	Allocation string    `json:"alloc,omitempty"`
 }
 
-// encodeRecord is rec's JSON, version 2. Every pod a claim names must be
-// in rec.Pods (validate).
+// encodeRecord is rec's JSON: version 3 for a tree, else version 2. Every
+// pod a claim names must be in rec.Pods (validate).
 func encodeRecord(rec *commitRecord) ([]byte, error) {
-	w := struct {
-		wireRecord
-		Pods   []wirePod   `json:"pods"`
-		Claims []wireClaim `json:"claims"`
-	}{wireRecord: wireRecord{Version: recordVersion, PodGroup: rec.PodGroup, Domain: rec.Domain, TopologyKey: rec.TopologyKey, Nodes: []string{}},
-		Pods: make([]wirePod, len(rec.Pods)), Claims: make([]wireClaim, len(rec.Claims))}
-	nodes := map[string]int{}
-	pods := make(map[string]int, len(rec.Pods))
-	for i, p := range rec.Pods {
-		n, ok := nodes[p.Node]
-		if !ok {
-			n = len(w.Nodes)
-			nodes[p.Node] = n
-			w.Nodes = append(w.Nodes, p.Node)
-		}
-		w.Pods[i] = wirePod{Name: p.Name, UID: p.UID, Node: n}
-		pods[p.Name] = i
+	nodes, pods, claims, err := rec.compact()
+	if err != nil {
+		return nil, err
 	}
-	for i, c := range rec.Claims {
-		wc := wireClaim{Name: c.Name, UID: c.UID, Allocation: c.Allocation}
-		for _, name := range c.Pods {
-			pi, ok := pods[name]
-			if !ok {
-				return nil, fmt.Errorf("encode commit record: claim %s names pod %s, which it does not list", c.Name, name)
-			}
-			wc.Pods = append(wc.Pods, pi)
+	var w any
+	if rec.tree() {
+		w3 := struct {
+			Version int           `json:"v"`
+			Root    wireRoot      `json:"root"`
+			Groups  []wireLeaf    `json:"groups"`
+			Nodes   []string      `json:"nodes"`
+			Pods    []wirePodV3   `json:"pods"`
+			Claims  []wireClaimV3 `json:"claims"`
+		}{Version: recordVersionTree, Root: wireRoot{Kind: rec.Root.Kind, wireGroup: wireGroup{rec.Root.Namespace, rec.Root.Name, rec.Root.UID}},
+			Groups: make([]wireLeaf, len(rec.Groups)), Nodes: nodes, Pods: make([]wirePodV3, len(pods)), Claims: make([]wireClaimV3, len(claims))}
+		for i, g := range rec.Groups {
+			w3.Groups[i] = wireLeaf{wireGroup: wireGroup{g.Namespace, g.Name, g.UID}, Domain: g.Domain, TopologyKey: g.TopologyKey}
 		}
-		w.Claims[i] = wc
+		for i := range pods {
+			w3.Pods[i] = wirePodV3{wirePod: pods[i], Group: rec.Pods[i].Group}
+		}
+		for i := range claims {
+			w3.Claims[i] = wireClaimV3{wireClaim: claims[i], Groups: rec.Claims[i].Groups}
+		}
+		w = w3
+	} else {
+		g := rec.Groups[0]
+		w = struct {
+			Version     int         `json:"v"`
+			PodGroup    wireGroup   `json:"podGroup"`
+			Domain      string      `json:"domain"`
+			TopologyKey string      `json:"key,omitempty"`
+			Nodes       []string    `json:"nodes,omitempty"`
+			Pods        []wirePod   `json:"pods"`
+			Claims      []wireClaim `json:"claims"`
+		}{recordVersion, wireGroup{g.Namespace, g.Name, g.UID}, g.Domain, g.TopologyKey, nodes, pods, claims}
 	}
 	raw, err := json.Marshal(w)
 	if err != nil {
@@ -103,24 +156,58 @@ func encodeRecord(rec *commitRecord) ([]byte, error) {
 	return raw, nil
 }
 
+// compact is rec's node table, pods and claims by index (versions 2, 3).
+func (rec *commitRecord) compact() ([]string, []wirePod, []wireClaim, error) {
+	nodes := []string{}
+	at := map[string]int{}
+	pods := make([]wirePod, len(rec.Pods))
+	index := make(map[string]int, len(rec.Pods))
+	for i, p := range rec.Pods {
+		n, ok := at[p.Node]
+		if !ok {
+			n = len(nodes)
+			at[p.Node] = n
+			nodes = append(nodes, p.Node)
+		}
+		pods[i] = wirePod{Name: p.Name, UID: p.UID, Node: n}
+		index[p.Name] = i
+	}
+	claims := make([]wireClaim, len(rec.Claims))
+	for i, c := range rec.Claims {
+		wc := wireClaim{Name: c.Name, UID: c.UID, Allocation: c.Allocation}
+		for _, name := range c.Pods {
+			pi, ok := index[name]
+			if !ok {
+				return nil, nil, nil, fmt.Errorf("encode commit record: claim %s names pod %s, which it does not list", c.Name, name)
+			}
+			wc.Pods = append(wc.Pods, pi)
+		}
+		claims[i] = wc
+	}
+	return nodes, pods, claims, nil
+}
+
 // decodeRecord reads and validates a record's whole JSON (all its parts,
 // joined), stored under the object name. Rules: the JSON is strict (no
-// unknown fields, no trailing data), every index is in range, the record
-// validates, and the name is the one of the PodGroup it names.
+// unknown fields, no field of another version, no trailing data), every
+// index is in range, the record validates, and the name is the one of the
+// root it names.
 func decodeRecord(name string, raw []byte) (*commitRecord, error) {
 	var w wireRecord
 	if err := decodeStrict(raw, "record", &w); err != nil {
 		return nil, err
 	}
-	rec := &commitRecord{Version: w.Version, PodGroup: w.PodGroup, Domain: w.Domain, TopologyKey: w.TopologyKey}
+	rec := &commitRecord{Version: w.Version}
 	var err error
 	switch w.Version {
 	case recordVersion1:
 		err = rec.fromV1(w)
 	case recordVersion:
 		err = rec.fromV2(w)
+	case recordVersionTree:
+		err = rec.fromV3(w)
 	default:
-		err = fmt.Errorf("version %d, want %d or %d", w.Version, recordVersion1, recordVersion)
+		err = fmt.Errorf("version %d, want %d, %d or %d", w.Version, recordVersion1, recordVersion, recordVersionTree)
 	}
 	if err != nil {
 		return nil, err
@@ -128,10 +215,24 @@ func decodeRecord(name string, raw []byte) (*commitRecord, error) {
 	if err := rec.validate(); err != nil {
 		return nil, err
 	}
-	if want := vocab.RecordName(rec.PodGroup.UID); name != want {
-		return nil, fmt.Errorf("record %s names podgroup UID %q (expected object name %s)", name, Shorten(string(rec.PodGroup.UID), 64), Shorten(want, 128))
+	if want := vocab.RecordName(rec.Root.UID); name != want {
+		return nil, fmt.Errorf("record %s names %s UID %q (expected object name %s)", name, strings.ToLower(rec.Root.Kind), Shorten(string(rec.Root.UID), 64), Shorten(want, 128))
 	}
 	return rec, nil
+}
+
+// flat sets the root and the one group of a version 1 or 2 record.
+func (rec *commitRecord) flat(w wireRecord) error {
+	if w.Root != nil || w.Groups != nil {
+		return fmt.Errorf("parse record: version %d has no root or groups", w.Version)
+	}
+	var g wireGroup
+	if w.PodGroup != nil {
+		g = *w.PodGroup
+	}
+	rec.Root = Root{Kind: KindPodGroup, Namespace: g.Namespace, Name: g.Name, UID: g.UID}
+	rec.Groups = []recordGroup{{Namespace: g.Namespace, Name: g.Name, UID: g.UID, Domain: w.Domain, TopologyKey: w.TopologyKey}}
+	return nil
 }
 
 func (rec *commitRecord) fromV1(w wireRecord) error {
@@ -140,11 +241,14 @@ func (rec *commitRecord) fromV1(w wireRecord) error {
 	if w.Nodes != nil {
 		return fmt.Errorf("parse record: version 1 has no nodes")
 	}
+	if err := rec.flat(w); err != nil {
+		return err
+	}
 	if err := decodeLists(w, &pods, &claims); err != nil {
 		return err
 	}
 	for _, p := range pods {
-		rec.Pods = append(rec.Pods, recordPod(p))
+		rec.Pods = append(rec.Pods, recordPod{Name: p.Name, UID: p.UID, Node: p.Node})
 	}
 	for _, c := range claims {
 		rc := recordClaim{Name: c.Name, UID: c.UID, Allocation: c.Allocation}
@@ -159,18 +263,76 @@ func (rec *commitRecord) fromV1(w wireRecord) error {
 func (rec *commitRecord) fromV2(w wireRecord) error {
 	var pods []wirePod
 	var claims []wireClaim
+	if err := rec.flat(w); err != nil {
+		return err
+	}
 	if err := decodeLists(w, &pods, &claims); err != nil {
 		return err
 	}
+	return rec.resolve(w.Nodes, pods, claims)
+}
+
+func (rec *commitRecord) fromV3(w wireRecord) error {
+	if w.PodGroup != nil || w.Domain != "" || w.TopologyKey != "" {
+		return fmt.Errorf("parse record: version 3 has no podGroup, domain or key but per group")
+	}
+	if w.Root == nil {
+		return fmt.Errorf("parse record: version 3 has no root")
+	}
+	var groups []wireLeaf
+	if err := decodeStrict(w.Groups, "record groups", &groups); err != nil {
+		return err
+	}
+	if len(groups) == 0 || len(groups) > MaxRecordGroups {
+		return fmt.Errorf("%d groups, want 1..%d", len(groups), MaxRecordGroups)
+	}
+	rec.Root = Root{Kind: w.Root.Kind, Namespace: w.Root.Namespace, Name: w.Root.Name, UID: w.Root.UID}
+	rec.Groups = make([]recordGroup, len(groups))
+	for i, g := range groups {
+		rec.Groups[i] = recordGroup{Namespace: g.Namespace, Name: g.Name, UID: g.UID, Domain: g.Domain, TopologyKey: g.TopologyKey}
+	}
+	var pods3 []wirePodV3
+	var claims3 []wireClaimV3
+	if err := decodeLists(w, &pods3, &claims3); err != nil {
+		return err
+	}
+	pods := make([]wirePod, len(pods3))
+	for i := range pods3 {
+		pods[i] = pods3[i].wirePod
+	}
+	claims := make([]wireClaim, len(claims3))
+	for i := range claims3 {
+		claims[i] = claims3[i].wireClaim
+	}
+	if err := rec.resolve(w.Nodes, pods, claims); err != nil {
+		return err
+	}
+	var p Problems
+	for i := range pods3 {
+		rec.Pods[i].Group = pods3[i].Group // in range: validate
+	}
+	for i, wc := range claims3 {
+		if len(wc.Groups) > len(groups) {
+			p.Addf("claims[%d].g: %d groups of %d", i, len(wc.Groups), len(groups))
+			continue
+		}
+		rec.Claims[i].Groups = append(rec.Claims[i].Groups, wc.Groups...) // in range and each once: validate
+	}
+	return p.Err()
+}
+
+// resolve sets the pods and claims of a compact record (versions 2, 3):
+// each pod's node from the table, each claim's pods by index.
+func (rec *commitRecord) resolve(nodes []string, pods []wirePod, claims []wireClaim) error {
 	var p Problems
 	rec.Pods = make([]recordPod, len(pods))
 	for i, wp := range pods {
 		rec.Pods[i] = recordPod{Name: wp.Name, UID: wp.UID}
-		if wp.Node < 0 || wp.Node >= len(w.Nodes) {
-			p.Addf("pods[%d].o: node %d of %d", i, wp.Node, len(w.Nodes))
+		if wp.Node < 0 || wp.Node >= len(nodes) {
+			p.Addf("pods[%d].o: node %d of %d", i, wp.Node, len(nodes))
 			continue
 		}
-		rec.Pods[i].Node = w.Nodes[wp.Node]
+		rec.Pods[i].Node = nodes[wp.Node]
 	}
 	for i, wc := range claims {
 		rec.Claims = append(rec.Claims, recordClaim{Name: wc.Name, UID: wc.UID, Allocation: wc.Allocation})
@@ -221,79 +383,4 @@ func decodeStrict(raw []byte, what string, v any) error {
 		return fmt.Errorf("parse %s: trailing data", what)
 	}
 	return nil
-}
-
-// MaxRecordTotalBytes bounds a commit record's JSON over all its parts.
-const MaxRecordTotalBytes = MaxRecordChunks * MaxRecordBytes
-
-// RecordFits says why no commit of gang g (a PodGroup's) could be
-// recorded, nil when every one can: more than MaxRecordPods members, more
-// than MaxRecordClaims claims, or names so long that the record could
-// take more than MaxRecordTotalBytes. The error wraps
-// placement.ErrUnsupported: the loop refuses the gang with it before
-// placing it, instead of placing it and failing its commit at every
-// backoff.
-func RecordFits(g *placement.Gang) error {
-	claims := len(g.SharedClaims)
-	for _, m := range g.Members {
-		claims += len(m.Claims)
-	}
-	var err error
-	switch {
-	case len(g.Members) > MaxRecordPods:
-		err = fmt.Errorf("%d members, more than the %d a commit record holds", len(g.Members), MaxRecordPods)
-	case claims > MaxRecordClaims:
-		err = fmt.Errorf("%d claims, more than the %d a commit record holds", claims, MaxRecordClaims)
-	default:
-		if n := recordBound(g); n > MaxRecordTotalBytes {
-			err = fmt.Errorf("its commit record could take %d bytes (%d members, %d claims), more than the %d it may", n, len(g.Members), claims, MaxRecordTotalBytes)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("podgroup %s: %w: %w", g.Key(), err, placement.ErrUnsupported)
-	}
-	return nil
-}
-
-// recordBound is an upper bound of the JSON of any commit record of g:
-// every member placed, on a node of its own with the longest name, every
-// claim allocated, and each shared claim reserved for every member (a
-// claim several members name counts once per member, which is more than
-// its one entry naming them all). A byte that JSON may escape counts 6.
-func recordBound(g *placement.Gang) int {
-	const (
-		header   = 256                 // keys, braces, version
-		nodeName = 253 + 3             // a DNS subdomain, quoted, comma
-		pod      = 24 + 7              // keys and quotes; index and comma
-		claim    = 32 + 40 + 7         // fingerprint; keys and quotes; comma
-		ref      = 6                   // a pod index and its comma
-		text     = 6 * MaxRecordText   // domain or key, escaped
-		group    = 6 * (63 + 253 + 36) // namespace, name, uid
-	)
-	n := header + 2*text + group
-	claimBytes := func(name string, uid types.UID, refs int) int {
-		return claim + jsonLen(name) + jsonLen(string(uid)) + refs*ref
-	}
-	for _, c := range g.SharedClaims {
-		n += claimBytes(c.Name, c.UID, len(g.Members))
-	}
-	for _, m := range g.Members {
-		n += nodeName + pod + jsonLen(m.Pod.Name) + jsonLen(string(m.Pod.UID))
-		for _, c := range m.Claims {
-			n += claimBytes(c.Name, c.UID, 1)
-		}
-	}
-	return n
-}
-
-// jsonLen bounds the length of s in JSON: a byte that may be escaped
-// counts 6.
-func jsonLen(s string) int {
-	n := len(s)
-	for i := 0; i < len(s); i++ {
-		if b := s[i]; b < 0x20 || b >= 0x7f || b == '"' || b == '\\' || b == '<' || b == '>' || b == '&' {
-			n += 5
-		}
-	}
-	return n
 }

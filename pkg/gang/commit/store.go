@@ -36,6 +36,15 @@ const (
 	MaxRecordPods = 10000
 	// MaxRecordClaims bounds the claims a record names.
 	MaxRecordClaims = 4 + 32*MaxRecordPods
+	// MaxRecordGroups bounds the leaf PodGroups a tree's record names:
+	// the most a Workload's templates describe (at most 8 PodGroup and 8
+	// CompositePodGroup templates per composite, composites at most 3
+	// levels deep): 8 + 8·(8 + 8·8). A tree's pods and claims, all leaves
+	// together, stay under MaxRecordPods and MaxRecordClaims.
+	MaxRecordGroups = maxTemplates * (1 + maxTemplates*(1+maxTemplates))
+	// maxTemplates is the API's bound on a composite's PodGroup (and
+	// CompositePodGroup) templates.
+	maxTemplates = 8
 	// MaxRecordText bounds a record's free text (a domain, a topology key).
 	MaxRecordText = 256
 )
