@@ -16,6 +16,7 @@ import (
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -112,11 +113,11 @@ func (c *Committer) begin(root Root, leaves []Leaf) *Txn {
 // own record must always be one it acts on): the commit fails before its
 // first write.
 func (c *Committer) createRecord(ctx context.Context, rec *commitRecord) (*v1.ConfigMap, error) {
-	object := rec.Root.key()
-	if err := rec.validate(); err != nil {
+	object := rec.Root.Key()
+	if err := rec.Validate(); err != nil {
 		return nil, fmt.Errorf("commit record of %s does not validate; nothing was written: %w", rec.Root, err)
 	}
-	raw, err := encodeRecord(rec)
+	raw, err := recordwire.Encode(rec)
 	if err != nil {
 		return nil, err
 	}

@@ -12,13 +12,14 @@
 // claim and binding writes), tree.go (Root and Leaf: what a tree's commit
 // is made of, and the checks BeginTree makes), txn.go (Txn: the write
 // protocol and its phases, the claim writes planned over all leaves, Run
-// and Undo; messages), record.go (the commit record: what it holds,
-// validation, the records this term knows), recordwire.go (its JSON,
-// compact since version 2, a tree's version 3), recordfits.go (RecordFits
-// and RecordFitsTree: the largest gang or tree a record holds), chunks.go
-// (records in parts: written, read and deleted as one), store.go (Store:
-// create, delete, list and reject records; strict decoding and validation
-// helpers shared with nominations), recover.go (recovery: roll back,
+// and Undo; messages), record.go (the commit record a commit writes, the
+// records this term knows; what a record holds, its validation and its
+// JSON are the leaf pkg/gang/commit/recordwire's), recordfits.go
+// (RecordFits and RecordFitsTree: the largest gang or tree a record
+// holds), chunks.go (records in parts: written, read and deleted as one),
+// store.go (Store: create, delete, list and reject records; strict
+// decoding and validation helpers shared with nominations), recover.go
+// (recovery: roll back,
 // release claims), finish.go (roll forward), pipeline.go (commits beside
 // the worker), parallel.go (the writers of one phase), metrics.go (commit
 // and recovery metrics), extstatus.go (the pods'

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
@@ -106,7 +107,7 @@ func (c *Committer) readRecord(ctx context.Context, cm *v1.ConfigMap) (*commitRe
 	if err != nil {
 		return nil, err
 	}
-	rec, err := decodeRecord(cm.Name, raw)
+	rec, err := recordwire.Decode(cm.Name, raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRecord, err)
 	}
@@ -129,7 +130,7 @@ func (c *Committer) recoverRecorded(ctx context.Context, cm *v1.ConfigMap, rec *
 	if err != nil {
 		return err
 	}
-	return c.deleteRecord(ctx, cm, rec.Root.key())
+	return c.deleteRecord(ctx, cm, rec.Root.Key())
 }
 
 // readCommit reads the record's PodGroups, pods and claims live (each
@@ -209,7 +210,7 @@ func (c *Committer) rollBack(ctx context.Context, rec *commitRecord, live *liveC
 		}
 	}
 	var flat []types.UID // a flat record's PodGroup, on every claim
-	if !rec.tree() && rolled(0) {
+	if !rec.Tree() && rolled(0) {
 		flat = []types.UID{rec.Groups[0].UID}
 	}
 	var released atomic.Int32
@@ -259,7 +260,7 @@ func (c *Committer) reportRolledBack(ctx context.Context, rec *commitRecord, liv
 		return
 	}
 	c.cfg.Metrics.recovery(RecoveryRolledBack)
-	if rec.tree() {
+	if rec.Tree() {
 		logger.Info("Rolled back a half-done commit", "root", rec.Root.String(), "groups", len(rec.Groups), "claimsReleased", released)
 	} else {
 		logger.Info("Rolled back a half-done commit", "podgroup", klog.KRef(rec.Root.Namespace, rec.Root.Name), "domain", rec.Groups[0].Domain, "claimsReleased", released)
@@ -269,7 +270,7 @@ func (c *Committer) reportRolledBack(ctx context.Context, rec *commitRecord, liv
 			continue
 		}
 		what := "a half-done commit"
-		if rec.tree() {
+		if rec.Tree() {
 			what += " of " + rec.Root.String()
 		}
 		c.cfg.Report.Event(pg, v1.EventTypeNormal, vocab.EventCommitRolledBack, "Recovering",

@@ -3,39 +3,28 @@ package commit
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 )
 
 // Kinds of a commit's root (Root.Kind).
 const (
 	// KindPodGroup: a flat gang, its record named by its PodGroup.
-	KindPodGroup = "PodGroup"
+	KindPodGroup = recordwire.KindPodGroup
 	// KindCompositePodGroup: a tree (scheduling.k8s.io/v1alpha3
 	// CompositePodGroup), its record named by the root CompositePodGroup;
 	// its leaves are PodGroups of the root's namespace.
-	KindCompositePodGroup = "CompositePodGroup"
+	KindCompositePodGroup = recordwire.KindCompositePodGroup
 )
 
 // Root is what a commit is recorded under: the PodGroup of a flat gang, or
 // the root CompositePodGroup of a tree, whose placed leaf PodGroups commit
 // as one transaction (Committer.BeginTree).
-type Root struct {
-	Kind      string
-	Namespace string
-	Name      string
-	UID       types.UID
-}
-
-// key is "namespace/name".
-func (r Root) key() string { return r.Namespace + "/" + r.Name }
-
-// String is "podgroup ns/name" or "compositepodgroup ns/name".
-func (r Root) String() string { return strings.ToLower(r.Kind) + " " + r.key() }
+type Root = recordwire.Root
 
 // rootOf is the root of a flat gang's commit: its PodGroup (the zero Root
 // for a gang of one, which has no record).
@@ -63,7 +52,7 @@ func checkTree(root Root, leaves []Leaf) error {
 	var errs []error
 	switch {
 	case root.Kind != KindPodGroup && root.Kind != KindCompositePodGroup:
-		return fmt.Errorf("root %s: kind %q, want %s or %s", root.key(), root.Kind, KindPodGroup, KindCompositePodGroup)
+		return fmt.Errorf("root %s: kind %q, want %s or %s", root.Key(), root.Kind, KindPodGroup, KindCompositePodGroup)
 	case root.Namespace == "" || root.Name == "" || root.UID == "":
 		return fmt.Errorf("%s: namespace, name and uid are required", root)
 	case len(leaves) == 0 || len(leaves) > MaxRecordGroups:
@@ -121,7 +110,7 @@ func treePods(leaves []Leaf) []placement.PodPlacement {
 // gang's key for a flat gang (or a gang of one), the root's for a tree.
 func gangKey(root Root, leaves []Leaf) string {
 	if root.Kind == KindCompositePodGroup {
-		return root.key()
+		return root.Key()
 	}
 	return leaves[0].Decision.Gang
 }

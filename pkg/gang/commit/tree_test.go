@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -177,7 +178,7 @@ func TestTreeCommit(t *testing.T) {
 	var recorded *commitRecord
 	client.PrependReactor("create", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		cm := a.(k8stesting.CreateAction).GetObject().(*v1.ConfigMap)
-		rec, err := decodeRecord(cm.Name, []byte(cm.Data[RecordKey]))
+		rec, err := recordwire.Decode(cm.Name, []byte(cm.Data[RecordKey]))
 		if err != nil {
 			t.Errorf("record %s: %v", cm.Name, err)
 		}
@@ -238,7 +239,7 @@ func checkTreeRecord(t *testing.T, tr *tree, recorded *commitRecord) {
 		t.Fatal("no record written")
 	}
 	pods := len(tr.leaves) * len(tr.leaves[0].Decision.Pods)
-	if recorded.Version != recordVersionTree || recorded.Root != tr.root || len(recorded.Groups) != len(tr.leaves) || len(recorded.Pods) != pods {
+	if recorded.Version != recordwire.VersionTree || recorded.Root != tr.root || len(recorded.Groups) != len(tr.leaves) || len(recorded.Pods) != pods {
 		t.Errorf("record: version %d, root %+v, %d groups, %d pods", recorded.Version, recorded.Root, len(recorded.Groups), len(recorded.Pods))
 	}
 	for i, p := range recorded.Pods {

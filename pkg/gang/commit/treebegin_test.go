@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 )
 
@@ -51,7 +52,7 @@ func TestBeginTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := newTreeRecord(flat.root, flat.leaves, flat.writes), newTreeRecord(txn.root, txn.leaves, txn.writes)
-	if len(flat.writes) != len(txn.writes) || a.Version != recordVersion || string(encode(t, a)) != string(encode(t, b)) {
+	if len(flat.writes) != len(txn.writes) || a.Version != recordwire.Version2 || string(encode(t, a)) != string(encode(t, b)) {
 		t.Errorf("a podgroup root: %d writes and record %s; Begin: %d writes and record %s", len(txn.writes), encode(t, b), len(flat.writes), encode(t, a))
 	}
 }

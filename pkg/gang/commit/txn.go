@@ -288,7 +288,7 @@ func (t *Txn) writeAll(ctx context.Context) error {
 			})
 		}},
 		{phaseClearRecord, t.single(), func(ctx context.Context) error {
-			return c.deleteRecord(ctx, t.record, t.root.key())
+			return c.deleteRecord(ctx, t.record, t.root.Key())
 		}},
 	}
 	var took phaseTimes

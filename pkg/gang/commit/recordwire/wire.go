@@ -1,4 +1,4 @@
-package commit
+package recordwire
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 )
 
 // The JSON of a commit record. Version 2 (written since gangs of up to
-// MaxRecordPods members commit) is a flat gang's, compact: the nodes once,
+// MaxPods members commit) is a flat gang's, compact: the nodes once,
 // in a table, each pod naming its node by index, and each claim its pods
 // by index:
 //
@@ -34,9 +34,9 @@ import (
 // (one pod per claim, node names inline) is still read, so that a commit
 // an older scheduler left half done is recovered.
 const (
-	recordVersion1    = 1
-	recordVersion     = 2
-	recordVersionTree = 3
+	Version1    = 1
+	Version2    = 2
+	VersionTree = 3
 )
 
 // wireRecord is the JSON of every version, the lists raw: PodGroup,
@@ -109,15 +109,15 @@ type wireClaimV1 struct {
 	Allocation string    `json:"alloc,omitempty"`
 }
 
-// encodeRecord is rec's JSON: version 3 for a tree, else version 2. Every
+// Encode is rec's JSON: version 3 for a tree, else version 2. Every
 // pod a claim names must be in rec.Pods (validate).
-func encodeRecord(rec *commitRecord) ([]byte, error) {
+func Encode(rec *Record) ([]byte, error) {
 	nodes, pods, claims, err := rec.compact()
 	if err != nil {
 		return nil, err
 	}
 	var w any
-	if rec.tree() {
+	if rec.Tree() {
 		w3 := struct {
 			Version int           `json:"v"`
 			Root    wireRoot      `json:"root"`
@@ -125,7 +125,7 @@ func encodeRecord(rec *commitRecord) ([]byte, error) {
 			Nodes   []string      `json:"nodes"`
 			Pods    []wirePodV3   `json:"pods"`
 			Claims  []wireClaimV3 `json:"claims"`
-		}{Version: recordVersionTree, Root: wireRoot{Kind: rec.Root.Kind, wireGroup: wireGroup{rec.Root.Namespace, rec.Root.Name, rec.Root.UID}},
+		}{Version: VersionTree, Root: wireRoot{Kind: rec.Root.Kind, wireGroup: wireGroup{rec.Root.Namespace, rec.Root.Name, rec.Root.UID}},
 			Groups: make([]wireLeaf, len(rec.Groups)), Nodes: nodes, Pods: make([]wirePodV3, len(pods)), Claims: make([]wireClaimV3, len(claims))}
 		for i, g := range rec.Groups {
 			w3.Groups[i] = wireLeaf{wireGroup: wireGroup{g.Namespace, g.Name, g.UID}, Domain: g.Domain, TopologyKey: g.TopologyKey}
@@ -147,7 +147,7 @@ func encodeRecord(rec *commitRecord) ([]byte, error) {
 			Nodes       []string    `json:"nodes,omitempty"`
 			Pods        []wirePod   `json:"pods"`
 			Claims      []wireClaim `json:"claims"`
-		}{recordVersion, wireGroup{g.Namespace, g.Name, g.UID}, g.Domain, g.TopologyKey, nodes, pods, claims}
+		}{Version2, wireGroup{g.Namespace, g.Name, g.UID}, g.Domain, g.TopologyKey, nodes, pods, claims}
 	}
 	raw, err := json.Marshal(w)
 	if err != nil {
@@ -157,7 +157,7 @@ func encodeRecord(rec *commitRecord) ([]byte, error) {
 }
 
 // compact is rec's node table, pods and claims by index (versions 2, 3).
-func (rec *commitRecord) compact() ([]string, []wirePod, []wireClaim, error) {
+func (rec *Record) compact() ([]string, []wirePod, []wireClaim, error) {
 	nodes := []string{}
 	at := map[string]int{}
 	pods := make([]wirePod, len(rec.Pods))
@@ -187,32 +187,32 @@ func (rec *commitRecord) compact() ([]string, []wirePod, []wireClaim, error) {
 	return nodes, pods, claims, nil
 }
 
-// decodeRecord reads and validates a record's whole JSON (all its parts,
+// Decode reads and validates a record's whole JSON (all its parts,
 // joined), stored under the object name. Rules: the JSON is strict (no
 // unknown fields, no field of another version, no trailing data), every
 // index is in range, the record validates, and the name is the one of the
 // root it names.
-func decodeRecord(name string, raw []byte) (*commitRecord, error) {
+func Decode(name string, raw []byte) (*Record, error) {
 	var w wireRecord
-	if err := decodeStrict(raw, "record", &w); err != nil {
+	if err := DecodeStrict(raw, "record", &w); err != nil {
 		return nil, err
 	}
-	rec := &commitRecord{Version: w.Version}
+	rec := &Record{Version: w.Version}
 	var err error
 	switch w.Version {
-	case recordVersion1:
+	case Version1:
 		err = rec.fromV1(w)
-	case recordVersion:
+	case Version2:
 		err = rec.fromV2(w)
-	case recordVersionTree:
+	case VersionTree:
 		err = rec.fromV3(w)
 	default:
-		err = fmt.Errorf("version %d, want %d, %d or %d", w.Version, recordVersion1, recordVersion, recordVersionTree)
+		err = fmt.Errorf("version %d, want %d, %d or %d", w.Version, Version1, Version2, VersionTree)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := rec.validate(); err != nil {
+	if err := rec.Validate(); err != nil {
 		return nil, err
 	}
 	if want := vocab.RecordName(rec.Root.UID); name != want {
@@ -222,7 +222,7 @@ func decodeRecord(name string, raw []byte) (*commitRecord, error) {
 }
 
 // flat sets the root and the one group of a version 1 or 2 record.
-func (rec *commitRecord) flat(w wireRecord) error {
+func (rec *Record) flat(w wireRecord) error {
 	if w.Root != nil || w.Groups != nil {
 		return fmt.Errorf("parse record: version %d has no root or groups", w.Version)
 	}
@@ -231,11 +231,11 @@ func (rec *commitRecord) flat(w wireRecord) error {
 		g = *w.PodGroup
 	}
 	rec.Root = Root{Kind: KindPodGroup, Namespace: g.Namespace, Name: g.Name, UID: g.UID}
-	rec.Groups = []recordGroup{{Namespace: g.Namespace, Name: g.Name, UID: g.UID, Domain: w.Domain, TopologyKey: w.TopologyKey}}
+	rec.Groups = []Group{{Namespace: g.Namespace, Name: g.Name, UID: g.UID, Domain: w.Domain, TopologyKey: w.TopologyKey}}
 	return nil
 }
 
-func (rec *commitRecord) fromV1(w wireRecord) error {
+func (rec *Record) fromV1(w wireRecord) error {
 	var pods []wirePodV1
 	var claims []wireClaimV1
 	if w.Nodes != nil {
@@ -248,10 +248,10 @@ func (rec *commitRecord) fromV1(w wireRecord) error {
 		return err
 	}
 	for _, p := range pods {
-		rec.Pods = append(rec.Pods, recordPod{Name: p.Name, UID: p.UID, Node: p.Node})
+		rec.Pods = append(rec.Pods, Pod{Name: p.Name, UID: p.UID, Node: p.Node})
 	}
 	for _, c := range claims {
-		rc := recordClaim{Name: c.Name, UID: c.UID, Allocation: c.Allocation}
+		rc := Claim{Name: c.Name, UID: c.UID, Allocation: c.Allocation}
 		if c.Pod != "" {
 			rc.Pods = []string{c.Pod}
 		}
@@ -260,7 +260,7 @@ func (rec *commitRecord) fromV1(w wireRecord) error {
 	return nil
 }
 
-func (rec *commitRecord) fromV2(w wireRecord) error {
+func (rec *Record) fromV2(w wireRecord) error {
 	var pods []wirePod
 	var claims []wireClaim
 	if err := rec.flat(w); err != nil {
@@ -272,7 +272,7 @@ func (rec *commitRecord) fromV2(w wireRecord) error {
 	return rec.resolve(w.Nodes, pods, claims)
 }
 
-func (rec *commitRecord) fromV3(w wireRecord) error {
+func (rec *Record) fromV3(w wireRecord) error {
 	if w.PodGroup != nil || w.Domain != "" || w.TopologyKey != "" {
 		return fmt.Errorf("parse record: version 3 has no podGroup, domain or key but per group")
 	}
@@ -280,16 +280,16 @@ func (rec *commitRecord) fromV3(w wireRecord) error {
 		return fmt.Errorf("parse record: version 3 has no root")
 	}
 	var groups []wireLeaf
-	if err := decodeStrict(w.Groups, "record groups", &groups); err != nil {
+	if err := DecodeStrict(w.Groups, "record groups", &groups); err != nil {
 		return err
 	}
-	if len(groups) == 0 || len(groups) > MaxRecordGroups {
-		return fmt.Errorf("%d groups, want 1..%d", len(groups), MaxRecordGroups)
+	if len(groups) == 0 || len(groups) > MaxGroups {
+		return fmt.Errorf("%d groups, want 1..%d", len(groups), MaxGroups)
 	}
 	rec.Root = Root{Kind: w.Root.Kind, Namespace: w.Root.Namespace, Name: w.Root.Name, UID: w.Root.UID}
-	rec.Groups = make([]recordGroup, len(groups))
+	rec.Groups = make([]Group, len(groups))
 	for i, g := range groups {
-		rec.Groups[i] = recordGroup{Namespace: g.Namespace, Name: g.Name, UID: g.UID, Domain: g.Domain, TopologyKey: g.TopologyKey}
+		rec.Groups[i] = Group{Namespace: g.Namespace, Name: g.Name, UID: g.UID, Domain: g.Domain, TopologyKey: g.TopologyKey}
 	}
 	var pods3 []wirePodV3
 	var claims3 []wireClaimV3
@@ -323,11 +323,11 @@ func (rec *commitRecord) fromV3(w wireRecord) error {
 
 // resolve sets the pods and claims of a compact record (versions 2, 3):
 // each pod's node from the table, each claim's pods by index.
-func (rec *commitRecord) resolve(nodes []string, pods []wirePod, claims []wireClaim) error {
+func (rec *Record) resolve(nodes []string, pods []wirePod, claims []wireClaim) error {
 	var p Problems
-	rec.Pods = make([]recordPod, len(pods))
+	rec.Pods = make([]Pod, len(pods))
 	for i, wp := range pods {
-		rec.Pods[i] = recordPod{Name: wp.Name, UID: wp.UID}
+		rec.Pods[i] = Pod{Name: wp.Name, UID: wp.UID}
 		if wp.Node < 0 || wp.Node >= len(nodes) {
 			p.Addf("pods[%d].o: node %d of %d", i, wp.Node, len(nodes))
 			continue
@@ -335,7 +335,7 @@ func (rec *commitRecord) resolve(nodes []string, pods []wirePod, claims []wireCl
 		rec.Pods[i].Node = nodes[wp.Node]
 	}
 	for i, wc := range claims {
-		rec.Claims = append(rec.Claims, recordClaim{Name: wc.Name, UID: wc.UID, Allocation: wc.Allocation})
+		rec.Claims = append(rec.Claims, Claim{Name: wc.Name, UID: wc.UID, Allocation: wc.Allocation})
 		if len(wc.Pods) > len(pods) {
 			p.Addf("claims[%d].p: %d pods of %d", i, len(wc.Pods), len(pods))
 			continue
@@ -354,26 +354,26 @@ func (rec *commitRecord) resolve(nodes []string, pods []wirePod, claims []wireCl
 // decodeLists decodes a record's pods and claims (strict, bounded before
 // their entries are kept).
 func decodeLists[P, C any](w wireRecord, pods *[]P, claims *[]C) error {
-	if err := decodeStrict(w.Pods, "record pods", pods); err != nil {
+	if err := DecodeStrict(w.Pods, "record pods", pods); err != nil {
 		return err
 	}
-	if len(*pods) == 0 || len(*pods) > MaxRecordPods {
-		return fmt.Errorf("%d pods, want 1..%d", len(*pods), MaxRecordPods)
+	if len(*pods) == 0 || len(*pods) > MaxPods {
+		return fmt.Errorf("%d pods, want 1..%d", len(*pods), MaxPods)
 	}
 	if len(w.Claims) > 0 {
-		if err := decodeStrict(w.Claims, "record claims", claims); err != nil {
+		if err := DecodeStrict(w.Claims, "record claims", claims); err != nil {
 			return err
 		}
 	}
-	if len(*claims) > MaxRecordClaims {
-		return fmt.Errorf("%d claims, over the limit of %d", len(*claims), MaxRecordClaims)
+	if len(*claims) > MaxClaims {
+		return fmt.Errorf("%d claims, over the limit of %d", len(*claims), MaxClaims)
 	}
 	return nil
 }
 
-// decodeStrict decodes raw into v: no unknown fields, no trailing data.
+// DecodeStrict decodes raw into v: no unknown fields, no trailing data.
 // what names the document in errors ("parse <what>").
-func decodeStrict(raw []byte, what string, v any) error {
+func DecodeStrict(raw []byte, what string, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
