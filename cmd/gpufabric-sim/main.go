@@ -26,6 +26,7 @@ type flags struct {
 	gangs                  int
 	load, duration         float64
 	treeShare, inferShare  float64
+	treeCoupling           string
 	traceIn, traceOut      string
 	svgOut, policies, key  string
 	bestKey                bool
@@ -47,6 +48,7 @@ func main() {
 	flag.Float64Var(&f.duration, "mean-duration", 3600, "mean gang duration in seconds")
 	flag.Float64Var(&f.treeShare, "tree-share", 0, "share of a generated trace's jobs that are tree jobs (segmented training jobs, inference services; 0: none)")
 	flag.Float64Var(&f.inferShare, "tree-inference-share", 0.5, "share of the tree jobs that are inference services (the rest: segmented training jobs)")
+	flag.StringVar(&f.treeCoupling, "tree-rail-coupling", "required", "how an inference service's prefill and decode ask for one set of IB rails: required or preferred")
 	flag.StringVar(&f.traceIn, "trace-in", "", "replay this trace instead of generating one")
 	flag.StringVar(&f.traceOut, "trace-out", "", "save the trace (YAML)")
 	flag.StringVar(&f.svgOut, "svg", "", "write the occupancy chart (SVG) here")
@@ -96,7 +98,7 @@ func run(ctx context.Context, f flags) error {
 	} else {
 		cfg := sim.DefaultTraceConfig(f.seed, fab)
 		cfg.Gangs, cfg.Load, cfg.MeanDuration = f.gangs, f.load, f.duration
-		if err := cfg.WithTrees(fab, f.treeShare, f.inferShare); err != nil {
+		if err := cfg.WithTrees(fab, sim.TreeOptions{Share: f.treeShare, InferenceShare: f.inferShare, RailCoupling: f.treeCoupling}); err != nil {
 			return err
 		}
 		tr, err = sim.GenerateTrace(cfg)

@@ -98,7 +98,7 @@ func BenchmarkTreeDecision(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := DefaultTraceConfig(1, f)
-	if err := cfg.WithTrees(f, 1, 0.5); err != nil {
+	if err := cfg.WithTrees(f, TreeOptions{Share: 1, InferenceShare: 0.5}); err != nil {
 		b.Fatal(err)
 	}
 	m := cfg.Trees

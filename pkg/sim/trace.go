@@ -151,12 +151,22 @@ func GenerateTrace(cfg TraceConfig) (*Trace, error) {
 	return tr, nil
 }
 
-// WithTrees mixes tree jobs into the trace generated for fabric f: share
-// of the jobs (0: none), inferenceShare of those inference services, the
+// TreeOptions say how many tree jobs a generated trace has and how its
+// services ask for their rails (sim.TraceConfig.WithTrees).
+type TreeOptions struct {
+	// Share of the jobs that are trees (0: none); InferenceShare of those
+	// that are inference services.
+	Share, InferenceShare float64
+	// RailCoupling of the services' prefill and decode
+	// (trees.CouplingRequired, the default, or trees.CouplingPreferred).
+	RailCoupling string
+}
+
+// WithTrees mixes tree jobs into the trace generated for fabric f: the
 // default shapes (trees.DefaultMix) with a whole job in one domain of
 // LabelLeaf (the IB leaf), sized to fit f.
-func (cfg *TraceConfig) WithTrees(f *Fabric, share, inferenceShare float64) error {
-	if share == 0 {
+func (cfg *TraceConfig) WithTrees(f *Fabric, o TreeOptions) error {
+	if o.Share == 0 {
 		cfg.Trees = nil
 		return nil
 	}
@@ -168,8 +178,8 @@ func (cfg *TraceConfig) WithTrees(f *Fabric, share, inferenceShare float64) erro
 	for _, d := range f.Domains[l] {
 		fit.GroupGPUs = max(fit.GroupGPUs, d.GPUs)
 	}
-	cfg.Trees = trees.DefaultMix(share, LabelLeaf, fit)
-	cfg.Trees.InferenceShare = inferenceShare
+	cfg.Trees = trees.DefaultMix(o.Share, LabelLeaf, fit)
+	cfg.Trees.InferenceShare, cfg.Trees.RailCoupling = o.InferenceShare, o.RailCoupling
 	return cfg.Trees.Validate()
 }
 

@@ -19,7 +19,7 @@ func treeTrace(t *testing.T, f *Fabric, seed uint64, gangs int, share float64) *
 	t.Helper()
 	cfg := DefaultTraceConfig(seed, f)
 	cfg.Gangs = gangs
-	if err := cfg.WithTrees(f, share, 0.5); err != nil {
+	if err := cfg.WithTrees(f, TreeOptions{Share: share, InferenceShare: 0.5}); err != nil {
 		t.Fatal(err)
 	}
 	tr, err := GenerateTrace(cfg)

@@ -22,6 +22,9 @@ type Mix struct {
 	GroupKey   string           `json:"groupKey,omitempty"`
 	Training   []TrainingShape  `json:"training,omitempty"`
 	Inference  []InferenceShape `json:"inference,omitempty"`
+	// RailCoupling is how a service's prefill and decode ask for one set
+	// of IB rails (Spec.RailCoupling; "": required).
+	RailCoupling string `json:"railCoupling,omitempty"`
 	// Fit is the cluster the shapes must fit (set from the fabric).
 	Fit Fit `json:"fit"`
 }
@@ -158,6 +161,9 @@ func (m *Mix) Validate() error {
 	if m.SegmentKey == "" || m.GroupKey == "" {
 		return fmt.Errorf("tree mix: segment and group keys must be set")
 	}
+	if c := m.RailCoupling; c != "" && c != CouplingRequired && c != CouplingPreferred {
+		return fmt.Errorf("tree mix: rail coupling %q, want %s or %s", c, CouplingRequired, CouplingPreferred)
+	}
 	if _, ok := m.MeanGPUs(); !ok {
 		return fmt.Errorf("no tree shape fits this cluster (%+v)", m.Fit)
 	}
@@ -205,7 +211,7 @@ func (m *Mix) service(s InferenceShape) *Spec {
 	if s.InGroup {
 		key = m.GroupKey
 	}
-	return &Spec{Kind: KindInference, Name: "svc", TopologyKey: key, Children: []Spec{
+	return &Spec{Kind: KindInference, Name: "svc", TopologyKey: key, RailCoupling: m.RailCoupling, Children: []Spec{
 		{Name: "frontend", Role: RoleFrontend, Pods: 1, GPUsPerPod: s.FrontendGPUs},
 		{Name: "prefill", Role: RolePrefill, Pods: s.PrefillPods, GPUsPerPod: s.GPUsPerPod, RailGroup: "kv"},
 		{Name: "decode", Role: RoleDecode, Pods: s.DecodePods, GPUsPerPod: s.GPUsPerPod, RailGroup: "kv"},

@@ -60,8 +60,19 @@ type Spec struct {
 	Role string `json:"role,omitempty"`
 	// RailGroup couples leaves: the leaves of one composite with the same
 	// rail group ask for one IB rail set (prefill rail i ↔ decode rail i).
+	// A composite has at most one rail group among its children.
 	RailGroup string `json:"railGroup,omitempty"`
+	// RailCoupling, on a composite: how its children's rail group asks,
+	// CouplingRequired ("": the same) or CouplingPreferred (as
+	// gpufabric.dev/rail-coupling).
+	RailCoupling string `json:"railCoupling,omitempty"`
 }
+
+// How a rail group asks (Spec.RailCoupling).
+const (
+	CouplingRequired  = "required"
+	CouplingPreferred = "preferred"
+)
 
 // Leaf reports whether s is a leaf.
 func (s *Spec) Leaf() bool { return len(s.Children) == 0 }
@@ -133,12 +144,18 @@ func (s *Spec) Validate() error {
 			if g.Pods != 0 || g.GPUsPerPod != 0 || g.Role != "" || g.RailGroup != "" {
 				return fmt.Errorf("%s: a composite has no pods, role or rail group", g.Name)
 			}
+			if err := g.validCoupling(); err != nil {
+				return err
+			}
 			for i := range g.Children {
 				if err := walk(&g.Children[i], depth+1); err != nil {
 					return err
 				}
 			}
 			return nil
+		}
+		if g.RailCoupling != "" {
+			return fmt.Errorf("%s: railCoupling is set on a composite", g.Name)
 		}
 		if g.Pods < 1 || g.Pods > MaxPods || g.GPUsPerPod < 0 || g.GPUsPerPod > MaxGPUsPerPod {
 			return fmt.Errorf("%s: %d pods of %d GPUs, want 1..%d pods of 0..%d GPUs", g.Name, g.Pods, g.GPUsPerPod, MaxPods, MaxGPUsPerPod)
@@ -171,4 +188,36 @@ func (s *Spec) Keys() []string {
 	}
 	walk(s)
 	return out
+}
+
+// validCoupling checks a composite's rail coupling: a known value, at
+// most one rail group among its children.
+func (s *Spec) validCoupling() error {
+	if s.RailCoupling != "" && s.RailCoupling != CouplingRequired && s.RailCoupling != CouplingPreferred {
+		return fmt.Errorf("%s: railCoupling %q, want %s or %s", s.Name, s.RailCoupling, CouplingRequired, CouplingPreferred)
+	}
+	group := ""
+	for _, c := range s.Children {
+		if c.RailGroup != "" && group != "" && c.RailGroup != group {
+			return fmt.Errorf("%s: children in rail groups %s and %s: at most one per composite", s.Name, group, c.RailGroup)
+		}
+		if c.RailGroup != "" {
+			group = c.RailGroup
+		}
+	}
+	return nil
+}
+
+// Coupled reports whether s (a composite) couples its children's rails,
+// and how: CouplingRequired or CouplingPreferred.
+func (s *Spec) Coupled() (string, bool) {
+	for _, c := range s.Children {
+		if c.RailGroup != "" && c.Leaf() {
+			if s.RailCoupling == "" {
+				return CouplingRequired, true
+			}
+			return s.RailCoupling, true
+		}
+	}
+	return "", false
 }

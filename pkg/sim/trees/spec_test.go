@@ -37,6 +37,12 @@ func TestValidate(t *testing.T) {
 		{"too many GPUs per pod", Spec{Kind: KindTraining, Name: "job", Children: []Spec{leafSpec("s", "", 1, MaxGPUsPerPod+1)}}, "pods of"},
 		{"too many pods in all", Spec{Kind: KindTraining, Name: "job", Children: []Spec{leafSpec("a", "", MaxPods, 1), leafSpec("b", "", 1, 1)}}, "at most"},
 		{"no GPU at all", Spec{Kind: KindInference, Name: "svc", Children: []Spec{{Name: "f", Pods: 1}}}, "a GPU"},
+		{"a preferred coupling", Spec{Kind: KindInference, Name: "svc", RailCoupling: CouplingPreferred, Children: []Spec{
+			{Name: "p", Pods: 1, GPUsPerPod: 1, RailGroup: "kv"}, {Name: "d", Pods: 1, GPUsPerPod: 1, RailGroup: "kv"}}}, ""},
+		{"an unknown coupling", Spec{Kind: KindInference, Name: "svc", RailCoupling: "always", Children: []Spec{leafSpec("p", "", 1, 1)}}, "railCoupling"},
+		{"a coupling on a leaf", Spec{Kind: KindInference, Name: "svc", Children: []Spec{{Name: "p", Pods: 1, GPUsPerPod: 1, RailCoupling: CouplingRequired}}}, "railCoupling"},
+		{"two rail groups under one composite", Spec{Kind: KindInference, Name: "svc", Children: []Spec{
+			{Name: "p", Pods: 1, GPUsPerPod: 1, RailGroup: "a"}, {Name: "d", Pods: 1, GPUsPerPod: 1, RailGroup: "b"}}}, "rail groups"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
