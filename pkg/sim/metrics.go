@@ -63,9 +63,11 @@ type Result struct {
 	// Goodput of a failure run (Options.Failures), nil otherwise.
 	Goodput *Goodput
 	// Trees: the tree jobs' numbers, nil when the trace has none;
-	// TreesHow says how the policy expressed them.
-	Trees    *trees.Stats
-	TreesHow string
+	// TreesHow says how the policy expressed them; TreeLatencies are the
+	// Place calls of tree jobs (wall time, in Latencies too).
+	Trees         *trees.Stats
+	TreesHow      string
+	TreeLatencies []time.Duration
 }
 
 // Refusal is the first refusal of a gang that fit in the free GPUs.

@@ -137,7 +137,7 @@ func (rep *Report) TreesMarkdown(w io.Writer) error {
 	var rows []trees.Row
 	for _, r := range rep.Results {
 		if r.Trees != nil {
-			rows = append(rows, trees.Row{Policy: r.Policy, Config: r.TreesHow, Stats: r.Trees, BusyPct: r.Summary().BusyPct,
+			rows = append(rows, trees.Row{Policy: r.Policy, Config: r.TreesHow, Stats: r.Trees, BusyPct: r.Summary().BusyPct, Latencies: r.TreeLatencies,
 				NoRefusals: strings.HasPrefix(r.Policy, PolicyFirstFit), KubeRule: strings.HasPrefix(r.Policy, PolicyTAS)})
 		}
 	}

@@ -318,7 +318,11 @@ func (r *runner) decide(gr *gangRun) ([]int, error) {
 	}
 	t0 := time.Now()
 	out, err := r.p.Place(r.ctx, r.c, gr.g, gr.nodes)
-	r.res.Latencies = append(r.res.Latencies, time.Since(t0))
+	took := time.Since(t0)
+	r.res.Latencies = append(r.res.Latencies, took)
+	if gr.g.Tree != nil {
+		r.res.TreeLatencies = append(r.res.TreeLatencies, took)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: gang %d: %w", r.p.Name(), gr.g.ID, err)
 	}

@@ -36,7 +36,7 @@ func generate(t testing.TB, spec FabricSpec, seed uint64, gangs int) (*Fabric, *
 }
 
 // wallClock are the Result fields that are not deterministic.
-var wallClock = cmpopts.IgnoreFields(Result{}, "Latencies", "SyncTime")
+var wallClock = cmpopts.IgnoreFields(Result{}, "Latencies", "SyncTime", "TreeLatencies")
 
 func TestDeterministic(t *testing.T) {
 	ctx := context.Background()

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -84,15 +85,15 @@ func TestStatsTable(t *testing.T) {
 	s.Refused(true)
 	s.Refused(false)
 	var b bytes.Buffer
-	rows := []Row{{Policy: "p", Config: "c", Stats: &s, BusyPct: 50}, {Policy: "k", Stats: &s, KubeRule: true}, {Policy: "f", Stats: &s, NoRefusals: true}}
+	rows := []Row{{Policy: "p", Config: "c", Stats: &s, BusyPct: 50, Latencies: []time.Duration{3 * time.Millisecond, time.Millisecond}}, {Policy: "k", Stats: &s, KubeRule: true}, {Policy: "f", Stats: &s, NoRefusals: true}}
 	if err := Markdown(&b, rows); err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Split(strings.TrimSpace(b.String()), "\n")[2:]
 	want := []string{
-		"| p | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | 2 (1) | 50.0% | c |",
-		"| k | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | 2 (—) | 0.0% |  |",
-		"| f | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | — | 0.0% |  |",
+		"| p | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | 2 (1) | 1.00 / 3.00 | 50.0% | c |",
+		"| k | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | 2 (—) | — | 0.0% |  |",
+		"| f | 2 / 3 (1) | 1 / 2 (1) | 1 / 1 (0) | 100.0% (8 / 8) | 0.0% (0 / 1) / 25.0% (2 / 8) | 5.5 / 10.0 | 0.0 / 0.0 | — | — | 0.0% |  |",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("rows (-want +got):\n%s", diff)

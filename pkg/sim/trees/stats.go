@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Stats are one policy's tree numbers over a run: trees arrived by the
@@ -86,13 +87,15 @@ type Row struct {
 	// NoRefusals: the policy places pod by pod (its refusals are not
 	// counted); KubeRule: it is kube's greedy rule itself.
 	NoRefusals, KubeRule bool
+	// Latencies of the policy's tree decisions (wall time).
+	Latencies []time.Duration
 }
 
 // Markdown writes the tree table.
 func Markdown(w io.Writer, rows []Row) error {
 	var b strings.Builder
-	b.WriteString("| policy | trees placed whole (as asked) | training placed (as asked) | inference placed (as asked) | segments in one NVLink domain | coupled roles on one rail set: services / pod pairs | training wait mean / p99 (min) | inference wait mean / p99 (min) | tree refusals (kube's greedy would place) | busy GPUs | how the trees are expressed |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| policy | trees placed whole (as asked) | training placed (as asked) | inference placed (as asked) | segments in one NVLink domain | coupled roles on one rail set: services / pod pairs | training wait mean / p99 (min) | inference wait mean / p99 (min) | tree refusals (kube's greedy would place) | tree decision p50 / p99 (ms) | busy GPUs | how the trees are expressed |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		s := r.Stats
 		refusals := "—"
@@ -102,11 +105,11 @@ func Markdown(w io.Writer, rows []Row) error {
 		case !r.NoRefusals:
 			refusals = fmt.Sprintf("%d (%d)", s.Refusals, s.KubeWouldPlace)
 		}
-		fmt.Fprintf(&b, "| %s | %d / %d (%d) | %d / %d (%d) | %d / %d (%d) | %s | %s / %s | %s | %s | %s | %.1f%% | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d / %d (%d) | %d / %d (%d) | %d / %d (%d) | %s | %s / %s | %s | %s | %s | %s | %.1f%% | %s |\n",
 			r.Policy, s.Placed, s.Trees, s.AsAsked, s.TrainingPlaced, s.Training, s.TrainingAsAsked,
 			s.InferencePlaced, s.Inference, s.InferenceAsAsked, share(s.SegmentsInDomain, s.Segments),
 			share(s.CouplesMatched, s.Couples), share(s.PairsMatched, s.Pairs),
-			waits(s.TrainingWaits), waits(s.InferenceWaits), refusals, r.BusyPct, r.Config)
+			waits(s.TrainingWaits), waits(s.InferenceWaits), refusals, latencies(r.Latencies), r.BusyPct, r.Config)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -133,4 +136,17 @@ func waits(v []int64) string {
 	}
 	i := min(max(int(math.Ceil(0.99*float64(len(s))))-1, 0), len(s)-1)
 	return fmt.Sprintf("%.1f / %.1f", float64(sum)/float64(len(s))/60, float64(s[i])/60)
+}
+
+// latencies is "p50 / p99" in milliseconds (nearest rank), "—" without any.
+func latencies(v []time.Duration) string {
+	if len(v) == 0 {
+		return "—"
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	at := func(p float64) float64 {
+		return float64(s[min(max(int(math.Ceil(p*float64(len(s))))-1, 0), len(s)-1)]) / 1e6
+	}
+	return fmt.Sprintf("%.2f / %.2f", at(0.5), at(0.99))
 }
