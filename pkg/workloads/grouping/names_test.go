@@ -82,7 +82,7 @@ func celProgram(t *testing.T, mode Mode) func(labels, annotations map[string]str
 		return p
 	}
 	group, valid := compile(spec.Variables[0].Expression), compile(spec.Variables[1].Expression)
-	optIn := compile(spec.MatchConditions[2].Expression)
+	optedOut := compile(spec.Variables[2].Expression)
 	return func(labels, annotations map[string]string) (string, bool) {
 		meta := map[string]any{}
 		if labels != nil {
@@ -93,9 +93,9 @@ func celProgram(t *testing.T, mode Mode) func(labels, annotations map[string]str
 		}
 		obj := map[string]any{"metadata": meta}
 		in := map[string]any{"object": obj}
-		if v, _, err := optIn.Eval(in); err != nil {
-			t.Fatalf("opt-out condition: %v", err)
-		} else if !v.Value().(bool) {
+		if v, _, err := optedOut.Eval(in); err != nil {
+			t.Fatalf("opt-out: %v", err)
+		} else if v.Value().(bool) {
 			return "", false
 		}
 		g, _, err := group.Eval(in)

@@ -130,7 +130,6 @@ func TestChartPolicyFiles(t *testing.T) {
 	for file, spec := range map[string]admissionregistrationv1.MutatingAdmissionPolicySpec{
 		"pod-groups.yaml":           PodGroupPolicy(ModeFlat),
 		"pod-groups-composite.yaml": PodGroupPolicy(ModeComposite),
-		"default-scheduler.yaml":    DefaultSchedulerPolicy(),
 	} {
 		want, err := ChartPolicyFile(spec)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -15,51 +16,55 @@ import (
 // as a CEL string literal (RE2 in both).
 const dnsSubdomainRE = `'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'`
 
+// LabelNamespaceDefault = "true" on a namespace makes gpufabric-scheduler
+// its pods' default: PodGroupPolicy sets schedulerName gpufabric-scheduler
+// on its pods created with the default scheduler, so workloads whose pod
+// templates the user does not write (a TrainJob's) need no change.
+const LabelNamespaceDefault = "gpufabric.dev/default-scheduler"
+
 // PodGroupPolicy is the MutatingAdmissionPolicy that names a new pod's
 // group: generated from PodRules(mode), so the admission policy and
-// GroupOfPod never disagree (tested on the real apiserver). It matches
-// pods being created with schedulerName gpufabric-scheduler and no
-// schedulingGroup, that did not opt out, and sets
-// spec.schedulingGroup.podGroupName when a rule gives a valid name. It
-// never changes a pod that names a group already (the Job controller's,
-// the user's).
+// GroupOfPod never disagree (tested on the real apiserver). On pods being
+// created it
+//  1. sets schedulerName gpufabric-scheduler when the pod names the
+//     default scheduler and its namespace has LabelNamespaceDefault=true;
+//  2. then, for a pod of gpufabric-scheduler without schedulingGroup that
+//     did not opt out, sets spec.schedulingGroup.podGroupName when a rule
+//     gives a valid name.
+//
+// It never changes a pod that names a group already (the Job
+// controller's, the user's). One policy, two mutations in order: a policy
+// that a match condition skipped is not reinvoked after another policy
+// changed the pod (kube-apiserver 1.37's dispatcher), so the scheduler
+// default cannot be a policy of its own. Match conditions see no
+// namespaceObject, so the namespace is read in the mutations.
+//
+// Failure policy Ignore: the policy sees every pod of the default
+// scheduler; an error must never stop a cluster's pods. A pod it could
+// not group is placed without a gang and told so (PlacedWithoutGang).
 func PodGroupPolicy(mode Mode) admissionregistrationv1.MutatingAdmissionPolicySpec {
+	nsDefault := fmt.Sprintf("has(namespaceObject.metadata) && has(namespaceObject.metadata.labels) && '%s' in namespaceObject.metadata.labels && namespaceObject.metadata.labels['%s'] == 'true'",
+		LabelNamespaceDefault, LabelNamespaceDefault)
+	ours := fmt.Sprintf("object.spec.schedulerName == '%s'", topology.SchedulerName)
 	return admissionregistrationv1.MutatingAdmissionPolicySpec{
 		MatchConstraints: podCreate(),
 		MatchConditions: []admissionregistrationv1.MatchCondition{
-			{Name: "gpufabric-scheduler", Expression: fmt.Sprintf("object.spec.schedulerName == '%s'", topology.SchedulerName)},
-			{Name: "no-scheduling-group", Expression: "!has(object.spec.schedulingGroup) || !has(object.spec.schedulingGroup.podGroupName)"},
-			{Name: "not-opted-out", Expression: fmt.Sprintf("!(%s && %s == 'false')", present(Source{Key: AnnotationGang, Annotation: true}, false), val(Source{Key: AnnotationGang, Annotation: true}))},
+			{Name: "gpufabric-or-default-scheduler", Expression: fmt.Sprintf("%s || object.spec.schedulerName == '%s'", ours, corev1.DefaultSchedulerName)},
 		},
 		Variables: []admissionregistrationv1.Variable{
 			{Name: "group", Expression: groupExpression(PodRules(mode))},
 			{Name: "valid", Expression: "size(variables.group) > 0 && size(variables.group) <= 253 && variables.group.matches(" + dnsSubdomainRE + ")"},
+			{Name: "optedOut", Expression: fmt.Sprintf("%s && %s == 'false'", present(Source{Key: AnnotationGang, Annotation: true}, false), val(Source{Key: AnnotationGang, Annotation: true}))},
+			{Name: "namespaceDefault", Expression: nsDefault},
 		},
-		Mutations: []admissionregistrationv1.Mutation{{
-			PatchType: admissionregistrationv1.PatchTypeJSONPatch,
-			JSONPatch: &admissionregistrationv1.JSONPatch{Expression: "variables.valid ? [JSONPatch{op: 'add', path: '/spec/schedulingGroup', value: Object.spec.schedulingGroup{podGroupName: variables.group}}] : []"},
-		}},
-		FailurePolicy:      ptr.To(admissionregistrationv1.Fail),
-		ReinvocationPolicy: admissionregistrationv1.IfNeededReinvocationPolicy,
-	}
-}
-
-// DefaultSchedulerPolicy sets schedulerName gpufabric-scheduler on pods
-// created with the default scheduler; the chart binds it to the
-// namespaces labelled for gpufabric (the namespace default), so workloads
-// whose pod templates the user does not write (a TrainJob's) need no
-// change.
-func DefaultSchedulerPolicy() admissionregistrationv1.MutatingAdmissionPolicySpec {
-	return admissionregistrationv1.MutatingAdmissionPolicySpec{
-		MatchConstraints: podCreate(),
-		MatchConditions: []admissionregistrationv1.MatchCondition{
-			{Name: "default-scheduler", Expression: "!has(object.spec.schedulerName) || object.spec.schedulerName == '' || object.spec.schedulerName == 'default-scheduler'"},
+		Mutations: []admissionregistrationv1.Mutation{
+			{PatchType: admissionregistrationv1.PatchTypeJSONPatch, JSONPatch: &admissionregistrationv1.JSONPatch{Expression: fmt.Sprintf(
+				"variables.namespaceDefault && object.spec.schedulerName == '%s' ? [JSONPatch{op: 'replace', path: '/spec/schedulerName', value: '%s'}] : []",
+				corev1.DefaultSchedulerName, topology.SchedulerName)}},
+			{PatchType: admissionregistrationv1.PatchTypeJSONPatch, JSONPatch: &admissionregistrationv1.JSONPatch{Expression: ours +
+				" && !has(object.spec.schedulingGroup) && !variables.optedOut && variables.valid ? [JSONPatch{op: 'add', path: '/spec/schedulingGroup', value: Object.spec.schedulingGroup{podGroupName: variables.group}}] : []"}},
 		},
-		Mutations: []admissionregistrationv1.Mutation{{
-			PatchType: admissionregistrationv1.PatchTypeJSONPatch,
-			JSONPatch: &admissionregistrationv1.JSONPatch{Expression: fmt.Sprintf("[JSONPatch{op: 'add', path: '/spec/schedulerName', value: '%s'}]", topology.SchedulerName)},
-		}},
-		FailurePolicy:      ptr.To(admissionregistrationv1.Fail),
+		FailurePolicy:      ptr.To(admissionregistrationv1.Ignore),
 		ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
 	}
 }
