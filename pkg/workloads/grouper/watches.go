@@ -21,7 +21,7 @@ import (
 
 // Index names.
 const (
-	byOwner      = "controller-uid"     // objects by their controller's UID
+	byOwner      = "controller-uid"      // objects by their controller's UID
 	byController = "workload-controller" // Workloads by spec.controllerRef: "<ns>/<kind>/<name>"
 )
 

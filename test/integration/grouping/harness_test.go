@@ -2,10 +2,10 @@ package grouping
 
 import (
 	"context"
-	"errors"
-	"io"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"

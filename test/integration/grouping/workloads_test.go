@@ -111,7 +111,7 @@ func (e *env) createLWS(t *testing.T, ns, name string, replicas, size int) *unst
 	lws := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
 		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec": map[string]any{"replicas": int64(replicas), "leaderWorkerTemplate": map[string]any{"size": int64(size), "workerTemplate": toMap(t, &tmpl)}},
+		"spec":     map[string]any{"replicas": int64(replicas), "leaderWorkerTemplate": map[string]any{"size": int64(size), "workerTemplate": toMap(t, &tmpl)}},
 	}}
 	lws, err := e.dyn.Resource(gvr(grouping.KindLeaderWorkerSet)).Namespace(ns).Create(t.Context(), lws, metav1.CreateOptions{})
 	itest.Must(t, "create LeaderWorkerSet", err)
