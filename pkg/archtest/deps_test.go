@@ -78,11 +78,18 @@ var rules = []struct {
 	// the placement engine (dry runs); pkg/inspect itself does not.
 	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
 	{"pkg/component", nil},
+	// Workload grouping: the pure mapping (workload → gang plan, the pod
+	// rules its admission policy is generated from) reads the scheduler's
+	// vocabulary to validate annotations as the scheduler does; the
+	// grouper controller builds on it and reports through the bounded
+	// events of pkg/gang/report.
+	{"pkg/workloads/grouping", []string{"pkg/topology", "pkg/gang/vocab"}},
+	{"pkg/workloads/grouper", []string{"pkg/workloads/grouping", "pkg/gang/report", "pkg/gang/vocab", "pkg/topology"}},
 }
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()
