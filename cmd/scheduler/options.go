@@ -48,6 +48,8 @@ type options struct {
 	serving         servingOptions
 	// requireAdminLabels: --require-admin-topology-labels.
 	requireAdminLabels bool
+	// memberGuardOn: --member-guard.
+	memberGuardOn bool
 	// spares: --spare-nodes-per-domain, --spare-level,
 	// --spares-for-new-gangs.
 	spares spares.Policy
@@ -121,6 +123,7 @@ var envTwins = map[string]string{
 	"spare-nodes-per-domain":           "GPUFABRIC_SPARE_NODES_PER_DOMAIN",
 	"spare-level":                      "GPUFABRIC_SPARE_LEVEL",
 	"spares-for-new-gangs":             "GPUFABRIC_SPARES_FOR_NEW_GANGS",
+	"member-guard":                     "GPUFABRIC_MEMBER_GUARD",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -161,6 +164,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.spares.PerDomain, "spare-nodes-per-domain", 0, fmt.Sprintf("wholly free nodes every domain of --spare-level keeps for replacements (late members of a placed gang, a gang restarting into its previous domain): a new gang never takes them; 0..%d, 0: off", spares.MaxPerDomain))
 	fs.StringVar(&o.spares.Level, "spare-level", topology.TopologyKeyNVLinkDomain, "the fabric level whose domains keep spare nodes: "+topology.TopologyKeyNVLinkDomain+" or one of --topology-levels (e.g. a rack label)")
 	fs.BoolVar(&o.spares.ForNewGangs, "spares-for-new-gangs", false, "let new gangs take spare nodes too: spares are still counted and shown (kubectl gpufabric status, the free-room view), not kept")
+	fs.BoolVar(&o.memberGuardOn, "member-guard", true, "place as members of a PodGroup gpufabric-grouper made only pods whose controllers (Job, StatefulSet, leader pod) lead to its workload; others get a NotGroupMember event (needs list/watch of jobs and statefulsets)")
 	p := &o.preemption
 	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")

@@ -49,6 +49,9 @@ func (o *options) run(ctx context.Context) error {
 		return err
 	}
 	cfg := o.schedulerConfig(client, metrics)
+	if cfg.Members, err = o.memberGuard(ctx, client); err != nil {
+		return err
+	}
 	cfg.InformersStarted = func(unsynced func() []string) {
 		h.informersStarted(unsynced)
 		if o.leaderElect {

@@ -54,6 +54,9 @@ var rules = []struct {
 	{"pkg/gang/podstate", []string{"pkg/topology"}},
 	{"pkg/gang/ungate", []string{"pkg/gang/podstate"}},
 	{"pkg/gang/gangless", []string{"pkg/gang/report"}},
+	// Membership of gpufabric-grouper's PodGroups: owner chains from its
+	// own metadata informers; lone pods fall back to gangless.
+	{"pkg/gang/membership", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/report", "pkg/gang/gangless"}},
 	{"pkg/gang/volumepins", []string{"pkg/topology", "pkg/gang/placement"}},
 	{"pkg/gang/memberevents", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/report"}},
 	// The scheduler's rooms never import the loop (pkg/gang/scheduler).
@@ -66,7 +69,7 @@ var rules = []struct {
 	{"pkg/gang/evict", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate",
 		"pkg/gang/preemption", "pkg/gang/commit"}},
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
-		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless"}},
+		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless", "pkg/gang/membership"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	// The failure model is a leaf of the simulator: rates, the seeded
 	// schedule and checkpoint arithmetic, no cluster view.

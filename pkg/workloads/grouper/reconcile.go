@@ -32,6 +32,10 @@ const (
 	// EventGangUnschedulable (Warning): the scheduler's reason why a
 	// group of the workload waits, copied where its users look.
 	EventGangUnschedulable = "GangUnschedulable"
+	// EventGangLabelsMissing (Warning): the workload's pods lack the
+	// labels its gang is named by; they are grouped otherwise (a JobSet's
+	// Job on its own).
+	EventGangLabelsMissing = "GangLabelsMissing"
 	// EventGroupedByJobController (Normal): an Indexed Job the Job
 	// controller groups (gate WorkloadWithJob); the grouper's own group
 	// of it, if any, is removed.
@@ -78,6 +82,9 @@ func (g *Grouper) reconcile(ctx context.Context, k key) (time.Duration, error) {
 	g.seen.forget("problems/" + string(obj.GetUID()))
 	for _, n := range plan.Notes {
 		g.once(obj, corev1.EventTypeNormal, EventGangNote, "note/"+string(obj.GetUID()), n)
+	}
+	for _, w := range plan.Warnings {
+		g.once(obj, corev1.EventTypeWarning, EventGangLabelsMissing, "warning/"+string(obj.GetUID()), w)
 	}
 	if err := g.apply(ctx, obj, plan); err != nil {
 		return 0, err

@@ -2,6 +2,7 @@ package grouping
 
 import (
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,9 +127,13 @@ type job struct {
 }
 
 // planJob: an Indexed Job is one gang of the pods it runs at once
-// (job.<job>). Not a Job of a JobSet (the JobSet is grouped), nor one
-// with spec.scheduling or a pod template that names a PodGroup (the Job
-// controller groups those, gate WorkloadWithJob).
+// (job.<job>) when its pods will name that group: the group the admission
+// policy gives a pod of its template (with the labels the Job controller
+// adds) is job.<job>. A JobSet's Job is not (its pods name the JobSet's
+// group), unless its pod template lacks the JobSet labels (a JobSet
+// version that renamed them): then the Job is its own gang and a Warning
+// says so. Not a Job with spec.scheduling or a pod template that names a
+// PodGroup (the Job controller groups those, gate WorkloadWithJob).
 func planJob(in Input) (*Plan, error) {
 	var j job
 	if err := decode(in, &j); err != nil {
@@ -137,19 +142,26 @@ func planJob(in Input) (*Plan, error) {
 	if j.Spec.CompletionMode == nil || *j.Spec.CompletionMode != "Indexed" || j.Spec.Scheduling != nil || !ours(&j.Spec.Template, in) {
 		return nil, nil
 	}
-	if c := metav1.GetControllerOf(&j); c != nil && c.Kind == "JobSet" {
-		return nil, nil
-	}
 	size := podsPerJob(j.Spec.Parallelism, j.Spec.Completions)
-	if size <= 0 {
-		return nil, nil
+	labels := maps.Clone(j.Spec.Template.Labels)
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	name, ok := GroupName(PrefixJob, j.Name)
+	labels[LabelJobName], labels[LabelJobCompletionIndex] = j.Name, "0"
+	name, rule, named := GroupOfPod(in.Mode, labels, j.Spec.Template.Annotations)
+	if size <= 0 || rule.Kind != KindJob {
+		return nil, nil // another rule names its pods' group (a JobSet's, a gang API's), or none applies
+	}
 	p := newPlan(in, &j.ObjectMeta, name)
 	role := "Indexed Job " + j.Name
-	if !ok {
+	if !named {
 		p.Problems = append(p.Problems, badName(role, name))
 		return p, nil
+	}
+	if c := metav1.GetControllerOf(&j); c != nil && c.Kind == "JobSet" {
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"Job %s of JobSet %s: its pod template lacks the JobSet labels gpufabric reads (%s, %s): a JobSet version that renamed them? Its pods are grouped per Job (PodGroup %s), not per replicated job",
+			j.Name, c.Name, LabelJobSetName, LabelReplicatedJobName, name))
 	}
 	o, problems := readOptions(role, j.Annotations)
 	g, more := gang(name, "job", role, size, o, []*corev1.PodTemplateSpec{&j.Spec.Template})

@@ -47,6 +47,7 @@ func TestPlanFor(t *testing.T) {
 		want     []string // nil: no plan
 		problems []string // annotations (or "" for the spec) of the problems, in order
 		inMsg    string   // part of the first problem's message
+		warn     string   // part of the plan's warning
 	}{
 		{name: "jobset per replicated job", kind: KindJobSet,
 			obj:  jobSetObj("train", map[string]string{AnnotationTopologyKey: "rack"}, rj("driver", 1, 1, podTemplate("", nil), nil), rj("workers", 2, 4, podTemplate("", nil), nil)),
@@ -90,7 +91,9 @@ func TestPlanFor(t *testing.T) {
 		{name: "bad disruption mode", kind: KindJob, obj: jobObj("j", map[string]string{AnnotationDisruptionMode: "all"}, 2, true, ""), problems: []string{AnnotationDisruptionMode}},
 		{name: "non-indexed job", kind: KindJob, obj: jobObj("j", nil, 4, false, "")},
 		{name: "job of another scheduler", kind: KindJob, obj: jobObj("j", nil, 4, true, "default-scheduler")},
-		{name: "job of a jobset", kind: KindJob, obj: owned(jobObj("j", nil, 4, true, ""), "jobset.x-k8s.io/v1alpha2", "JobSet")},
+		{name: "job of a jobset", kind: KindJob, obj: owned(withLabels(jobObj("j", nil, 4, true, ""), map[string]string{LabelJobSetName: "js", LabelReplicatedJobName: "w"}), "jobset.x-k8s.io/v1alpha2", "JobSet")},
+		{name: "job of a jobset without its labels", kind: KindJob, obj: owned(jobObj("j", nil, 4, true, ""), "jobset.x-k8s.io/v1alpha2", "JobSet"), want: []string{"job.j 4/4"}, warn: "lacks the JobSet labels"},
+		{name: "job of a scheduler-plugins group", kind: KindJob, obj: withLabels(jobObj("j", nil, 4, true, ""), map[string]string{LabelSchedulerPluginsPodGroup: "pg"})},
 		{name: "job with spec.scheduling", kind: KindJob, obj: withField(jobObj("j", nil, 4, true, ""), map[string]any{"schedulingPolicy": map[string]any{}}, "spec", "scheduling")},
 		{name: "job too large", kind: KindJob, obj: jobObj("j", nil, MaxGangSize+1, true, ""), problems: []string{""}, inMsg: "at most 10000"},
 		{name: "job name too long for a group", kind: KindJob, obj: jobObj(strings.Repeat("j", 250), nil, 2, true, ""), problems: []string{""}, inMsg: "not a valid PodGroup name"},
@@ -146,6 +149,9 @@ func TestPlanFor(t *testing.T) {
 			if len(tc.problems) > 0 {
 				return
 			}
+			if tc.warn != "" && (len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], tc.warn)) || tc.warn == "" && len(p.Warnings) > 0 {
+				t.Errorf("warnings %q; want %q", p.Warnings, tc.warn)
+			}
 			if got := summary(p); !slices.Equal(got, tc.want) {
 				t.Errorf("groups\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
@@ -177,5 +183,15 @@ func owned(u *unstructured.Unstructured, apiVersion, kind string) *unstructured.
 
 func withField(u *unstructured.Unstructured, v map[string]any, path ...string) *unstructured.Unstructured {
 	_ = unstructured.SetNestedMap(u.Object, v, path...)
+	return u
+}
+
+// withLabels sets the pod template's labels of a Job.
+func withLabels(u *unstructured.Unstructured, labels map[string]string) *unstructured.Unstructured {
+	m := map[string]any{}
+	for k, v := range labels {
+		m[k] = v
+	}
+	_ = unstructured.SetNestedMap(u.Object, m, "spec", "template", "metadata", "labels")
 	return u
 }

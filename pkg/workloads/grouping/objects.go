@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // Labels and annotations on the objects the grouper creates.
@@ -15,12 +17,12 @@ const (
 	// LabelManagedBy = ManagedBy marks them: the grouper lists and
 	// changes only objects with it, and the chart's admission policy lets
 	// only the grouper write them.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "gpufabric-grouper"
+	LabelManagedBy = vocab.LabelManagedBy
+	ManagedBy      = vocab.ManagedByGrouper
 	// AnnotationMemberOwnerUID on a PodGroup: gpufabric-scheduler places
 	// as members only pods whose controller chain leads to this UID
 	// (pkg/gang/membership).
-	AnnotationMemberOwnerUID = "gpufabric.dev/member-owner-uid"
+	AnnotationMemberOwnerUID = vocab.AnnotationMemberOwnerUID
 	// AnnotationRole on a PodGroup says which pods it holds.
 	AnnotationRole = "gpufabric.dev/role"
 )

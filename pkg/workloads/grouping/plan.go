@@ -32,6 +32,9 @@ type Plan struct {
 	// Notes are choices the mapping made that the user should know (a
 	// Normal event each).
 	Notes []string
+	// Warnings are what the user should change although the plan can be
+	// created (a Warning event each).
+	Warnings []string
 }
 
 // Owner is the workload object the groups belong to.

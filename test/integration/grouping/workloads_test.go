@@ -72,8 +72,10 @@ func (e *env) createJobSet(t *testing.T, ns, name string, annotations map[string
 	js.SetAnnotations(annotations)
 	js, err := e.dyn.Resource(gvr(grouping.KindJobSet)).Namespace(ns).Create(t.Context(), js, metav1.CreateOptions{})
 	itest.Must(t, "create JobSet", err)
-	for i := range replicas {
-		e.createJobSetJob(t, js, "workers", int(i), parallelism, tmpl, nil)
+	if !noJobs(annotations) {
+		for i := range replicas {
+			e.createJobSetJob(t, js, "workers", int(i), parallelism, tmpl, nil)
+		}
 	}
 	return js
 }
@@ -218,7 +220,7 @@ func (e *env) waitEvent(t *testing.T, ns, kind, name, reason, part string) strin
 		}
 		var seen []string
 		for _, ev := range list.Items {
-			if ev.Regarding.Kind == kind && ev.Regarding.Name == name && ev.Reason == reason {
+			if ev.Regarding.Kind == kind && (name == "" || ev.Regarding.Name == name) && ev.Reason == reason {
 				if strings.Contains(ev.Note, part) {
 					note = ev.Note
 					return nil
@@ -263,3 +265,9 @@ func (e *env) createForeign(t *testing.T, ns string, kind grouping.Kind, name st
 	}
 	return pg
 }
+
+// annotationNoJobs on a test JobSet: create no Jobs for it (the test
+// makes them).
+const annotationNoJobs = "test.gpufabric.dev/no-jobs"
+
+func noJobs(a map[string]string) bool { _, ok := a[annotationNoJobs]; return ok }
