@@ -77,6 +77,7 @@ func TestGrouperBadInput(t *testing.T) {
 	itest.Must(t, "create the JobSet's plain Job", err)
 	e.waitEvent(t, "team", "Pod", "", vocab.EventPlacedWithoutGang, "whose gang is PodGroup jobset.renamed.workers, but it names no PodGroup")
 }
+
 // podsWaiting: n pods of the namespace whose group is group are unbound
 // with PodScheduled=False and reason.
 func podsWaiting(ctx context.Context, c kubernetes.Interface, ns, group string, n int, reason string) error {
