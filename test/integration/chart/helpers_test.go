@@ -16,6 +16,9 @@ import (
 const (
 	mockValuesFile  = itest.ChartDir + "/values-mock.yaml"
 	pluginRulesFile = itest.ChartDir + "/files/rbac/kubelet-plugin.yaml"
+	// The grouper's rules (cluster, release namespace).
+	grouperRulesFile          = itest.ChartDir + "/files/rbac/grouper.yaml"
+	grouperNamespaceRulesFile = itest.ChartDir + "/files/rbac/grouper-namespace.yaml"
 	kindConfigFile  = "deployments/kind/kind-config.yaml"
 	kindExampleDir  = "deployments/kind/example"
 	kindUpScript    = "hack/kind-up.sh"
