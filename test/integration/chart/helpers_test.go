@@ -19,9 +19,9 @@ const (
 	// The grouper's rules (cluster, release namespace).
 	grouperRulesFile          = itest.ChartDir + "/files/rbac/grouper.yaml"
 	grouperNamespaceRulesFile = itest.ChartDir + "/files/rbac/grouper-namespace.yaml"
-	kindConfigFile  = "deployments/kind/kind-config.yaml"
-	kindExampleDir  = "deployments/kind/example"
-	kindUpScript    = "hack/kind-up.sh"
+	kindConfigFile            = "deployments/kind/kind-config.yaml"
+	kindExampleDir            = "deployments/kind/example"
+	kindUpScript              = "hack/kind-up.sh"
 )
 
 // get returns the rendered object kind/name as T, failing the test when it
