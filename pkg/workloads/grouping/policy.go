@@ -39,6 +39,10 @@ const LabelNamespaceDefault = "gpufabric.dev/default-scheduler"
 // default cannot be a policy of its own. Match conditions see no
 // namespaceObject, so the namespace is read in the mutations.
 //
+// Reinvocation IfNeeded: mutating webhooks run after policies, and
+// LeaderWorkerSet's pod webhook writes the group index the name needs; the
+// policy runs again once a webhook changed the pod.
+//
 // Failure policy Ignore: the policy sees every pod of the default
 // scheduler; an error must never stop a cluster's pods. A pod it could
 // not group is placed without a gang and told so (PlacedWithoutGang).
@@ -65,7 +69,7 @@ func PodGroupPolicy(mode Mode) admissionregistrationv1.MutatingAdmissionPolicySp
 				" && !has(object.spec.schedulingGroup) && !variables.optedOut && variables.valid ? [JSONPatch{op: 'add', path: '/spec/schedulingGroup', value: Object.spec.schedulingGroup{podGroupName: variables.group}}] : []"}},
 		},
 		FailurePolicy:      ptr.To(admissionregistrationv1.Ignore),
-		ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		ReinvocationPolicy: admissionregistrationv1.IfNeededReinvocationPolicy,
 	}
 }
 

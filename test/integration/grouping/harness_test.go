@@ -13,20 +13,14 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
-	"github.com/gpufabric/gpufabric/pkg/workloads/grouper"
 	"github.com/gpufabric/gpufabric/pkg/workloads/grouping"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
@@ -152,54 +146,16 @@ func newEnv(t *testing.T, mode grouping.Mode, opts framework.Options) *env {
 	return e
 }
 
-// policy applies the chart's policy of mode to every namespace and waits
-// until it acts.
+// policy applies the chart's policy of mode to every namespace.
 func (e *env) policy(t *testing.T, mode grouping.Mode) {
 	t.Helper()
-	ctx := t.Context()
-	name := "gpufabric-pod-groups"
-	_, err := e.admin.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: grouping.PodGroupPolicy(mode)}, metav1.CreateOptions{})
-	itest.Must(t, "create policy", err)
-	_, err = e.admin.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.MutatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name},
-	}, metav1.CreateOptions{})
-	itest.Must(t, "bind policy", err)
-	probe := policyPod("default", "probe", policyCase{labels: map[string]string{grouping.LabelLWSName: "probe", grouping.LabelLWSGroupIndex: "0"}})
-	itest.Poll(t, "policy acts", 30*time.Second, func(ctx context.Context) error {
-		got, err := e.admin.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if got.Spec.SchedulingGroup == nil {
-			return fmt.Errorf("probe pod not grouped yet")
-		}
-		return nil
-	})
+	itest.ApplyPodGroupPolicy(t, e.admin, mode)
 }
 
-// startGrouper runs the grouper in the test process as user
-// gpufabric-grouper with exactly the chart's rules.
+// startGrouper runs the grouper with the chart's rules.
 func (e *env) startGrouper(t *testing.T, mode grouping.Mode) {
 	t.Helper()
-	ctx := t.Context()
-	const user = grouper.Name
-	rules, err := framework.LoadRules(grouperRulesFile)
-	itest.Must(t, "load grouper rules", err)
-	itest.Must(t, "grant grouper rules", framework.GrantRules(ctx, e.admin, user, rules))
-	rc, err := e.cp.UserConfig(user)
-	itest.Must(t, "grouper config", err)
-	cfg := grouper.Config{Mode: mode, JobControllerGrace: 2 * time.Second, DiscoveryInterval: 2 * time.Second}
-	cfg.Client, err = kubernetes.NewForConfig(rc)
-	itest.Must(t, "grouper client", err)
-	cfg.Dynamic, err = dynamic.NewForConfig(rc)
-	itest.Must(t, "grouper dynamic client", err)
-	cfg.Metadata, err = metadata.NewForConfig(rc)
-	itest.Must(t, "grouper metadata client", err)
-	cfg.Discovery, err = discovery.NewDiscoveryClientForConfig(rc)
-	itest.Must(t, "grouper discovery client", err)
-	g, err := grouper.New(cfg)
-	itest.Must(t, "create grouper", err)
-	run(t, "grouper", g.Run)
+	itest.StartGrouper(t, e.cp, mode)
 }
 
 // startScheduler runs gpufabric-scheduler in the test process with
@@ -214,22 +170,9 @@ func (e *env) startScheduler(t *testing.T, cfg scheduler.Config) {
 	itest.Must(t, "scheduler client", err)
 	cfg.RecordNamespace = itest.RecordNamespace
 	cfg.InitialBackoff, cfg.MaxBackoff = 200*time.Millisecond, 2*time.Second
+	cfg.Members = itest.MemberGuard(t, rc, cfg.Client) // --member-guard
 	s, err := scheduler.New(cfg)
 	itest.Must(t, "create scheduler", err)
-	run(t, "scheduler", s.Run)
+	itest.RunUntilDone(t, "scheduler", s.Run)
 }
 
-// run runs f until the test ends.
-func run(t *testing.T, name string, f func(context.Context) error) {
-	t.Helper()
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
-	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), logger))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := f(ctx); err != nil && ctx.Err() == nil {
-			t.Errorf("%s: %v", name, err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-}
