@@ -175,4 +175,3 @@ func (e *env) startScheduler(t *testing.T, cfg scheduler.Config) {
 	itest.Must(t, "create scheduler", err)
 	itest.RunUntilDone(t, "scheduler", s.Run)
 }
-
