@@ -48,7 +48,7 @@ func ApplyPodGroupPolicy(t *testing.T, admin kubernetes.Interface, mode grouping
 	}, metav1.CreateOptions{})
 	Must(t, "bind pod-group policy", err)
 	probe := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Namespace: "default", Labels: map[string]string{grouping.LabelLWSName: "probe", grouping.LabelLWSGroupIndex: "0"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "policy-probe", Namespace: "default", Labels: map[string]string{grouping.LabelSchedulerPluginsPodGroup: "probe"}},
 		Spec:       corev1.PodSpec{SchedulerName: topology.SchedulerName, Containers: []corev1.Container{{Name: "c", Image: "registry.example/c:1"}}},
 	}
 	Poll(t, "pod-group policy acts", 30*time.Second, func(ctx context.Context) error {

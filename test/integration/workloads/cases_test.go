@@ -44,8 +44,9 @@ func jobSetCase() smokeCase {
 				"spec":     map[string]any{"replicatedJobs": []any{job("driver", 1, 1), job("workers", 2, 2)}},
 			})
 		},
-		pods:    5,
-		warning: `belongs to JobSet "train"`,
+		pods: 5,
+		// One gang per replicated job.
+		groups: map[string]int{"jobset.train.driver": 1, "jobset.train.workers": 4}, owner: "JobSet",
 		// JobSet writes its keys on the Jobs' pod templates both as labels
 		// and as annotations (jobset.sigs.k8s.io/priority only as a
 		// label); the Job controller adds its own.
@@ -102,8 +103,9 @@ func lwsCase() smokeCase {
 				}},
 			})
 		},
-		pods:    4,
-		warning: `belongs to LeaderWorkerSet "serve"`,
+		pods: 4,
+		// One gang per group: leader and workers.
+		groups: map[string]int{"lws.serve.0": 4}, owner: "LeaderWorkerSet",
 		// group-index, group-key and worker-index come from LWS's pod
 		// webhook; the StatefulSet controller adds apps.kubernetes.io/pod-index.
 		labels: map[string]string{
@@ -154,8 +156,9 @@ func trainerCase() smokeCase {
 				},
 			})
 		},
-		pods:    2,
-		warning: `belongs to JobSet "train"`,
+		pods: 2,
+		// The TrainJob's JobSet is grouped (its TrainJob's annotations apply).
+		groups: map[string]int{"jobset.train.node": 2}, owner: "JobSet",
 		// Trainer writes no key on pods: they are its JobSet's.
 		labels: map[string]string{
 			"jobset.sigs.k8s.io/jobset-name": "train", "jobset.sigs.k8s.io/replicatedjob-name": "node",
@@ -228,8 +231,9 @@ func kubeRayCase() smokeCase {
 				},
 			})
 		},
-		pods:    3,
-		warning: `belongs to RayCluster "ray"`,
+		pods: 3,
+		// The head and its workers are one gang.
+		groups: map[string]int{"ray.ray": 3}, owner: "RayCluster",
 		labels: map[string]string{
 			"ray.io/cluster": "ray", "ray.io/node-type": "", "ray.io/group": "", "ray.io/identifier": "",
 			"ray.io/is-ray-node": "yes", "app.kubernetes.io/created-by": "kuberay-operator",

@@ -6,12 +6,11 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,6 +24,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/pkg/workloads/grouping"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/framework/controllers"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
@@ -39,9 +39,10 @@ type smokeCase struct {
 	create func(t *testing.T, dyn dynamic.Interface, ns string)
 	// pods is how many pods the controller creates.
 	pods int
-	// warning is what gpufabric-scheduler's PlacedWithoutGang event says
-	// each pod belongs to.
-	warning string
+	// groups are the PodGroups gpufabric-grouper makes of the workload,
+	// with the pods each holds, and owner the kind that controls them.
+	groups map[string]int
+	owner  string
 	// labels and annotations are the keys every pod carries (with the
 	// controllers' value when not "").
 	labels, annotations map[string]string
@@ -54,9 +55,11 @@ type smokeCase struct {
 }
 
 // TestWorkloadControllers: one control plane (kube-controller-manager,
-// kwok nodes: two NVLink domains × 4 nodes × 4 GPUs), the four controllers
-// and gpufabric-scheduler (in the test process, the shipped RBAC rules);
-// the four smoke cases in parallel.
+// kwok nodes: two NVLink domains × 4 nodes × 4 GPUs), the four controllers,
+// the chart's pod-group policy, gpufabric-grouper and gpufabric-scheduler
+// with its membership guard (both in the test process, the shipped RBAC
+// rules); the four smoke cases in parallel, each submitted with nothing
+// but schedulerName gpufabric-scheduler and placed as gangs.
 func TestWorkloadControllers(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true})
 	admin := cp.AdminClient(t)
@@ -71,6 +74,8 @@ func TestWorkloadControllers(t *testing.T) {
 	itest.Must(t, "start workload controllers", <-started)
 	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
 	itest.Must(t, "dynamic client", err)
+	itest.ApplyPodGroupPolicy(t, admin, grouping.ModeFlat)
+	itest.StartGrouper(t, cp, grouping.ModeFlat)
 	startScheduler(t, cp)
 	for _, tc := range []smokeCase{jobSetCase(), lwsCase(), trainerCase(), kubeRayCase()} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,8 +87,9 @@ func TestWorkloadControllers(t *testing.T) {
 
 // runSmoke creates the case's workload in a namespace of its own and
 // checks its pods: all created, each with the keys and one of the places
-// of the case, each placed alone on a node with a PlacedWithoutGang
-// warning that names the controller.
+// of the case, each naming the group the pod rules give it, every group
+// made by gpufabric-grouper (owned by the workload) and placed as a gang
+// in one NVLink domain, and no pod placed alone.
 func runSmoke(t *testing.T, admin kubernetes.Interface, dyn dynamic.Interface, tc smokeCase) {
 	ns := tc.name
 	itest.GangNamespace(t, admin, ns, 1)
@@ -122,11 +128,12 @@ func runSmoke(t *testing.T, admin kubernetes.Interface, dyn dynamic.Interface, t
 	if tc.check != nil {
 		tc.check(t, admin, dyn, ns, pods)
 	}
-	checkPlacedAlone(t, admin, ns, pods, tc.warning)
+	checkPlacedAsGangs(t, admin, ns, pods, tc)
 }
 
 // checkTemplate: the controller kept what the pod template asked of the
-// scheduler, and the pod names no PodGroup.
+// scheduler, and the pod names the group the pod rules give its labels
+// (the chart's admission policy set it).
 func checkTemplate(t *testing.T, p *corev1.Pod) {
 	t.Helper()
 	if p.Spec.SchedulerName != topology.SchedulerName {
@@ -137,8 +144,9 @@ func checkTemplate(t *testing.T, p *corev1.Pod) {
 	}) {
 		t.Errorf("pod %s: no claim from template %s in %v", p.Name, itest.GPUTemplate, p.Spec.ResourceClaims)
 	}
-	if p.Spec.SchedulingGroup != nil {
-		t.Errorf("pod %s names a pod group %v: no controller here creates one", p.Name, p.Spec.SchedulingGroup)
+	want, _, ok := grouping.GroupOfPod(grouping.ModeFlat, p.Labels, p.Annotations)
+	if sg := p.Spec.SchedulingGroup; !ok || sg == nil || ptr.Deref(sg.PodGroupName, "") != want {
+		t.Errorf("pod %s names group %v; want %q", p.Name, sg, want)
 	}
 }
 
@@ -157,26 +165,53 @@ func checkKeys(t *testing.T, p *corev1.Pod, what string, m, want map[string]stri
 	}
 }
 
-// checkPlacedAlone: gpufabric-scheduler placed each pod alone (its own GPU
-// claim allocated, no PodGroup) and said so in a PlacedWithoutGang
-// Warning that names what the pod belongs to.
-func checkPlacedAlone(t *testing.T, admin kubernetes.Interface, ns string, pods []corev1.Pod, warning string) {
+// checkPlacedAsGangs: each of the case's groups exists, made by
+// gpufabric-grouper and controlled by the workload (the owner kind), was
+// placed (PodGroupInitiallyScheduled), holds its pods, all in one NVLink
+// domain; no pod got a PlacedWithoutGang or NotGroupMember warning; every
+// pod's GPU claim is allocated.
+func checkPlacedAsGangs(t *testing.T, admin kubernetes.Interface, ns string, pods []corev1.Pod, tc smokeCase) {
 	t.Helper()
-	itest.Poll(t, "a PlacedWithoutGang warning on each pod", 30*time.Second, func(ctx context.Context) error {
-		evs, err := admin.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+	members := map[string][]corev1.Pod{}
+	for _, p := range pods {
+		if sg := p.Spec.SchedulingGroup; sg != nil {
+			members[ptr.Deref(sg.PodGroupName, "")] = append(members[ptr.Deref(sg.PodGroupName, "")], p)
+		}
+	}
+	for name, n := range tc.groups {
+		pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
-			return err
+			t.Errorf("group %s: %v", name, err)
+			continue
 		}
-		for _, p := range pods {
-			if !slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
-				return e.Regarding.Name == p.Name && e.Reason == vocab.EventPlacedWithoutGang &&
-					e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, warning)
-			}) {
-				return fmt.Errorf("no %s warning on pod %s containing %q", vocab.EventPlacedWithoutGang, p.Name, warning)
-			}
+		c := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionInitiallyScheduled)
+		owner := metav1.GetControllerOf(pg)
+		switch {
+		case pg.Labels[vocab.LabelManagedBy] != vocab.ManagedByGrouper || owner == nil || owner.Kind != tc.owner:
+			t.Errorf("group %s: labels %v, controller %v; want gpufabric-grouper's, controlled by a %s", name, pg.Labels, owner, tc.owner)
+		case c == nil || c.Status != metav1.ConditionTrue:
+			t.Errorf("group %s not placed: %+v", name, c)
+		case pg.Spec.SchedulingPolicy.Gang == nil || pg.Spec.SchedulingPolicy.Gang.MinCount != int32(n):
+			t.Errorf("group %s: policy %+v, want a gang of %d", name, pg.Spec.SchedulingPolicy, n)
 		}
-		return nil
-	})
+		domains := map[string]bool{}
+		for _, p := range members[name] {
+			domains[itest.DomainOf(p.Spec.NodeName)] = true
+		}
+		if len(members[name]) != n || len(domains) != 1 {
+			t.Errorf("group %s: %d members in domains %v; want %d in one", name, len(members[name]), domains, n)
+		}
+	}
+	if len(members) != len(tc.groups) {
+		t.Errorf("pods name groups %v; want %v", slices.Sorted(maps.Keys(members)), slices.Sorted(maps.Keys(tc.groups)))
+	}
+	evs, err := admin.EventsV1().Events(ns).List(t.Context(), metav1.ListOptions{})
+	itest.Must(t, "list events", err)
+	for _, e := range evs.Items {
+		if e.Reason == vocab.EventPlacedWithoutGang || e.Reason == vocab.EventNotGroupMember {
+			t.Errorf("%s on %s: %s", e.Reason, e.Regarding.Name, e.Note)
+		}
+	}
 	claims, err := admin.ResourceV1().ResourceClaims(ns).List(t.Context(), metav1.ListOptions{})
 	itest.Must(t, "list claims", err)
 	allocated := 0
@@ -239,6 +274,7 @@ func startScheduler(t *testing.T, cp *framework.ControlPlane) {
 	s, err := scheduler.New(scheduler.Config{
 		Client: client, RecordNamespace: itest.RecordNamespace,
 		InitialBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second,
+		Members: itest.MemberGuard(t, cfg, client), // --member-guard
 	})
 	itest.Must(t, "create scheduler", err)
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
