@@ -58,6 +58,7 @@ func planJobSet(in Input) (*Plan, error) {
 	}
 	root := PrefixJobSet + "." + js.Name
 	p := newPlan(in, &js.ObjectMeta, root)
+	p.Labels = map[string]string{LabelJobSetName: js.Name}
 	var gangs []Group
 	first := int32(0)
 	for i := range js.Spec.ReplicatedJobs {
@@ -153,6 +154,7 @@ func planJob(in Input) (*Plan, error) {
 		return nil, nil // another rule names its pods' group (a JobSet's, a gang API's), or none applies
 	}
 	p := newPlan(in, &j.ObjectMeta, name)
+	p.Labels = map[string]string{LabelJobName: j.Name}
 	role := "Indexed Job " + j.Name
 	if !named {
 		p.Problems = append(p.Problems, badName(role, name))

@@ -48,6 +48,7 @@ func planLWS(in Input) (*Plan, error) {
 		return nil, nil
 	}
 	p := newPlan(in, &l.ObjectMeta, PrefixLWS+"."+l.Name)
+	p.Labels = map[string]string{LabelLWSName: l.Name}
 	if size > 1 && leaderOurs != workersOurs {
 		p.Problems = append(p.Problems, Problem{Message: fmt.Sprintf(
 			"LeaderWorkerSet %s: its leader and worker templates name different schedulers (or one opted out with %s): a group's pods are one gang, placed by one scheduler",

@@ -19,17 +19,21 @@ const (
 // Labels and annotations the controllers and gang APIs put on pods. The
 // mapping reads nothing else from a pod.
 const (
-	LabelJobSetName         = "jobset.sigs.k8s.io/jobset-name"
-	LabelReplicatedJobName  = "jobset.sigs.k8s.io/replicatedjob-name"
-	LabelJobGlobalIndex     = "jobset.sigs.k8s.io/job-global-index"
-	LabelLWSName            = "leaderworkerset.sigs.k8s.io/name"
-	LabelLWSGroupIndex      = "leaderworkerset.sigs.k8s.io/group-index"
-	LabelLWSWorkerIndex     = "leaderworkerset.sigs.k8s.io/worker-index"
-	LabelRayCluster         = "ray.io/cluster"
-	LabelRayGroup           = "ray.io/group"
-	LabelRayNodeType        = "ray.io/node-type"
-	LabelJobName            = "batch.kubernetes.io/job-name"
-	LabelJobCompletionIndex = "batch.kubernetes.io/job-completion-index"
+	LabelJobSetName        = "jobset.sigs.k8s.io/jobset-name"
+	LabelReplicatedJobName = "jobset.sigs.k8s.io/replicatedjob-name"
+	LabelJobGlobalIndex    = "jobset.sigs.k8s.io/job-global-index"
+	LabelLWSName           = "leaderworkerset.sigs.k8s.io/name"
+	LabelLWSGroupIndex     = "leaderworkerset.sigs.k8s.io/group-index"
+	LabelLWSWorkerIndex    = "leaderworkerset.sigs.k8s.io/worker-index"
+	LabelRayCluster        = "ray.io/cluster"
+	LabelRayGroup          = "ray.io/group"
+	LabelRayNodeType       = "ray.io/node-type"
+	// LabelRayOriginatedFrom and LabelRayOriginatedFromCRD are on a
+	// RayJob's RayCluster: the RayJob's name, and "RayJob".
+	LabelRayOriginatedFrom    = "ray.io/originated-from-cr-name"
+	LabelRayOriginatedFromCRD = "ray.io/originated-from-crd"
+	LabelJobName              = "batch.kubernetes.io/job-name"
+	LabelJobCompletionIndex   = "batch.kubernetes.io/job-completion-index"
 	// LabelSchedulerPluginsPodGroup names a scheduler-plugins PodGroup
 	// (sigs.k8s.io/scheduler-plugins v0.33); LabelSchedulerPluginsPodGroupOld
 	// is the key of its releases before v0.28.

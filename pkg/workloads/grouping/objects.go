@@ -74,9 +74,14 @@ func (p *Plan) Objects() Objects {
 }
 
 func (p *Plan) meta(name string, annotations map[string]string) metav1.ObjectMeta {
+	labels := maps.Clone(p.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelManagedBy] = ManagedBy
 	return metav1.ObjectMeta{
 		Name: name, Namespace: p.Owner.Namespace,
-		Labels:      map[string]string{LabelManagedBy: ManagedBy},
+		Labels:      labels,
 		Annotations: annotations,
 		OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: p.Owner.APIVersion, Kind: p.Owner.Kind, Name: p.Owner.Name, UID: p.Owner.UID,

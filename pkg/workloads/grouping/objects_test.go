@@ -43,7 +43,7 @@ func TestObjects(t *testing.T) {
 		t.Errorf("name %s/%s", pg.Namespace, pg.Name)
 	case ref.UID != "uid-train" || !ptr.Deref(ref.Controller, false) || ref.Kind != "JobSet" || ref.APIVersion != "jobset.x-k8s.io/v1alpha2":
 		t.Errorf("owner %+v", ref)
-	case pg.Labels[LabelManagedBy] != ManagedBy || pg.Annotations[AnnotationMemberOwnerUID] != "uid-train" || pg.Annotations[topology.AnnotationRailAlignment] != "required":
+	case pg.Labels[LabelManagedBy] != ManagedBy || pg.Labels[LabelJobSetName] != "train" || pg.Annotations[AnnotationMemberOwnerUID] != "uid-train" || pg.Annotations[topology.AnnotationRailAlignment] != "required":
 		t.Errorf("labels %v annotations %v", pg.Labels, pg.Annotations)
 	case pg.Spec.SchedulingPolicy.Gang == nil || pg.Spec.SchedulingPolicy.Gang.MinCount != 4:
 		t.Errorf("policy %+v", pg.Spec.SchedulingPolicy)

@@ -25,7 +25,12 @@ type Plan struct {
 	// lead to (the workload; for a scheduler-plugins or Volcano PodGroup,
 	// its controller), "" when none can be said.
 	MemberOwnerUID types.UID
-	Groups         []Group
+	// Labels go on every object of the plan: the workload's name under
+	// the key its pods carry it (jobset.sigs.k8s.io/jobset-name, ...), so
+	// `kubectl gpufabric explain jobset/NAME` finds the groups before any
+	// pod exists; a RayJob's cluster's also carry the RayJob's name.
+	Labels map[string]string
+	Groups []Group
 	// Problems, when any, mean nothing of the plan may be created: the
 	// workload's options conflict or cannot be met (an event names each).
 	Problems []Problem

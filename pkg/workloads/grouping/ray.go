@@ -73,6 +73,10 @@ func planRay(in Input) (*Plan, error) {
 	}
 	name, ok := GroupName(PrefixRay, rc.Name)
 	p := newPlan(in, &rc.ObjectMeta, name)
+	p.Labels = map[string]string{LabelRayCluster: rc.Name}
+	if rj := rc.Labels[LabelRayOriginatedFrom]; rj != "" && rc.Labels[LabelRayOriginatedFromCRD] == "RayJob" {
+		p.Labels[LabelRayOriginatedFrom] = rj
+	}
 	role := "RayCluster " + rc.Name
 	switch {
 	case !ok:

@@ -46,7 +46,7 @@ func jobSetCase() smokeCase {
 		},
 		pods: 5,
 		// One gang per replicated job.
-		groups: map[string]int{"jobset.train.driver": 1, "jobset.train.workers": 4}, owner: "JobSet",
+		groups: map[string]int{"jobset.train.driver": 1, "jobset.train.workers": 4}, owner: "JobSet", explain: "jobset/train",
 		// JobSet writes its keys on the Jobs' pod templates both as labels
 		// and as annotations (jobset.sigs.k8s.io/priority only as a
 		// label); the Job controller adds its own.
@@ -105,7 +105,7 @@ func lwsCase() smokeCase {
 		},
 		pods: 4,
 		// One gang per group: leader and workers.
-		groups: map[string]int{"lws.serve.0": 4}, owner: "LeaderWorkerSet",
+		groups: map[string]int{"lws.serve.0": 4}, owner: "LeaderWorkerSet", explain: "lws/serve",
 		// group-index, group-key and worker-index come from LWS's pod
 		// webhook; the StatefulSet controller adds apps.kubernetes.io/pod-index.
 		labels: map[string]string{
@@ -158,7 +158,7 @@ func trainerCase() smokeCase {
 		},
 		pods: 2,
 		// The TrainJob's JobSet is grouped (its TrainJob's annotations apply).
-		groups: map[string]int{"jobset.train.node": 2}, owner: "JobSet",
+		groups: map[string]int{"jobset.train.node": 2}, owner: "JobSet", explain: "trainjob/train",
 		// Trainer writes no key on pods: they are its JobSet's.
 		labels: map[string]string{
 			"jobset.sigs.k8s.io/jobset-name": "train", "jobset.sigs.k8s.io/replicatedjob-name": "node",
@@ -233,7 +233,7 @@ func kubeRayCase() smokeCase {
 		},
 		pods: 3,
 		// The head and its workers are one gang.
-		groups: map[string]int{"ray.ray": 3}, owner: "RayCluster",
+		groups: map[string]int{"ray.ray": 3}, owner: "RayCluster", explain: "raycluster/ray",
 		labels: map[string]string{
 			"ray.io/cluster": "ray", "ray.io/node-type": "", "ray.io/group": "", "ray.io/identifier": "",
 			"ray.io/is-ray-node": "yes", "app.kubernetes.io/created-by": "kuberay-operator",

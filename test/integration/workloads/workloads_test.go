@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+	"github.com/gpufabric/gpufabric/pkg/inspect"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/pkg/workloads/grouping"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
@@ -43,6 +44,8 @@ type smokeCase struct {
 	// with the pods each holds, and owner the kind that controls them.
 	groups map[string]int
 	owner  string
+	// explain is the workload as `kubectl gpufabric explain` takes it.
+	explain string
 	// labels and annotations are the keys every pod carries (with the
 	// controllers' value when not "").
 	labels, annotations map[string]string
@@ -129,6 +132,27 @@ func runSmoke(t *testing.T, admin kubernetes.Interface, dyn dynamic.Interface, t
 		tc.check(t, admin, dyn, ns, pods)
 	}
 	checkPlacedAsGangs(t, admin, ns, pods, tc)
+	checkExplain(t, admin, ns, tc)
+}
+
+// checkExplain: `kubectl gpufabric explain KIND/NAME` finds the case's
+// groups by the workload's name, each placed.
+func checkExplain(t *testing.T, admin kubernetes.Interface, ns string, tc smokeCase) {
+	t.Helper()
+	cl, err := inspect.Load(t.Context(), admin, inspect.Need{Namespace: ns, Fabric: true, Claims: true, Pods: true, PodGroups: true})
+	itest.Must(t, "load cluster", err)
+	res, err := inspect.ResolveRef(cl, ns, tc.explain)
+	itest.Must(t, "explain "+tc.explain, err)
+	if want := slices.Sorted(maps.Keys(tc.groups)); !slices.Equal(res.Groups, want) || res.Workload != tc.explain {
+		t.Errorf("explain %s: groups %v via %q; want %v", tc.explain, res.Groups, res.Workload, want)
+	}
+	for _, g := range res.Groups {
+		rep, err := inspect.BuildExplain(cl, inspect.Options{}, ns, g, 0)
+		itest.Must(t, "build explain", err)
+		if rep.State != inspect.StatePlaced {
+			t.Errorf("explain %s: group %s is %s: %s", tc.explain, g, rep.State, rep.Summary)
+		}
+	}
 }
 
 // checkTemplate: the controller kept what the pod template asked of the
