@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
@@ -25,7 +26,8 @@ import (
 // gpufabric-scheduler places each gang in one NVLink domain. A JobSet (its
 // Jobs' pods made by kube-controller-manager), a LeaderWorkerSet (one gang
 // per group), a RayCluster (head and workers) and a scheduler-plugins
-// PodGroup. Deleting the JobSet deletes its groups.
+// PodGroup. A LeaderWorkerSet scaled down loses the group of its last
+// replica; deleting the JobSet deletes its groups.
 func TestGrouperPlacesGangs(t *testing.T) {
 	e := newEnv(t, grouping.ModeFlat, framework.Options{Kwok: true})
 	ctx := t.Context()
@@ -70,6 +72,22 @@ func TestGrouperPlacesGangs(t *testing.T) {
 	if owner := metav1.GetControllerOf(mustPG(t, e, "ray", "sp.pt")); owner == nil || owner.UID != sp.GetUID() {
 		t.Errorf("sp.pt owner %+v; want the scheduler-plugins PodGroup", owner)
 	}
+
+	// A LeaderWorkerSet scaled down loses its last group (LWS deletes the
+	// group's pods; the grouper, the PodGroup).
+	patch := []byte(`{"spec":{"replicas":1}}`)
+	_, err = e.dyn.Resource(gvr(grouping.KindLeaderWorkerSet)).Namespace("lws").Patch(ctx, "serve", types.MergePatchType, patch, metav1.PatchOptions{})
+	itest.Must(t, "scale LeaderWorkerSet down", err)
+	for _, p := range []string{"serve-1", "serve-1-1"} {
+		itest.Must(t, "delete pod", e.admin.CoreV1().Pods("lws").Delete(ctx, p, metav1.DeleteOptions{}))
+	}
+	itest.Poll(t, "lws.serve.1 gone, lws.serve.0 kept", 60*time.Second, func(ctx context.Context) error {
+		if _, err := e.admin.SchedulingV1beta1().PodGroups("lws").Get(ctx, "lws.serve.1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("lws.serve.1 still there: %v", err)
+		}
+		_, err := e.admin.SchedulingV1beta1().PodGroups("lws").Get(ctx, "lws.serve.0", metav1.GetOptions{})
+		return err
+	})
 
 	// Deleting the JobSet deletes its Jobs, pods and groups.
 	itest.Must(t, "delete JobSet", e.dyn.Resource(gvr(grouping.KindJobSet)).Namespace("js").Delete(ctx, "train", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}))
