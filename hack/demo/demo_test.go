@@ -17,7 +17,8 @@ import (
 // gang whole in one NVLink domain, its shared claim reserved for the
 // PodGroup, the segmented gang over two NVLink domains with its segments
 // named, the impossible gang refused with numbers, and the CDI devices a
-// kubelet gets for a bound pod.
+// kubelet gets for a bound pod; beside them a JobSet and a LeaderWorkerSet
+// (the real controllers), each placed as a gang gpufabric-grouper made.
 func TestDemo(t *testing.T) {
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -26,10 +27,12 @@ func TestDemo(t *testing.T) {
 	bin := buildDemoBinaries(t, root)
 	var out bytes.Buffer
 	err = run(t.Context(), options{
-		fabric:   filepath.Join(root, "examples", "fabric.yaml"),
-		examples: filepath.Join(root, "examples"),
-		binDir:   bin,
-		timeout:  3 * time.Minute,
+		fabric:      filepath.Join(root, "examples", "fabric.yaml"),
+		examples:    filepath.Join(root, "examples"),
+		workloads:   filepath.Join(root, "examples", "workloads"),
+		controllers: "on",
+		binDir:      bin,
+		timeout:     3 * time.Minute,
 	}, &out)
 	if err != nil {
 		t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
@@ -45,6 +48,8 @@ func TestDemo(t *testing.T) {
 		"env GPUFABRIC_GPU_UUIDS=GPU-",
 		"driver: 13 files mounted (libraries, binaries, firmware), hooks create-symlinks",
 		"env NCCL_MNNVL_ENABLE=1",
+		"jobset.eval.workers: 2/2 pods bound, in 1 NVLink domain(s)",
+		"lws.serve.0: 2/2 pods bound, in 1 NVLink domain(s)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q", want)
@@ -87,7 +92,7 @@ func TestDemoOnEveryFixture(t *testing.T) {
 	for _, f := range fixtures {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			var out bytes.Buffer
-			err := run(t.Context(), options{fabric: f, examples: filepath.Join(root, "examples"), binDir: bin, timeout: 3 * time.Minute}, &out)
+			err := run(t.Context(), options{fabric: f, examples: filepath.Join(root, "examples"), controllers: "off", binDir: bin, timeout: 3 * time.Minute}, &out)
 			if err != nil {
 				t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
 			}
@@ -108,7 +113,7 @@ func TestDemoOnEveryFixture(t *testing.T) {
 func buildDemoBinaries(t *testing.T, root string) string {
 	t.Helper()
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kubelet-plugin", "./cmd/scheduler")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kubelet-plugin", "./cmd/scheduler", "./cmd/grouper")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	if out, err := build.CombinedOutput(); err != nil {
