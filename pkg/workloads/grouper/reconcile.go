@@ -65,6 +65,9 @@ func (g *Grouper) reconcile(ctx context.Context, k key) (time.Duration, error) {
 			return wait, nil
 		}
 	}
+	if g.groupedByGangAPI(obj) {
+		return 0, g.prune(ctx, obj.GetUID(), nil)
+	}
 	in := grouping.Input{Kind: k.kind, Object: obj, Mode: g.mode(), ParentAnnotations: g.parentAnnotations(obj)}
 	_, in.NamespaceDefault, _ = g.w.namespaces.GetIndexer().GetByKey(obj.GetNamespace())
 	plan, err := grouping.PlanFor(in)
@@ -135,6 +138,32 @@ func parentKind(gvr schema.GroupVersionResource, kind string) bool {
 		return kind == "TrainJob"
 	case grouping.GVRRayJob:
 		return kind == "RayJob"
+	}
+	return false
+}
+
+// groupedByGangAPI: a scheduler-plugins or Volcano PodGroup belongs to
+// the workload or its controller (KubeRay's gang options make one for a
+// RayCluster or its RayJob): its pods name that gang (the pod rules put
+// gang APIs first), so the workload gets no group of its own.
+func (g *Grouper) groupedByGangAPI(obj *unstructured.Unstructured) bool {
+	if obj.GetKind() == "PodGroup" {
+		return false
+	}
+	uids := []string{string(obj.GetUID())}
+	if c := metav1.GetControllerOf(obj); c != nil {
+		uids = append(uids, string(c.UID))
+	}
+	for _, kind := range []grouping.Kind{grouping.KindSchedulerPluginsPodGroup, grouping.KindVolcanoPodGroup} {
+		inf := g.w.kind(kind)
+		if inf == nil {
+			continue
+		}
+		for _, uid := range uids {
+			if objs, _ := inf.GetIndexer().ByIndex(byOwner, uid); len(objs) > 0 {
+				return true
+			}
+		}
 	}
 	return false
 }

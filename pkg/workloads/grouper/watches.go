@@ -173,14 +173,20 @@ func (w *watches) toggleKind(ctx context.Context, info grouping.KindInfo, served
 		inf := dynamicinformer.NewFilteredDynamicInformer(w.g.cfg.Dynamic, info.GVR, metav1.NamespaceAll, w.g.cfg.Resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, byOwner: ownerIndex}, nil).Informer()
 		kind := info.Kind
+		changed := func(o any) { w.workloadChanged(kind, o) }
+		if kind == grouping.KindSchedulerPluginsPodGroup || kind == grouping.KindVolcanoPodGroup {
+			// A gang API's PodGroup also decides whether its owner (a
+			// RayCluster, a RayJob's cluster) gets a group of its own.
+			changed = func(o any) { w.workloadChanged(kind, o); w.ownerChanged(o); w.parentChanged(controllerOf(o)) }
+		}
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(o any) { w.workloadChanged(kind, o) },
+			AddFunc: changed,
 			UpdateFunc: func(old, n any) {
 				if specChanged(old, n) {
-					w.workloadChanged(kind, n)
+					changed(n)
 				}
 			},
-			DeleteFunc: func(o any) { w.workloadChanged(kind, o) },
+			DeleteFunc: changed,
 		})
 		go inf.Run(ctx.Done())
 		w.kinds[info.Kind] = &watch{informer: inf, cancel: cancel}
@@ -277,6 +283,20 @@ func (w *watches) ownerChanged(obj any) {
 			w.g.enqueue(key{kind: kind, namespace: m.GetNamespace(), name: c.Name})
 		}
 	}
+}
+
+// controllerOf is a stand-in object carrying the UID of obj's controller
+// (nil when it has none), for parentChanged.
+func controllerOf(obj any) any {
+	m, err := metaOf(obj)
+	if err != nil {
+		return nil
+	}
+	c := metav1.GetControllerOfNoCopy(m)
+	if c == nil {
+		return nil
+	}
+	return &metav1.ObjectMeta{UID: c.UID, Name: c.Name, Namespace: m.GetNamespace()}
 }
 
 // parentChanged re-queues the workloads a TrainJob or RayJob controls.

@@ -26,7 +26,8 @@ import (
 // gpufabric-scheduler places each gang in one NVLink domain. A JobSet (its
 // Jobs' pods made by kube-controller-manager), a LeaderWorkerSet (one gang
 // per group), a RayCluster (head and workers) and a scheduler-plugins
-// PodGroup. A LeaderWorkerSet scaled down loses the group of its last
+// PodGroup, and a RayCluster grouped through one it owns (KubeRay's gang
+// options; no group of its own). A LeaderWorkerSet scaled down loses the group of its last
 // replica; deleting the JobSet deletes its groups.
 func TestGrouperPlacesGangs(t *testing.T) {
 	e := newEnv(t, grouping.ModeFlat, framework.Options{Kwok: true})
@@ -41,11 +42,12 @@ func TestGrouperPlacesGangs(t *testing.T) {
 	e.createLWS(t, "lws", "serve", 2, 2)
 	e.createRay(t, "ray", "rc", 2)
 	sp := e.createForeign(t, "ray", grouping.KindSchedulerPluginsPodGroup, "pt", 2)
+	e.createRayWithGangAPI(t, "ray", "rc2")
 
 	for _, g := range []struct {
 		ns, name string
 		pods     int
-	}{{"js", "jobset.train.workers", 4}, {"lws", "lws.serve.0", 2}, {"lws", "lws.serve.1", 2}, {"ray", "ray.rc", 3}, {"ray", "sp.pt", 2}} {
+	}{{"js", "jobset.train.workers", 4}, {"lws", "lws.serve.0", 2}, {"lws", "lws.serve.1", 2}, {"ray", "ray.rc", 3}, {"ray", "sp.pt", 2}, {"ray", "sp.ray-rc2-pg", 2}} {
 		e.waitGang(t, g.ns, g.name, g.pods)
 	}
 	pg, err := e.admin.SchedulingV1beta1().PodGroups("js").Get(ctx, "jobset.train.workers", metav1.GetOptions{})
@@ -71,6 +73,12 @@ func TestGrouperPlacesGangs(t *testing.T) {
 	e.waitEvent(t, "js", "JobSet", "train", grouper.EventGangCreated, "created PodGroup jobset.train.workers for replicated job workers of JobSet train: 4 pods, minCount 4")
 	if owner := metav1.GetControllerOf(mustPG(t, e, "ray", "sp.pt")); owner == nil || owner.UID != sp.GetUID() {
 		t.Errorf("sp.pt owner %+v; want the scheduler-plugins PodGroup", owner)
+	}
+
+	// A RayCluster grouped through a gang API's PodGroup (KubeRay's gang
+	// options) gets no group of its own.
+	if _, err := e.admin.SchedulingV1beta1().PodGroups("ray").Get(ctx, "ray.rc2", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("RayCluster rc2, grouped by its scheduler-plugins PodGroup, got a group of its own: %v", err)
 	}
 
 	// A LeaderWorkerSet scaled down loses its last group (LWS deletes the

@@ -271,3 +271,32 @@ func (e *env) createForeign(t *testing.T, ns string, kind grouping.Kind, name st
 const annotationNoJobs = "test.gpufabric.dev/no-jobs"
 
 func noJobs(a map[string]string) bool { _, ok := a[annotationNoJobs]; return ok }
+
+// createRayWithGangAPI creates a RayCluster whose gang is a
+// scheduler-plugins PodGroup it owns, as KubeRay's gang options make it: a
+// head and one worker, labelled with both.
+func (e *env) createRayWithGangAPI(t *testing.T, ns, name string) {
+	t.Helper()
+	tmpl := toMap(t, &corev1.PodTemplateSpec{Spec: podSpec(false)})
+	rc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ray.io/v1", "kind": "RayCluster",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"headGroupSpec": map[string]any{"rayStartParams": map[string]any{}, "template": tmpl}},
+	}}
+	rc, err := e.dyn.Resource(gvr(grouping.KindRayCluster)).Namespace(ns).Create(t.Context(), rc, metav1.CreateOptions{})
+	itest.Must(t, "create RayCluster", err)
+	info, _ := grouping.InfoOf(grouping.KindSchedulerPluginsPodGroup)
+	pgName := "ray-" + name + "-pg"
+	pg := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": info.GVK.GroupVersion().String(), "kind": "PodGroup",
+		"metadata": map[string]any{"name": pgName, "namespace": ns},
+		"spec":     map[string]any{"minMember": int64(2)},
+	}}
+	pg.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "ray.io/v1", Kind: "RayCluster", Name: name, UID: rc.GetUID(), Controller: ptr.To(true)}})
+	_, err = e.dyn.Resource(info.GVR).Namespace(ns).Create(t.Context(), pg, metav1.CreateOptions{})
+	itest.Must(t, "create scheduler-plugins PodGroup", err)
+	for i, role := range []string{"head", "worker"} {
+		e.createOwnedPod(t, rc, fmt.Sprintf("%s-%d", name, i), map[string]string{grouping.LabelRayCluster: name, grouping.LabelRayNodeType: role,
+			grouping.LabelSchedulerPluginsPodGroup: pgName}, nil)
+	}
+}
