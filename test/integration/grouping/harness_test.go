@@ -26,12 +26,6 @@ import (
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
 
-// The chart's rules of the grouper identity.
-const (
-	grouperRulesFile          = "deployments/helm/gpufabric/files/rbac/grouper.yaml"
-	grouperNamespaceRulesFile = "deployments/helm/gpufabric/files/rbac/grouper-namespace.yaml"
-)
-
 // crdSources are the CRDs of the controllers, from their module sources
 // (the versions the controllers branch builds), and the one written here.
 var crdSources = []struct{ module, path string }{
