@@ -25,6 +25,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/pkg/sim"
 	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/pkg/workloads/grouping"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
@@ -212,7 +213,9 @@ func checkGuideNames(t *testing.T, guide string) {
 		topology.TopologyKeyNVLinkDomain, topology.TaintNVLinkDegraded, claims.EnvVisibleDevices, claims.EnvGPUUUIDs, claims.EnvIBDevices,
 		claims.EnvNCCLIBHCA, claims.EnvFabricDomain, claims.EnvFabricKind, claims.EnvFabricChannel, claims.EnvIMEXChannel,
 		claims.EnvNCCLMNNVLEnable, claims.EnvNCCLNVLSEnable, "GPUFABRIC_DEVICE", claimsconfig.APIVersion,
-		vocab.ConditionMembersLost, vocab.ConditionFailed, vocab.AnnotationOnMemberLoss, vocab.AnnotationReplacementTimeout} {
+		vocab.ConditionMembersLost, vocab.ConditionFailed, vocab.AnnotationOnMemberLoss, vocab.AnnotationReplacementTimeout,
+		grouping.AnnotationGang, grouping.AnnotationMinCount, grouping.AnnotationTopologyKey, grouping.AnnotationGroupClaims,
+		grouping.AnnotationDisruptionMode, grouping.LabelNamespaceDefault} {
 		known[n] = true
 	}
 	for _, n := range regexp.MustCompile(`gpufabric\.dev/[A-Za-z0-9-]+`).FindAllString(guide, -1) {
