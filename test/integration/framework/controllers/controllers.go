@@ -50,8 +50,9 @@ const (
 // readyTimeout bounds each controller's start (CRDs, process, webhooks).
 const readyTimeout = 90 * time.Second
 
-// Start runs the controllers under cp and returns when all are ready. The
-// CRDs of all come first (Trainer watches JobSets from its start, so it
+// Start runs the controllers under cp (once per control plane: their CRDs
+// and webhook configurations are cluster-wide) and returns when all are
+// ready. The CRDs of all come first (Trainer watches JobSets from its start, so it
 // needs JobSet); the controllers then start side by side.
 func Start(ctx context.Context, cp *framework.ControlPlane, which ...Controller) error {
 	start := time.Now()
@@ -115,13 +116,13 @@ func startOne(ctx context.Context, cp *framework.ControlPlane, admin kubernetes.
 		webhookPort: ports[0], healthPort: ports[1], metricsPort: ports[2],
 	}
 	r.certDir = s.certDir(r.dir)
-	caPEM, err := cp.IssueServingCert(r.certDir)
-	if err != nil {
-		return fmt.Errorf("%s: %w", s.name, err)
-	}
 	webhookAddr := fmt.Sprintf("127.0.0.1:%d", r.webhookPort)
 	var served func(context.Context) error
 	if s.webhooks {
+		caPEM, err := cp.IssueServingCert(r.certDir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
 		urls, err := installWebhooks(ctx, admin, assets, s, "https://"+webhookAddr, caPEM)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)

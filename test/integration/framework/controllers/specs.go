@@ -18,8 +18,8 @@ type spec struct {
 	// namePrefix is the kustomize namePrefix its install gives the webhook
 	// configurations ("" when its patches name them).
 	namePrefix string
-	// certDir is where it reads its webhook serving certificate, given its
-	// dir.
+	// certDir is where it reads its webhook serving certificate (and
+	// JobSet its metrics one), given its dir.
 	certDir func(dir string) string
 	// command returns its flags and extra environment, writing its
 	// configuration file into r.dir.
