@@ -44,8 +44,19 @@ var rules = []struct {
 	// The rail search is a leaf too: it reads the cluster index and
 	// reaches the engine's cheap checks and allocator through interfaces.
 	{"pkg/gang/placement/rails", []string{"pkg/topology", "pkg/gang/placement/index"}},
+	// What the engine knows of extended resources backed by DRA: a leaf
+	// that reads the cluster index's resource lists.
+	{"pkg/gang/placement/extended", []string{"pkg/topology", "pkg/gang/placement/index"}},
+	// Member order is a leaf too: a pod in, its rank out.
+	{"pkg/gang/placement/rank", nil},
 	// The spare-node policy is a leaf too: it reads the cluster index.
 	{"pkg/gang/placement/spares", []string{"pkg/topology", "pkg/gang/placement/index"}},
+	// The tree search is pure too, above the engine it drives.
+	{"pkg/gang/composite", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/placement/index"}},
+	{"pkg/gang/assume", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/podstate"}},
+	{"pkg/gang/metrics", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/ungate", "pkg/gang/commit", "pkg/gang/evict", "pkg/gang/replace"}},
+	{"pkg/gang/trees", []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/placement", "pkg/gang/assume", "pkg/gang/commit", "pkg/gang/gate",
+		"pkg/gang/metrics", "pkg/gang/report", "pkg/gang/vocab"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
 	{"pkg/gang/freeroom", []string{"pkg/topology", "pkg/gang/placement/spares", "pkg/gang/placement/index"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
@@ -58,18 +69,26 @@ var rules = []struct {
 	// own metadata informers; lone pods fall back to gangless.
 	{"pkg/gang/membership", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/report", "pkg/gang/gangless"}},
 	{"pkg/gang/volumepins", []string{"pkg/topology", "pkg/gang/placement"}},
+	// Extended resources backed by DRA: the special claims, made before a
+	// gang is placed; read by the engine and the commit room through the
+	// engine's leaf pkg/gang/placement/extended.
+	{"pkg/gang/extres", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/gate"}},
 	{"pkg/gang/memberevents", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/report"}},
 	// The scheduler's rooms never import the loop (pkg/gang/scheduler).
 	{"pkg/gang/queue", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
 	{"pkg/gang/guard", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
 	{"pkg/gang/nodetrust", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/report"}},
 	{"pkg/gang/preemption", []string{"pkg/topology", "pkg/gang/placement"}},
+	// The commit record (what it holds, its validation, its JSON) is a
+	// leaf of the commit room: no API, no store, no recovery.
+	{"pkg/gang/commit/recordwire", []string{"pkg/topology", "pkg/gang/vocab"}},
 	{"pkg/gang/commit", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate"}},
 	{"pkg/gang/replace", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
 	{"pkg/gang/evict", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate",
 		"pkg/gang/preemption", "pkg/gang/commit"}},
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
-		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless", "pkg/gang/membership"}},
+		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless", "pkg/gang/extres",
+		"pkg/gang/assume", "pkg/gang/composite", "pkg/gang/metrics", "pkg/gang/trees", "pkg/gang/membership"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	// The failure model is a leaf of the simulator: rates, the seeded
 	// schedule and checkpoint arithmetic, no cluster view.
@@ -92,7 +111,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
+var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

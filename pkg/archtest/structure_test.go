@@ -188,9 +188,9 @@ var largePackages = map[string]struct {
 }{
 	"pkg/gang/placement": {
 		why: "one job (one placement decision: member search, rail alignment, segments, budgets, pack order, explanation); " +
-			"its leaves (the cluster index, the segment planner, the cost memory, the rail search) already left; " +
+			"its leaves (the cluster index, the segment planner, the cost memory, the rail search, member order, extended resources) already left; " +
 			"the member search (search*.go) and the explanation (explain.go, segexplain.go) are the next candidates",
-		ceiling: 5440,
+		ceiling: 5400,
 	},
 }
 

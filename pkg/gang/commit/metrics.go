@@ -14,6 +14,7 @@ const (
 	phaseRecord       = "record"
 	phaseSharedClaims = "shared_claims"
 	phasePodClaims    = "pod_claims"
+	phasePodStatus    = "pod_status"
 	phaseBind         = "bind"
 	phaseCondition    = "condition"
 	phaseClearRecord  = "clear_record"
@@ -48,7 +49,7 @@ func NewMetrics() *Metrics {
 	for _, r := range []string{RecoveryFinished, RecoveryRolledBack, RecoveryRejected} {
 		m.recovered.WithLabelValues(r)
 	}
-	for _, ph := range []string{phaseRecord, phaseSharedClaims, phasePodClaims, phaseBind, phaseCondition, phaseClearRecord} {
+	for _, ph := range []string{phaseRecord, phaseSharedClaims, phasePodClaims, phasePodStatus, phaseBind, phaseCondition, phaseClearRecord} {
 		m.phases.WithLabelValues(ph)
 	}
 	return m

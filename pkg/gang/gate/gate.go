@@ -44,6 +44,13 @@ const (
 	// of a preemption); StepClearNomination deletes it.
 	StepNominate        Step = "nominate"
 	StepClearNomination Step = "clear-nomination"
+	// StepExtendedClaim creates a pod's special claim for its extended
+	// resources backed by DRA, or deletes one that asks for other devices
+	// (pkg/gang/extres), before the gang is placed; StepPodStatus writes a
+	// placed pod's status.extendedResourceClaimStatus (before its
+	// binding).
+	StepExtendedClaim Step = "extended-claim"
+	StepPodStatus     Step = "pod-status"
 	// StepDone is reported after the last write; aborting there leaves a
 	// complete commit.
 	StepDone Step = "done"

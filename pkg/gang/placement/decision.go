@@ -64,7 +64,7 @@ func (p *placer) unschedulable(ctx context.Context) (*Unschedulable, error) {
 	if err := ex.explain(ctx, u); err != nil {
 		return nil, err
 	}
-	u.Message = u.message()
+	u.Message = u.message() + extendedNote(p.g)
 	for _, w := range p.warnings {
 		u.Message += "\n" + w
 	}

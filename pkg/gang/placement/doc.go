@@ -28,8 +28,8 @@
 //     pkg/gang/placement/segment (segments.go, segverify.go,
 //     segexplain.go).
 //
-// Files: config.go (Config), gang.go (Gang and its builders), rank.go
-// (member order), shape.go (members and their shapes), podaffinity.go
+// Files: config.go (Config), gang.go (Gang and its builders; members in
+// the order of the leaf package pkg/gang/placement/rank), shape.go (members and their shapes), podaffinity.go
 // (Unsupported, the anti-affinity and volume checks' names), place.go
 // (Place, placer), decision.go (Decision and Unschedulable from a Place,
 // Assume), nodes.go (check names, fits), allocator.go (allocator, the
@@ -44,7 +44,8 @@
 // (fabric-domain channels only for gangs that use the domain's GPUs),
 // segments.go (hard segments: rules, layout, segmenter), segverify.go
 // (verifying a plan's picks), segexplain.go (SegmentPlacement, refusals of
-// segments).
+// segments), extended.go (the note of a refusal for extended resources
+// backed by DRA; the leaf pkg/gang/placement/extended has the rest).
 //
 // Rules:
 //   - Domains are chosen from free-device counts, which are upper bounds;

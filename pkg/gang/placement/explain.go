@@ -75,7 +75,9 @@ func (x *explainer) explain(ctx context.Context, u *Unschedulable) error {
 		}
 	default:
 		for i := len(li.Entries()) - 1; i >= 0 && len(entries) < maxExplained; i-- {
-			entries = append(entries, li.Entries()[i])
+			if e := li.Entries()[i]; x.fit.touches(e.Domain()) {
+				entries = append(entries, e)
+			}
 		}
 	}
 	if len(li.Entries()) == 0 {

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/extended"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rank"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -76,7 +78,7 @@ type Gang struct {
 	// gpufabric.dev/topology-spread: balanced); otherwise they are filled
 	// in turn.
 	Balanced bool
-	// Members in rank order (compareMembers: workload index labels, then
+	// Members in rank order (rank.Compare: workload index labels, then
 	// names with numeric suffixes compared as numbers).
 	Members []Member
 	// BoundNodes are the nodes of the gang's members that already run (late
@@ -86,6 +88,11 @@ type Gang struct {
 	// PreviousNodes: a gang restarting whole ran there; it may use their
 	// domains' spares (Config.Spares), as BoundNodes may their domain's.
 	PreviousNodes []string
+	// Within, when set, holds the gang inside that domain's nodes (a
+	// CompositePodGroup's child inside its parent's domain): its own
+	// domains are those that share nodes with it, and no member goes to
+	// a node outside it (CheckWithin).
+	Within *topology.Domain
 	// SharedClaims are the claims every member uses, allocated once for
 	// the gang: the PodGroup's claims, and the unallocated claims that
 	// every member names itself (MemberShared).
@@ -121,6 +128,9 @@ type Member struct {
 	// volumes (the caller resolves them): the member goes only to nodes
 	// that match every one.
 	VolumePins []*v1.NodeSelector
+	// Extended: the pod's extended resources backed by DRA, with their
+	// claim (one of Claims); nil when none (pkg/gang/extres sets it).
+	Extended *extended.Resources
 }
 
 // Key is "namespace/name".
@@ -183,7 +193,7 @@ func NewGang(pg *schedulingv1beta1.PodGroup, pods []*v1.Pod, getClaim ClaimGette
 		g.SharedClaims = append(g.SharedClaims, c)
 	}
 	sorted := slices.Clone(pods)
-	slices.SortStableFunc(sorted, compareMembers)
+	slices.SortStableFunc(sorted, rank.Compare)
 	for _, p := range sorted {
 		m, err := newMember(p, pg, shared, getClaim)
 		if err != nil {
@@ -357,4 +367,16 @@ func (g *Gang) memberNames(idx []int) string {
 		s += fmt.Sprintf(" and %d more", len(idx)-3)
 	}
 	return s
+}
+
+// Demand is what the gang's members ask of the main device class (the
+// class the level indexes count): its name, the devices of all members,
+// and the least a placement of the gang takes (minCount members of the
+// smallest need); "" and 0 for a gang without devices.
+func Demand(g *Gang) (class string, devices, least int, err error) {
+	m, err := newMembers(g)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	return m.class, m.need, min(m.perPod*max(g.MinCount, 1), m.need), nil
 }

@@ -3,12 +3,14 @@ package placement
 import (
 	"context"
 	"math"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/extended"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/rails"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
@@ -29,6 +31,7 @@ const (
 	// (topology.CheckNodeDomain); the Node has the event that says why.
 	CheckNodeRefused  = "NVLink domain not trusted (see the Node's FabricDomainRefused event)"
 	CheckSpare        = "spare node kept for replacements"
+	CheckWithin       = "outside the parent group's domain"
 	checkInsufficient = "insufficient "
 )
 
@@ -45,6 +48,8 @@ type fits struct {
 	static map[int]*staticCache
 	// spares hides the kept spare nodes from a new gang (nil: none).
 	spares *spares.Guard
+	// within: the only nodes the gang may use (Gang.Within; nil: all).
+	within map[string]bool
 }
 
 // staticCache holds staticFail's answers for one shape, by node index.
@@ -72,6 +77,9 @@ func (f *fits) staticFail(ns *index.NodeState, shape int) string {
 	if v == "" && f.spares.Hides(ns.Name()) {
 		v = CheckSpare
 	}
+	if v == "" && f.within != nil && !f.within[ns.Name()] {
+		v = CheckWithin
+	}
 	for _, sel := range f.pins {
 		if v == "" && !sel.Match(ns.Node()) {
 			v = CheckSharedSelector
@@ -79,6 +87,12 @@ func (f *fits) staticFail(ns *index.NodeState, shape int) string {
 	}
 	c.done[ns.Index()], c.why[ns.Index()] = true, v
 	return v
+}
+
+// touches reports whether domain d shares a node with Gang.Within (true
+// without one).
+func (f *fits) touches(d *topology.Domain) bool {
+	return f.within == nil || slices.ContainsFunc(d.Nodes, func(n string) bool { return f.within[n] })
 }
 
 var _ rails.Fits = (*fits)(nil)
@@ -174,8 +188,9 @@ func (f *fits) antiExisting(mi int, ns *index.NodeState) bool {
 
 // staticCheck applies the checks that do not depend on load: unschedulable,
 // taints (NoSchedule, NoExecute), node selector and required node affinity,
-// and node selectors of the member's already allocated claims. It returns
-// the failed check or "".
+// node selectors of the member's already allocated claims, and a device
+// plugin serving its DRA-backed extended resources. It returns the failed
+// check or "".
 func staticCheck(logger klog.Logger, ns *index.NodeState, m *shape) string {
 	n := ns.Node()
 	if n.Spec.Unschedulable {
@@ -202,7 +217,7 @@ func staticCheck(logger klog.Logger, ns *index.NodeState, m *shape) string {
 			return CheckVolumeAffinity
 		}
 	}
-	return ""
+	return extended.DevicePluginServes(ns.Allocatable(), m.extended)
 }
 
 // resourceFit returns how many more copies of the member fit on the node by

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"k8s.io/klog/v2"
@@ -184,6 +185,12 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 	}
 	fit := newFits(ctx, m, s, pins)
 	fit.spares = spares.NewGuard(cfg.Spares, s, g.BoundNodes, g.PreviousNodes)
+	if g.Within != nil {
+		fit.within = make(map[string]bool, len(g.Within.Nodes))
+		for _, n := range g.Within.Nodes {
+			fit.within[n] = true
+		}
+	}
 	fill := newFiller(ctx, cfg, s, g, fit, alloc, refused, shared)
 	p := &placer{members: m, cfg: cfg, s: s, g: g, fit: fit, fill: fill, shared: shared, stats: stats, refused: refused, meter: alloc.meter}
 	if g.SegmentSize > 0 {
@@ -210,8 +217,12 @@ func newFiller(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang, fit 
 }
 
 // entries returns the level's domains to try in best-fit order: those with
-// at least need free devices, or only the pinned domain.
+// at least need free devices (sharing nodes with Gang.Within), or only
+// the pinned domain.
 func (p *placer) entries(li *index.LevelIndex, need int) []*index.DomainEntry {
+	if p.pin == nil && p.fit.within != nil {
+		return slices.DeleteFunc(slices.Clone(li.From(need)), func(e *index.DomainEntry) bool { return !p.fit.touches(e.Domain()) })
+	}
 	if p.pin == nil {
 		return li.From(need)
 	}

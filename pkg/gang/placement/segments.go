@@ -11,6 +11,7 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/rank"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/segment"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -100,7 +101,7 @@ func newSegLayout(g *Gang) segLayout {
 	for i, m := range g.Members {
 		all = append(all, entry{m.Pod, i})
 	}
-	sort.SliceStable(all, func(i, j int) bool { return compareMembers(all[i].pod, all[j].pod) < 0 })
+	sort.SliceStable(all, func(i, j int) bool { return rank.Compare(all[i].pod, all[j].pod) < 0 })
 	n := (len(all) + g.SegmentSize - 1) / g.SegmentSize
 	l := segLayout{size: g.SegmentSize, of: make([]int, len(g.Members)), members: make([][]int, n), running: make([][]string, n)}
 	for pos, e := range all {

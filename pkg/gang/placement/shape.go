@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/extended"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 )
 
@@ -74,6 +75,8 @@ type shape struct {
 	volumes []*nodeaffinity.NodeSelector
 	// anti are its required pod anti-affinity terms.
 	anti []*index.AntiTerm
+	// extended are its DRA-backed extended resources, not in req.
+	extended []v1.ResourceName
 	// claims to allocate (unallocated), and all classes they use.
 	claims     []*resourceapi.ResourceClaim
 	allClasses []string
@@ -86,7 +89,7 @@ type shape struct {
 // exactCount requests without admin access; others only go through the
 // allocator.
 func newShape(m Member) (*shape, error) {
-	sh := &shape{pod: m.Pod, req: index.PodRequests(m.Pod), affinity: nodeaffinity.GetRequiredNodeAffinity(m.Pod), need: map[string]int{}}
+	sh := &shape{pod: m.Pod, req: m.Extended.Without(index.PodRequests(m.Pod)), extended: extended.NamesOf(m.Extended), affinity: nodeaffinity.GetRequiredNodeAffinity(m.Pod), need: map[string]int{}}
 	for name := range sh.req {
 		sh.resNames = append(sh.resNames, name)
 	}
@@ -135,7 +138,8 @@ func newShape(m Member) (*shape, error) {
 		Pins         []*v1.NodeSelector
 		Volumes      []*v1.NodeSelector
 		Anti         []v1.PodAffinityTerm
-	}{sh.req, m.Pod.Spec.Tolerations, m.Pod.Spec.NodeSelector, requiredAffinity(m.Pod), specs, pins, m.VolumePins, requiredAnti(m.Pod)})
+		Extended     []v1.ResourceName `json:",omitempty"`
+	}{sh.req, m.Pod.Spec.Tolerations, m.Pod.Spec.NodeSelector, requiredAffinity(m.Pod), specs, pins, m.VolumePins, requiredAnti(m.Pod), sh.extended})
 	if err != nil {
 		return nil, fmt.Errorf("member signature: %w", err)
 	}

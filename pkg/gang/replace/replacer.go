@@ -81,12 +81,21 @@ type Replacer struct {
 
 	mu    sync.Mutex
 	gangs map[string]*gangState
-	// ended holds, per gang, the loss time of its last episode that ended
-	// until its condition's end is seen in the informers: a turn on the
-	// stale condition (still True) must not start that episode again and
-	// count it twice (the metric observed a whole restart once per
-	// member). One entry per gang at most, dropped with it.
-	ended map[string]time.Time
+	// ended holds, per gang, its last episode that ended until its
+	// condition's end is seen in the informers: a turn on the stale
+	// condition (still True) must not start that episode again and count
+	// it twice (the metric observed a whole restart once per member), nor
+	// write over the end with the loop's plain condition (ReplacedInPlace
+	// became AllMembersRunning). One entry per gang at most, dropped with
+	// it.
+	ended map[string]episodeEnd
+}
+
+// episodeEnd is how a gang's episode ended: the loss time it began with
+// and the MembersLost condition its end wrote.
+type episodeEnd struct {
+	since time.Time
+	cond  metav1.Condition
 }
 
 // gangState is a gang with a member lost to a trigger.
@@ -112,7 +121,7 @@ type gangState struct {
 // New returns the Replacer of d; d.Config must be validated
 // (Config.WithDefaults).
 func New(d Deps) *Replacer {
-	r := &Replacer{d: d, clock: d.Clock, gangs: map[string]*gangState{}, ended: map[string]time.Time{}}
+	r := &Replacer{d: d, clock: d.Clock, gangs: map[string]*gangState{}, ended: map[string]episodeEnd{}}
 	if r.clock == nil {
 		r.clock = clock.RealClock{}
 	}
@@ -155,6 +164,10 @@ type Outcome struct {
 	Stop bool
 	// RetryIn: look at the gang again then (its bound), 0: no need.
 	RetryIn time.Duration
+	// Echo: Cond is the end of an episode that ended, which the informers
+	// do not show yet: written again only where it is missing (its first
+	// write failed), and nobody is told again.
+	Echo bool
 }
 
 // Failed reports whether pg failed (policy Fail): nothing of it is placed
@@ -183,8 +196,14 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 	now := r.clock.Now()
 	out := Outcome{Cond: t.Cond}
 	old := meta.FindStatusCondition(t.PodGroup.Status.Conditions, vocab.ConditionMembersLost)
-	st := r.state(t.Key, old, t.Losses, now)
+	st, echo := r.state(t.Key, old, t.Losses, now)
 	if st == nil {
+		switch {
+		case echo != nil:
+			out.Cond, out.Echo = *echo, true
+		case old != nil && old.Status == metav1.ConditionFalse && old.Reason == vocab.ReasonReplacedInPlace && t.Cond.Status == metav1.ConditionFalse:
+			out.Cond = *old // the last episode's end stays while all run
+		}
 		return out, nil
 	}
 	ch := r.d.Choose(t.PodGroup)
@@ -208,6 +227,7 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 	}
 	if !slices.ContainsFunc(fresh, notFailed) && len(t.Pending) == 0 && len(t.Running) >= t.Expected && len(t.Running) > 0 {
 		out.Cond = r.replaced(t, st, now)
+		r.end(t.Key, st, out.Cond)
 		return out, nil
 	}
 	if st.outcome != "" && len(r.Prefer(t.Key)) > 0 && ch.Policy != vocab.PolicyRestart {
@@ -259,15 +279,17 @@ func freshLosses(ls []Loss) []Loss {
 
 // state returns the gang's state, started or recovered (from the
 // MembersLost condition) as needed, or nil when no member of it is lost
-// to a trigger.
-func (r *Replacer) state(key string, old *metav1.Condition, losses []Loss, now time.Time) *gangState {
+// to a trigger; then echo, when set, is the condition an episode that
+// ended wrote, which old (still True) does not show yet.
+func (r *Replacer) state(key string, old *metav1.Condition, losses []Loss, now time.Time) (st *gangState, echo *metav1.Condition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := r.gangs[key]
+	st = r.gangs[key]
 	if old == nil || old.Status != metav1.ConditionTrue {
 		delete(r.ended, key) // the episode's end is written
-	} else if end, ok := r.ended[key]; ok && end.Truncate(time.Second).Equal(old.LastTransitionTime.Truncate(time.Second)) {
+	} else if end, ok := r.ended[key]; ok && end.since.Truncate(time.Second).Equal(old.LastTransitionTime.Truncate(time.Second)) {
 		old = nil // the episode that ended, not written yet: no new one
+		echo = &end.cond
 	}
 	if st == nil && old != nil && old.Status == metav1.ConditionTrue && (old.Reason == vocab.ReasonReplacingInPlace || old.Reason == vocab.ReasonNoReplacement) {
 		st = &gangState{since: old.LastTransitionTime.Time, trigger: triggerIn(old.Message), domain: domainIn(old.Message)}
@@ -278,7 +300,7 @@ func (r *Replacer) state(key string, old *metav1.Condition, losses []Loss, now t
 		r.gangs[key] = st
 	}
 	if len(losses) == 0 {
-		return st
+		return st, echo
 	}
 	if st == nil {
 		st = &gangState{}
@@ -299,7 +321,7 @@ func (r *Replacer) state(key string, old *metav1.Condition, losses []Loss, now t
 			st.lost = append(st.lost, l.Why)
 		}
 	}
-	return st
+	return st, nil
 }
 
 // triggerIn finds the trigger a condition's message names.
@@ -330,9 +352,9 @@ func (r *Replacer) lostOf(st *gangState) string {
 	return strings.Join(st.lost, ", ")
 }
 
-// replaced ends a gang's replacement: its members run again.
+// replaced is the condition of a gang's replacement that ended: its
+// members run again.
 func (r *Replacer) replaced(t Turn, st *gangState, now time.Time) metav1.Condition {
-	r.end(t.Key, st)
 	outcome := st.outcome
 	if outcome == "" {
 		outcome = OutcomeInPlace
@@ -454,13 +476,14 @@ func (r *Replacer) Stays(key string, pg *schedulingv1beta1.PodGroup) string {
 	return ""
 }
 
-// end ends a gang's episode (replaced, restarted or failed): its state
-// goes, its loss time is kept in ended until the end is written.
-func (r *Replacer) end(key string, st *gangState) {
+// end ends a gang's episode (replaced, restarted or failed) with the
+// condition cond: its state goes, its loss time and cond are kept in
+// ended until the end is written.
+func (r *Replacer) end(key string, st *gangState, cond metav1.Condition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.gangs, key)
-	r.ended[key] = st.since
+	r.ended[key] = episodeEnd{since: st.since, cond: cond}
 }
 
 // Forget drops a gang's state (its PodGroup went).

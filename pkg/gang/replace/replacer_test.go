@@ -408,3 +408,48 @@ func TestTurnEndedOnce(t *testing.T) {
 		t.Errorf("a new loss after the end: %+v", out.Cond)
 	}
 }
+
+// TestTurnEchoKeepsTheEnd: turns on the stale condition of a replacement
+// that ended in place (the informers still show MembersLost True
+// NoReplacement) keep the end's ReplacedInPlace, marked as an echo, and
+// observe and tell nothing again; once the end is seen it stays while all
+// members run. Before, both returned the loop's plain AllMembersRunning,
+// which the loop wrote over ReplacedInPlace (the faults test's Wait and
+// segmented cases failed so under load).
+func TestTurnEchoKeepsTheEnd(t *testing.T) {
+	lost, ok := member("train-1", "n2"), member("train-0", "n1")
+	g := newRig(t, lost, ok)
+	waiting := metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionTrue, Reason: vocab.ReasonNoReplacement,
+		LastTransitionTime: metav1.NewTime(t0), Message: "lost to a trigger (node_tainted) ...; policy Wait"}
+	stale := podGroup(false, map[string]string{vocab.AnnotationOnMemberLoss: vocab.PolicyWait}, waiting)
+	g.r.state(key, &waiting, nil, t0) // recovered from the condition, as after the NoReplacement turn
+	g.clock.SetTime(t0.Add(30 * time.Second))
+	running := []*v1.Pod{ok, member("train-1b", "n3")}
+	end, err := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: stale, Running: running, Expected: 2, Cond: baseCond(metav1.ConditionFalse)})
+	if err != nil || end.Cond.Reason != vocab.ReasonReplacedInPlace || end.Echo {
+		t.Fatalf("the end: %+v, %v", end, err)
+	}
+	g.reasons()
+	for i := range 3 {
+		g.clock.SetTime(t0.Add(time.Duration(31+i) * time.Second))
+		out, err := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: stale, Running: running, Expected: 2, Cond: baseCond(metav1.ConditionFalse)})
+		if err != nil || !out.Echo || out.Cond.Reason != vocab.ReasonReplacedInPlace || out.Cond.Message != end.Cond.Message {
+			t.Errorf("turn %d on the stale condition: %+v, %v; want the end's ReplacedInPlace, an echo", i, out, err)
+		}
+	}
+	if n, _ := g.observed(t, NodeTainted, OutcomeInPlace); n != 1 {
+		t.Errorf("in_place observed %d times, want 1", n)
+	}
+	if r := g.reasons(); r != "" {
+		t.Errorf("events on the stale turns: %q", r)
+	}
+	// The end seen: it stays while all run (the loop's plain condition
+	// wrote over it before); a member short again ends it.
+	seen := podGroup(false, nil, end.Cond)
+	if out, _ := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: seen, Running: running, Expected: 2, Cond: baseCond(metav1.ConditionFalse)}); out.Echo || out.Cond != end.Cond {
+		t.Errorf("after the end was seen: %+v, want it kept", out)
+	}
+	if out, _ := g.r.Turn(t.Context(), Turn{Key: key, PodGroup: seen, Running: running[:1], Expected: 2, Cond: baseCond(metav1.ConditionTrue)}); out.Cond.Status != metav1.ConditionTrue {
+		t.Errorf("a member short after the end: %+v, want the loop's True", out)
+	}
+}

@@ -71,7 +71,7 @@ func (r *Replacer) fail(ctx context.Context, t Turn, st *gangState, why string) 
 	}
 	r.d.Report.Event(t.PodGroup, v1.EventTypeWarning, vocab.EventGangFailed, "Failing", msg)
 	r.d.Metrics.observe(st.trigger, OutcomeFailed, r.clock.Since(st.since).Seconds())
-	r.end(t.Key, st)
+	r.end(t.Key, st, t.Cond)
 	return r.EvictFailed(ctx, t.Running)
 }
 

@@ -76,6 +76,15 @@ type Config struct {
 	// next, as before pipelined commits: the baseline of the benchmarks.
 	// No flag.
 	SerialCommits bool
+	// CompositePodGroups places CompositePodGroup trees
+	// (scheduling.k8s.io/v1alpha3, KEP-6012) as one decision each
+	// (pkg/gang/composite); the API must be served. Off: a PodGroup with a
+	// parent is placed as a flat gang, as kube-scheduler does with the
+	// CompositePodGroup gate off.
+	CompositePodGroups bool
+	// TreePlaceCalls bounds one tree's search (composite.Options.PlaceCalls;
+	// 0: its default).
+	TreePlaceCalls int
 	// DisablePreemption turns preemption off: a gang that does not fit
 	// waits for room whatever its priority.
 	DisablePreemption bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/gangless"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
@@ -64,11 +65,20 @@ func (a *attempt) about() runtime.Object {
 // gate.ErrAborted stops the worker.
 func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	cycle, begin := s.queue.Cycle(), time.Now()
-	if s.assumed.waiting(key, s.snaps.visible) {
+	if s.assumed.Waiting(key, s.snaps.shown.Visible) {
 		// Committed; the informers do not show it all yet. Look again soon
 		// in case members were added meanwhile.
 		s.queue.RetryAfter(key, time.Second)
 		return nil
+	}
+	if vocab.IsCompositeKey(key) {
+		if s.tree == nil {
+			s.forget(key) // composites off: their PodGroups are flat gangs
+			return nil
+		}
+		var err error
+		s.handedOff, err = s.tree.Run(ctx, key)
+		return err
 	}
 	isGroup, ns, name := queue.SplitKey(key)
 	if !isGroup {
@@ -88,7 +98,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		}
 		g, err := placement.NewPodGang(pod, s.getClaim)
 		if err == nil {
-			err = s.volumes.Pin(g)
+			err = s.prepare(ctx, g)
 		}
 		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, eff: preemption.ResolvePod(pod), members: []*v1.Pod{pod}}
 		return s.place(ctx, a, g, err)
@@ -109,6 +119,9 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		s.status.podGroupDeleting(ctx, pg)
 		s.forget(key)
 		return s.evict.GangDone(ctx, key)
+	}
+	if s.tree != nil && pg.Spec.ParentCompositePodGroupName != nil {
+		return s.tree.Route(ctx, key, pg) // a tree's leaf is placed with its tree
 	}
 	if cm := s.commits.Record(pg.UID); cm != nil {
 		// A commit of this gang is half done (a crash, or a failed undo):
@@ -173,7 +186,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 			g.PreviousNodes = g.BoundNodes
 		}
 		g.Running = ms.running // a segmented gang's late members join their segments
-		if err = s.volumes.Pin(g); err == nil {
+		if err = s.prepare(ctx, g); err == nil {
 			// A gang no commit record can hold is refused before it is
 			// placed, not at every commit.
 			err = commit.RecordFits(g)
@@ -212,7 +225,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	begin := time.Now()
 	defer func() {
 		if !a.async {
-			s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds())
+			s.cfg.Metrics.ObserveAttempt(a.result, time.Since(begin).Seconds())
 		}
 	}()
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "gang", a.key)
@@ -251,7 +264,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		}
 		s.costs.Keep(a.key, g.Memory)
 	}
-	s.cfg.Metrics.observePlacement(time.Since(start).Seconds())
+	s.cfg.Metrics.ObservePlacement(time.Since(start).Seconds())
 	switch {
 	case err != nil:
 		return s.refuse(ctx, a, ReasonSchedulerError, vocab.ReasonSchedulerError, err.Error())
@@ -294,8 +307,8 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	// snapshot, Place); duration: snapshot and Place.
 	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims),
 		"duration", time.Since(start), "attempt", time.Since(a.begin))
-	s.assumed.addInFlight(a.key, g, d)
-	s.cfg.Metrics.setAssumed(s.assumed.len())
+	s.assumed.AddInFlight(a.key, assume.Part{Gang: g, Decision: d})
+	s.cfg.Metrics.SetAssumed(s.assumed.Len())
 	if s.cfg.SerialCommits {
 		txn := s.commits.Begin(a.pg, g, d)
 		err := txn.Run(ctx)
@@ -307,7 +320,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		txn := s.commits.Begin(a.pg, g, d)
 		err := txn.Run(ctx)
 		err = s.afterCommit(ctx, a, g, d, txn.Written(), err)
-		s.cfg.Metrics.observeAttempt(a.result, time.Since(begin).Seconds())
+		s.cfg.Metrics.ObserveAttempt(a.result, time.Since(begin).Seconds())
 		if err != nil && !gate.Stops(err) && ctx.Err() == nil {
 			logger.Error(err, "Committing a placed gang failed")
 		}
@@ -330,23 +343,23 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		// Retried with a backoff that grows with each conflict; the parked
 		// gangs are woken only if its retry does not take the devices it
 		// assumed back (queue.RetryConflict).
-		s.assumed.drop(a.key)
+		s.assumed.Drop(a.key)
 		a.result = resultConflict
-		s.cfg.Metrics.gangRefused(ReasonConflict)
+		s.cfg.Metrics.GangRefused(ReasonConflict)
 		backoff := s.queue.RetryConflict(a.key)
 		logger.V(2).Info("Commit lost a race, retrying on a fresh snapshot", "err", err, "backoff", backoff)
 		return nil
 	case err != nil:
-		s.assumed.drop(a.key)
+		s.assumed.Drop(a.key)
 		s.queue.FlushParked() // the devices it assumed are free again
 		a.result = resultError
 		s.pending.set(a.key, ReasonCommitError)
-		s.cfg.Metrics.gangRefused(ReasonCommitError)
+		s.cfg.Metrics.GangRefused(ReasonCommitError)
 		s.report.Event(a.about(), v1.EventTypeWarning, vocab.EventFailedScheduling, "Binding", "commit failed: "+err.Error())
 		s.queue.ParkError(a.key, a.cycle)
 		return err
 	}
-	s.assumed.complete(a.key, written)
+	s.assumed.Complete(a.key, written)
 	a.result = resultPlaced
 	if err := s.evict.GangDone(ctx, a.key); gate.Stops(err) {
 		return err
@@ -354,10 +367,10 @@ func (s *Scheduler) afterCommit(ctx context.Context, a *attempt, g *placement.Ga
 		logger.Error(err, "Ending the gang's nomination")
 	}
 	s.forget(a.key)
-	s.cfg.Metrics.gangPlaced()
+	s.cfg.Metrics.GangPlaced()
 	ungated := s.inf.ungated.Take(a.key) // the members bound now are no longer gated
 	if since, ok := gangWaitSince(a); ok {
-		s.cfg.Metrics.observeGangWait(resultPlaced, time.Since(ungate.Later(since, ungated)).Seconds())
+		s.cfg.Metrics.ObserveGangWait(resultPlaced, time.Since(ungate.Later(since, ungated)).Seconds())
 	}
 	s.report.Event(a.about(), v1.EventTypeNormal, vocab.EventScheduled, "Binding", commit.PlacedMessage(g, d))
 	for _, w := range d.Warnings {
@@ -379,7 +392,7 @@ func (s *Scheduler) refuse(ctx context.Context, a *attempt, metricReason, condit
 		a.result = resultError
 	}
 	s.pending.set(a.key, metricReason)
-	s.cfg.Metrics.gangRefused(metricReason)
+	s.cfg.Metrics.GangRefused(metricReason)
 	var backoff time.Duration
 	switch {
 	case metricReason == ReasonSchedulerError:

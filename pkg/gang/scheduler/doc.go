@@ -9,7 +9,9 @@
 // commit protocol, the records, recovery, pipelined commits),
 // pkg/gang/evict (preemption, nominations, reservations, whole-gang
 // restarts), pkg/gang/replace (lost members replaced in place, the
-// bound and the policy after it), pkg/gang/guard (the double-allocation guard and device holds,
+// bound and the policy after it), pkg/gang/trees (CompositePodGroup trees:
+// a tree key cpg:<namespace>/<name> and every PodGroup with a parent go
+// there, with Config.CompositePodGroups), pkg/gang/guard (the double-allocation guard and device holds,
 // a controller with its own goroutines) and pkg/gang/podstate (the pod
 // predicates every room shares).
 //
@@ -20,10 +22,13 @@
 //     adapters the rooms call back through); config.go is its Config.
 //   - gangPods (members.go): a gang's pods from the informers' indexes,
 //     its members (pending, gated, running, lost); evict.Gangs.
-//   - snapshots: snapshot.go (the snapshots an attempt places on, the
-//     assume cache, free GPUs), cachefeed.go (the placement cache's feed
-//     from the informers), warm.go (the cache's warm-up).
-//   - members are pinned to their volumes' nodes by pkg/gang/volumepins.
+//   - snapshots: snapshot.go (the snapshots an attempt places on, with
+//     the decisions of pkg/gang/assume's cache added; free GPUs),
+//     cachefeed.go (the placement cache's feed from the informers),
+//     warm.go (the cache's warm-up).
+//   - members are pinned to their volumes' nodes by pkg/gang/volumepins,
+//     and given their extended resources' claims by pkg/gang/extres
+//     (rooms.go: prepare).
 //   - gangStatus: status.go (PodGroup conditions, PodScheduled on pods),
 //     lifecycle.go (a placed gang's members lost; PodGroups missing or
 //     deleting; gated pods), notready.go (the throttled status of gangs
@@ -35,10 +40,10 @@
 //     Config.InformersStarted).
 //   - freeroom.go: the free-room publisher's config of a term
 //     (pkg/gang/freeroom): the free GPUs and the fabric tree.
-//   - metrics.go: Metrics (free GPUs per level, per domain only when
-//     opted in; gang_wait_seconds once per placement, gangWaitSince, and
-//     per PodGroup deleted before it was placed, gangAbandoned) and the
-//     pending set (when each gang's last scheduling gate went, the
+//   - metrics.go: Metrics (pkg/gang/metrics: free GPUs per level, per
+//     domain only when opted in; gang_wait_seconds once per placement,
+//     gangWaitSince here, and per PodGroup deleted before it was placed)
+//     and the pending set (when each gang's last scheduling gate went, the
 //     wait's start when later than its creation, is pkg/gang/ungate's,
 //     fed by informers.go); leader.go: leader election and the fence of its Lease.
 //

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"testing"
 
@@ -58,7 +59,8 @@ func TestFreeGPUs(t *testing.T) {
 	for _, cached := range []bool{true, false} {
 		sn := listerSnapshots(t, cached, pending, slices, claims)
 		// The pod is not bound yet: the entry stays pending.
-		sn.assumed.entries["ns/g"] = &assumed{decision: decision}
+		sn.assumed.AddInFlight("ns/g", assume.Part{Decision: decision})
+		sn.assumed.Complete("ns/g", nil)
 		got, err := sn.freeGPUs()
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +68,7 @@ func TestFreeGPUs(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("cache %v: free GPUs (-want +got):\n%s", cached, diff)
 		}
-		if sn.assumed.len() != 1 {
+		if sn.assumed.Len() != 1 {
 			t.Errorf("cache %v: the assumed entry was dropped", cached)
 		}
 	}
@@ -94,15 +96,17 @@ func listerSnapshots(t *testing.T, cached bool, pod *v1.Pod, slices []*resourcea
 		rcs = append(rcs, rc)
 	}
 	sn := &snapshots{
-		assumed: newAssumeCache(),
+		assumed: assume.New(),
 		pods:    corelisters.NewPodLister(idx(pod)),
 		claims:  resourcelisters.NewResourceClaimLister(idx(rcs...)),
 		slices:  resourcelisters.NewResourceSliceLister(idx(sls...)),
 		classes: resourcelisters.NewDeviceClassLister(idx()),
 		nodes:   corelisters.NewNodeLister(idx(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}})),
 	}
+	sn.shown = &assume.Shown{Pods: sn.pods, Nodes: sn.nodes, Claims: sn.claims}
 	if cached {
 		sn.cache = index.NewCache(index.Config{})
+		sn.shown.Cache = sn.cache
 		for _, sl := range slices {
 			sn.cache.SetSlice(sl)
 		}

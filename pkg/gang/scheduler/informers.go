@@ -8,17 +8,21 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/replace"
+	"github.com/gpufabric/gpufabric/pkg/gang/trees"
 	"github.com/gpufabric/gpufabric/pkg/gang/ungate"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // podGroupIndex indexes pods by "<namespace>/<podGroupName>"; nodeIndex
@@ -60,6 +64,9 @@ type informerSet struct {
 	pdbs      cache.SharedIndexInformer
 	// priorities: the PriorityClasses PodGroups name (evict.Priorities).
 	priorities cache.SharedIndexInformer
+	// composites: the CompositePodGroups (nil unless
+	// Config.CompositePodGroups).
+	composites cache.SharedIndexInformer
 	// disrupted: members a taint manager deleted, and restarts the replace
 	// room asked for, by gang key; deletions: when nodes were deleted.
 	disrupted evict.Disruptions
@@ -78,7 +85,7 @@ type informerSet struct {
 	ungated ungate.Times
 }
 
-func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, error) {
+func newInformerSet(factory informers.SharedInformerFactory, composites bool) (*informerSet, error) {
 	s := &informerSet{
 		factory:   factory,
 		pods:      factory.Core().V1().Pods().Informer(),
@@ -99,12 +106,25 @@ func newInformerSet(factory informers.SharedInformerFactory) (*informerSet, erro
 	if err := s.pods.AddIndexers(cache.Indexers{podGroupIndex: indexByPodGroup, nodeIndex: indexByNode}); err != nil {
 		return nil, fmt.Errorf("add pod index: %w", err)
 	}
+	if !composites {
+		return s, nil
+	}
+	s.composites = factory.Scheduling().V1alpha3().CompositePodGroups().Informer()
+	for _, inf := range []cache.SharedIndexInformer{s.composites, s.podGroups} {
+		if err := inf.AddIndexers(cache.Indexers{trees.ParentIndex: trees.IndexByParent}); err != nil {
+			return nil, fmt.Errorf("add parent index: %w", err)
+		}
+	}
 	return s, nil
 }
 
 func (s *informerSet) synced() []cache.InformerSynced {
-	return []cache.InformerSynced{s.pods.HasSynced, s.podGroups.HasSynced, s.claims.HasSynced,
+	out := []cache.InformerSynced{s.pods.HasSynced, s.podGroups.HasSynced, s.claims.HasSynced,
 		s.slices.HasSynced, s.classes.HasSynced, s.nodes.HasSynced, s.pvcs.HasSynced, s.volumes.HasSynced, s.storage.HasSynced, s.templates.HasSynced, s.pdbs.HasSynced, s.priorities.HasSynced}
+	if s.composites != nil {
+		out = append(out, s.composites.HasSynced)
+	}
+	return out
 }
 
 // informerHandler is an event handler of one informer.
@@ -149,7 +169,7 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 			DeleteFunc: func(obj any) {
 				if pg, ok := tombstone[*schedulingv1beta1.PodGroup](obj); ok {
 					key := queue.PodGroupKey(pg.Namespace, pg.Name)
-					s.metrics.gangAbandoned(pg, s.ungated.Take(key), time.Now())
+					s.metrics.GangAbandoned(pg, s.ungated.Take(key), time.Now())
 					q.Add(key) // its waiting pods say so
 				}
 			},
@@ -186,6 +206,14 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 			},
 			DeleteFunc: func(obj any) { s.nodeDeleted(q, obj) },
 		}},
+	}
+	if s.composites != nil {
+		tree := func(obj any) { // its tree is tried (a PodGroup's event reaches it through the PodGroup's key)
+			if c, ok := tombstone[*schedulingv1alpha3.CompositePodGroup](obj); ok {
+				q.Add(vocab.CompositeKey(c.Namespace, c.Name))
+			}
+		}
+		handlers = append(handlers, informerHandler{s.composites, cache.ResourceEventHandlerFuncs{AddFunc: tree, UpdateFunc: func(_, obj any) { tree(obj) }, DeleteFunc: tree}})
 	}
 	bump := func(any) { s.capacityEvents.Add(1) }
 	for _, inf := range []cache.SharedIndexInformer{s.slices, s.claims, s.nodes} {
@@ -416,7 +444,7 @@ func claimDeleted(q queue.Events, obj any) {
 // results with admin access hold no device, so an allocation of only
 // those wakes no gang.
 func devicesFreed(q queue.Events, a *resourceapi.AllocationResult) {
-	if n := len(appendHeld(nil, a.Devices.Results)); n > 0 {
+	if n := len(assume.AppendHeld(nil, a.Devices.Results)); n > 0 {
 		q.DevicesFreed(n)
 	}
 }

@@ -152,7 +152,7 @@ func TestTrimObject(t *testing.T) {
 func TestUngatedTimesFollowTheInformer(t *testing.T) {
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	s, err := newInformerSet(factory)
+	s, err := newInformerSet(factory, false)
 	if err != nil {
 		t.Fatal(err)
 	}

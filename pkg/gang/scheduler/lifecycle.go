@@ -82,7 +82,7 @@ func (st *gangStatus) checkMembers(ctx context.Context, key string, pg *scheduli
 	if err := st.conditions.SetCondition(ctx, pg, cond); err != nil {
 		return out, err
 	}
-	if old == nil || old.Status != cond.Status {
+	if (old == nil || old.Status != cond.Status) && !out.Echo {
 		typ, reason := v1.EventTypeWarning, vocab.EventMembersLost
 		if cond.Status == metav1.ConditionFalse {
 			typ, reason = v1.EventTypeNormal, vocab.EventMembersRestored

@@ -1,19 +1,13 @@
 package scheduler
 
 import (
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpufabric/gpufabric/pkg/component/metricstyle"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
@@ -50,157 +44,6 @@ func TestGangWaitSince(t *testing.T) {
 			since, ok := gangWaitSince(tc.a)
 			if ok != tc.wantOK || !since.Equal(tc.wantSince) {
 				t.Errorf("gangWaitSince = %v, %t; want %v, %t", since, ok, tc.wantSince, tc.wantOK)
-			}
-		})
-	}
-}
-
-// TestFreeGPUMetrics: by default free GPUs are exported per level (total
-// and largest domain), bounded whatever the number of domains; the
-// per-domain series only with MetricsOptions.PerDomain.
-func TestFreeGPUMetrics(t *testing.T) {
-	free := map[string]int{"nvl0": 6, "nvl1": 0, "nvl2": 3}
-	const aggregates = `
-# HELP gpufabric_scheduler_free_gpus GPUs that no claim has allocated (committed or assumed), summed over the domains of a level.
-# TYPE gpufabric_scheduler_free_gpus gauge
-gpufabric_scheduler_free_gpus{level="nvlink_domain"} 9
-# HELP gpufabric_scheduler_largest_free_domain_gpus Free GPUs of the domain of a level with the most free: the largest gang of one domain that could fit.
-# TYPE gpufabric_scheduler_largest_free_domain_gpus gauge
-gpufabric_scheduler_largest_free_domain_gpus{level="nvlink_domain"} 6
-`
-	const perDomain = `
-# HELP gpufabric_scheduler_domain_free_gpus GPUs per NVLink domain that no claim has allocated (committed or assumed).
-# TYPE gpufabric_scheduler_domain_free_gpus gauge
-gpufabric_scheduler_domain_free_gpus{domain="nvl0"} 6
-gpufabric_scheduler_domain_free_gpus{domain="nvl1"} 0
-gpufabric_scheduler_domain_free_gpus{domain="nvl2"} 3
-`
-	names := []string{"gpufabric_scheduler_free_gpus", "gpufabric_scheduler_largest_free_domain_gpus", "gpufabric_scheduler_domain_free_gpus"}
-	for _, tc := range []struct {
-		name string
-		o    MetricsOptions
-		want string
-	}{
-		{"default", MetricsOptions{}, aggregates},
-		{"per domain", MetricsOptions{PerDomain: true}, perDomain + aggregates},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			reg := prometheus.NewPedanticRegistry()
-			m, err := NewMetricsWith(reg, tc.o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.setFreeGPUs(map[string]int{"gone": 8}) // replaced by the next refresh
-			m.setFreeGPUs(free)
-			if err := testutil.GatherAndCompare(reg, strings.NewReader(tc.want), names...); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-}
-
-// TestGangWaitObserved: observeGangWait adds one sample per call under
-// its result; the placed and abandoned series exist from the start, at
-// zero; a nil Metrics observes nothing. gangAbandoned observes a PodGroup
-// deleted before it was placed (or after a restart reset its condition),
-// not one that was placed.
-func TestGangWaitObserved(t *testing.T) {
-	reg := prometheus.NewPedanticRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	samples := func() map[string]uint64 {
-		fams, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]uint64{}
-		for _, f := range fams {
-			if f.GetName() != "gpufabric_scheduler_gang_wait_seconds" {
-				continue
-			}
-			for _, s := range f.GetMetric() {
-				out[s.GetLabel()[0].GetValue()] = s.GetHistogram().GetSampleCount()
-			}
-		}
-		return out
-	}
-	if diff := cmp.Diff(map[string]uint64{resultPlaced: 0, resultAbandoned: 0}, samples()); diff != "" {
-		t.Errorf("at start (-want +got):\n%s", diff)
-	}
-	m.observeGangWait(resultPlaced, 90)
-	(*Metrics)(nil).observeGangWait(resultPlaced, 90)
-	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, placed := range []metav1.ConditionStatus{"", metav1.ConditionTrue, metav1.ConditionFalse} {
-		m.gangAbandoned(podGroupAt(created, placed), time.Time{}, created.Add(time.Minute))
-	}
-	(*Metrics)(nil).gangAbandoned(podGroupAt(created, ""), time.Time{}, created)
-	if diff := cmp.Diff(map[string]uint64{resultPlaced: 1, resultAbandoned: 2}, samples()); diff != "" {
-		t.Errorf("after the observations (-want +got):\n%s", diff)
-	}
-}
-
-// TestMetricLabelValues: after every metric of the scheduler was
-// exercised (each result, reason, phase, action and state, a free-GPU
-// refresh with per-domain series), every label value is snake_case but
-// the NVLink domain ids (metricstyle.Exempt).
-func TestMetricLabelValues(t *testing.T) {
-	reg := prometheus.NewPedanticRegistry()
-	m, err := NewMetricsWith(reg, MetricsOptions{PerDomain: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.setFreeGPUs(map[string]int{"nvl-0.rack-A": 4})
-	for _, r := range []string{resultPlaced, resultUnschedulable, resultNotReady, resultConflict, resultError} {
-		m.observeAttempt(r, 1)
-	}
-	m.observeGangWait(resultPlaced, 1)
-	m.gangAbandoned(podGroupAt(time.Now(), ""), time.Time{}, time.Now())
-	for _, r := range []string{ReasonUnschedulable, ReasonSchedulerError, ReasonConflict, ReasonCommitError, ReasonUnsupported} {
-		m.gangRefused(r)
-	}
-	m.attach(func() (map[string]int, map[string]int) {
-		return map[string]int{"active": 1}, map[string]int{reasonNotReady: 1, ReasonCommitError: 1}
-	})
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bad := metricstyle.Check(families, metricstyle.Exempt); len(bad) > 0 {
-		t.Errorf("label values not snake_case: %v", bad)
-	}
-	if len(families) < 15 {
-		t.Errorf("%d metric families gathered, want the scheduler's, the commit room's and the evict room's", len(families))
-	}
-}
-
-// TestGangAbandonedWaitsFromUngate: an abandoned gang's wait starts at the
-// later of its creation and its last gate's removal.
-func TestGangAbandonedWaitsFromUngate(t *testing.T) {
-	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, tc := range []struct {
-		name    string
-		ungated time.Time
-		want    float64
-	}{
-		{"never gated", time.Time{}, 60},
-		{"ungated after creation", created.Add(50 * time.Second), 10},
-		{"ungated before creation (clock skew)", created.Add(-time.Hour), 60},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			reg := prometheus.NewPedanticRegistry()
-			m, err := NewMetrics(reg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.gangAbandoned(podGroupAt(created, ""), tc.ungated, created.Add(time.Minute))
-			h := &dto.Metric{}
-			if err := m.gangWait.WithLabelValues(resultAbandoned).(prometheus.Histogram).Write(h); err != nil {
-				t.Fatal(err)
-			}
-			if got := h.GetHistogram().GetSampleSum(); got != tc.want {
-				t.Errorf("wait %vs, want %vs", got, tc.want)
 			}
 		})
 	}

@@ -178,7 +178,7 @@ func (st *gangStatus) membersArriving(ctx context.Context, key string, pg *sched
 	st.pending.set(key, reasonNotReady)
 	st.queue.Wait(key, pg.Namespace, cycle)
 	st.queue.RetryWhileWaiting(key, after)
-	st.metrics.observeAttempt(resultNotReady, time.Since(begin).Seconds())
+	st.metrics.ObserveAttempt(resultNotReady, time.Since(begin).Seconds())
 	klog.FromContext(ctx).V(3).Info("Gang not ready", "gang", key, "reason", "members arriving", "pods", len(objs), "minCount", gp.MinCount)
 	return true
 }

@@ -5,17 +5,23 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/extres"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
 	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/nodetrust"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/trees"
 	"github.com/gpufabric/gpufabric/pkg/gang/volumepins"
 )
 
@@ -44,8 +50,10 @@ func (s *Scheduler) wireLoop(factory informers.SharedInformerFactory) {
 		slices:    factory.Resource().V1().ResourceSlices().Lister(),
 		classes:   factory.Resource().V1().DeviceClasses().Lister(),
 	}
+	s.snaps.shown = &assume.Shown{Pods: s.pods, Nodes: s.nodes, Claims: s.claims}
 	if !s.cfg.RebuildSnapshots {
 		s.snaps.cache = index.NewCache(s.cfg.Placement.Index)
+		s.snaps.shown.Cache = s.snaps.cache
 	}
 	s.volumes = &volumepins.Pins{
 		PVCs:           factory.Core().V1().PersistentVolumeClaims().Lister(),
@@ -68,12 +76,12 @@ func (s *Scheduler) wireRooms() {
 	}
 	s.commits = commit.New(commit.Config{
 		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Parallelism: s.cfg.CommitParallelism,
-		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.commitMetrics(), Conditions: s.conditions,
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.CommitMetrics(), Conditions: s.conditions,
 		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, Nodes: s.nodes,
 	})
 	cfg := evict.Config{
 		Client: s.cfg.Client, Store: s.commits.Store(), Releaser: s.commits, Parallelism: s.cfg.CommitParallelism,
-		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.evictMetrics(), Conditions: s.conditions,
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics.EvictMetrics(), Conditions: s.conditions,
 		Queue: s.queue, Gangs: s.gangs, Disruptions: &s.inf.disrupted,
 		Pods: s.pods, PodGroups: s.podGroups, Claims: s.claims, PDBs: s.pdbs, PriorityClasses: s.inf.factory.Scheduling().V1().PriorityClasses().Lister(),
 		Placement: s.cfg.Placement, DisablePreemption: s.cfg.DisablePreemption,
@@ -81,7 +89,7 @@ func (s *Scheduler) wireRooms() {
 		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
 	s.status.replacer = replace.New(replace.Deps{Config: s.cfg.Replace, Client: s.cfg.Client, Gate: s.gate, Report: s.report,
-		Metrics: s.cfg.Metrics.replaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions,
+		Metrics: s.cfg.Metrics.ReplaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions,
 		Tree: listerTree(s).Tree}) // a whole gang's previous domain, by id over a restart
 	s.gangs.classify, s.inf.lost = s.status.replacer.Classify, s.status.replacer.Disrupted
 	cfg.NodeLost = s.gangs.nodeLost
@@ -89,6 +97,53 @@ func (s *Scheduler) wireRooms() {
 	s.prios = evict.NewPriorities(cfg)
 	s.restarts = evict.NewRestarter(cfg)
 	s.snaps.trust = nodetrust.New(s.report, s.nodes.Get, nil)
+	s.extended = extres.New(extres.Config{Client: s.cfg.Client, Claims: s.claims, Classes: s.snaps.classes, Gate: s.gate, Parallelism: s.cfg.CommitParallelism})
+	if s.inf.composites != nil {
+		s.tree = s.newTreeCycle()
+	}
+}
+
+// newTreeCycle builds the tree attempts of this term (pkg/gang/trees) on
+// the loop's parts: the listers, the snapshots, the commit room, the
+// pipeline and the gang status.
+func (s *Scheduler) newTreeCycle() *trees.Cycle {
+	composites := s.inf.factory.Scheduling().V1alpha3().CompositePodGroups().Lister()
+	get := func(ns, name string) (*schedulingv1alpha3.CompositePodGroup, error) {
+		return composites.CompositePodGroups(ns).Get(name)
+	}
+	return trees.NewCycle(trees.Deps{
+		Reader: &trees.Reader{Composites: compositeGetter(get), CompositeChildren: s.inf.composites.GetIndexer(), PodGroupChildren: s.inf.podGroups.GetIndexer()},
+		Lister: get, Queue: s.queue, Assumed: s.assumed, Visible: s.snaps.shown.Visible,
+		Snapshot: func(ctx context.Context) (*index.Snapshot, error) { return s.snaps.snapshot(ctx, nil) },
+		Commits:  s.commits, Pipeline: s.pipe, Conditions: s.conditions, Report: s.report, Metrics: s.cfg.Metrics,
+		Members: func(pg *schedulingv1beta1.PodGroup) (trees.Members, error) {
+			ms, err := s.gangs.members(pg)
+			if err != nil {
+				return trees.Members{}, err
+			}
+			return trees.Members{Pending: ms.pending, Running: ms.running, Gated: ms.gated, AnyBound: ms.anyBound, BoundNodes: ms.boundNodes}, nil
+		},
+		SetPods: s.status.setPods, Pending: s.pending.set, GetClaim: s.getClaim,
+		Prepare: s.prepare, Forget: s.forget, Done: s.evict.GangDone,
+		Placement: s.cfg.Placement, PlacementTime: s.cfg.PlacementTime, PlaceCalls: s.cfg.TreePlaceCalls,
+	})
+}
+
+// compositeGetter serves trees.Composites from the lister.
+type compositeGetter func(namespace, name string) (*schedulingv1alpha3.CompositePodGroup, error)
+
+func (g compositeGetter) Get(namespace, name string) (*schedulingv1alpha3.CompositePodGroup, error) {
+	return g(namespace, name)
+}
+
+// prepare pins a built gang's members to their volumes' nodes, then gives
+// them their claims for extended resources backed by DRA
+// (pkg/gang/extres), before the gang is placed.
+func (s *Scheduler) prepare(ctx context.Context, g *placement.Gang) error {
+	if err := s.volumes.Pin(g); err != nil {
+		return err
+	}
+	return s.extended.Attach(ctx, g)
 }
 
 // newGuard builds the double-allocation guard of this term on the
@@ -96,18 +151,12 @@ func (s *Scheduler) wireRooms() {
 // through the commit room (wireRooms first).
 func (s *Scheduler) newGuard() *guard.Guard {
 	return guard.New(guard.Config{
-		Client:          s.cfg.Client,
-		RecordNamespace: s.cfg.RecordNamespace,
-		Claims:          s.claims,
-		Pods:            s.pods,
+		Client: s.cfg.Client, RecordNamespace: s.cfg.RecordNamespace, Claims: s.claims, Pods: s.pods,
 		GroupPods: func(namespace, podGroup string) []*v1.Pod {
 			pods, _ := s.gangs.GroupPods(namespace, podGroup)
 			return pods
 		},
-		Gate:     s.gate,
-		Report:   s.report,
-		Metrics:  s.cfg.Metrics,
-		Releaser: claimReleaser{s.commits},
+		Gate: s.gate, Report: s.report, Metrics: s.cfg.Metrics, Releaser: claimReleaser{s.commits},
 	})
 }
 

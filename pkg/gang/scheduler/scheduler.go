@@ -10,14 +10,17 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	schedulinglistersv1alpha3 "k8s.io/client-go/listers/scheduling/v1alpha3"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/domains"
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/extres"
 	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/guard"
@@ -25,6 +28,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/trees"
 	"github.com/gpufabric/gpufabric/pkg/gang/volumepins"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	resourceapi "k8s.io/api/resource/v1"
@@ -42,7 +46,7 @@ const schedulerName = topology.SchedulerName
 type Scheduler struct {
 	cfg     Config
 	queue   queue.Interface
-	assumed *assumeCache
+	assumed *assume.Cache
 	// The rooms of one term (set by Run, rooms.go): commits writes
 	// decisions and recovers half-done commits; evict carries preemptions
 	// out and holds room for gangs (nominations, reservations); restarts
@@ -65,7 +69,8 @@ type Scheduler struct {
 	// Set by Run: the informers and the listers the loop and the rooms
 	// read; gangs reads gangs' pods; snaps serves the worker its
 	// snapshots (the assume cache is shared with it); volumes pins members
-	// to their volumes' nodes; status writes what users read of a gang.
+	// to their volumes' nodes, extended gives them their claims for
+	// extended resources (prepare); status writes what users read of a gang.
 	inf       *informerSet
 	pods      corelisters.PodLister
 	podGroups schedulinglisters.PodGroupLister
@@ -75,11 +80,15 @@ type Scheduler struct {
 	gangs     *gangPods
 	snaps     *snapshots
 	volumes   *volumepins.Pins
+	extended  *extres.Claims
 	status    *gangStatus
 	// report records events (notes bounded); gate is checked before every
 	// write.
 	report *report.Reporter
 	gate   *gate.Gate
+	// tree runs the attempts of CompositePodGroup trees (nil unless
+	// Config.CompositePodGroups; pkg/gang/trees).
+	tree *trees.Cycle
 	// pipe runs commits beside the worker; handedOff: the worker's current
 	// key went to it (the pipeline marks the key done).
 	pipe      *commit.Pipeline
@@ -99,7 +108,7 @@ func New(cfg Config) (*Scheduler, error) {
 	s := &Scheduler{
 		cfg:     cfg,
 		queue:   queue.New(queue.Config{InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff, MaxUnschedulableWait: cfg.MaxUnschedulableWait}),
-		assumed: newAssumeCache(),
+		assumed: assume.New(),
 		costs:   cost.NewMemories(0),
 	}
 	s.pipe = commit.NewPipeline(cfg.CommitsInFlight, s.queue.ShutDown)
@@ -150,7 +159,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.cfg.OnRecovered != nil {
 		s.cfg.OnRecovered()
 	}
-	s.cfg.Metrics.attach(func() (map[string]int, map[string]int) { return s.queue.Counts(), s.pending.counts() })
+	s.cfg.Metrics.Attach(func() (map[string]int, map[string]int) { return s.queue.Counts(), s.pending.counts() })
 	go s.metricsLoop(ctx)
 	if s.cfg.FreeRoomInterval > 0 {
 		go freeroom.Run(ctx, freeRoomConfig(s))
@@ -175,7 +184,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 const poolsWait = 10 * time.Second
 
 func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerFactory) error {
-	inf, err := newInformerSet(factory)
+	inf, err := newInformerSet(factory, s.cfg.CompositePodGroups)
 	if err != nil {
 		return err
 	}
@@ -196,7 +205,11 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	context.AfterFunc(ctx, broadcaster.Shutdown)
 	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
 	s.wireRooms()
-	s.queue.SetRank(rankOf(s.pods, s.podGroups, s.prios))
+	var composites schedulinglistersv1alpha3.CompositePodGroupLister
+	if inf.composites != nil {
+		composites = factory.Scheduling().V1alpha3().CompositePodGroups().Lister()
+	}
+	s.queue.SetRank(rankOf(s.pods, s.podGroups, composites, s.prios))
 	s.guard = s.newGuard()
 	if err := s.guard.Watch(inf.claims); err != nil {
 		return err
@@ -266,7 +279,7 @@ func (s *Scheduler) metricsLoop(ctx context.Context) {
 		if n := s.inf.capacityEvents.Load(); n != seen || tick == 0 || tick%metricsFullRefresh == 0 {
 			seen = n
 			if free, err := s.snaps.freeGPUs(); err == nil {
-				s.cfg.Metrics.setFreeGPUs(free)
+				s.cfg.Metrics.SetFreeGPUs(free)
 			} else {
 				klog.FromContext(ctx).Error(err, "Computing free GPUs")
 			}

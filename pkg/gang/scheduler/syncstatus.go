@@ -23,8 +23,9 @@ func (s *informerSet) unsynced() []string {
 		{"storageclasses.v1.storage.k8s.io", s.storage},
 		{"poddisruptionbudgets.v1.policy", s.pdbs},
 		{"priorityclasses.v1.scheduling.k8s.io", s.priorities},
+		{"compositepodgroups.v1alpha3.scheduling.k8s.io", s.composites},
 	} {
-		if !i.inf.HasSynced() {
+		if i.inf != nil && !i.inf.HasSynced() {
 			out = append(out, i.name)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // APIs, the PodGroup one by its group and version); once synced none is.
 func TestUnsynced(t *testing.T) {
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	s, err := newInformerSet(factory)
+	s, err := newInformerSet(factory, false)
 	if err != nil {
 		t.Fatal(err)
 	}

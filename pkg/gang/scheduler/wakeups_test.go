@@ -10,6 +10,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
@@ -105,11 +106,11 @@ func TestClaimDeletionWakesOnlyForFreedDevices(t *testing.T) {
 func TestCommitConflictWakesNoGang(t *testing.T) {
 	q := newCountingQueue()
 	defer q.ShutDown()
-	s := &Scheduler{queue: q, assumed: newAssumeCache()}
+	s := &Scheduler{queue: q, assumed: assume.New()}
 	q.Park("pg:other/parked", q.Cycle())
 	for range 3 {
 		a := &attempt{key: "pg:ns/a"}
-		s.assumed.addInFlight(a.key, nil, nil)
+		s.assumed.AddInFlight(a.key)
 		if err := s.afterCommit(t.Context(), a, nil, nil, nil, fmt.Errorf("write claim: %w", commit.ErrConflict)); err != nil {
 			t.Fatalf("afterCommit: %v", err)
 		}
@@ -120,7 +121,7 @@ func TestCommitConflictWakesNoGang(t *testing.T) {
 	if q.flushes != 0 || q.retries != 0 || q.conflicts != 3 {
 		t.Errorf("flushes %d, plain retries %d, conflict retries %d; want 0, 0, 3", q.flushes, q.retries, q.conflicts)
 	}
-	if s.assumed.len() != 0 {
+	if s.assumed.Len() != 0 {
 		t.Errorf("the conflicting decision is still assumed")
 	}
 }

@@ -238,11 +238,22 @@ func NominationName(uid types.UID) string { return NominationPrefix + string(uid
 // Gang keys name a gang in the scheduler's queue and in the nomination
 // records it writes (the preemptor, and each victim's unit): a PodGroup is
 // "pg:<namespace>/<name>", a pod without one (a gang of one, or a victim
-// unit of one pod) "pod:<namespace>/<name>".
+// unit of one pod) "pod:<namespace>/<name>", a CompositePodGroup tree (its
+// root) "cpg:<namespace>/<name>".
 const (
-	PodGroupKeyPrefix = "pg:"
-	PodKeyPrefix      = "pod:"
+	PodGroupKeyPrefix  = "pg:"
+	PodKeyPrefix       = "pod:"
+	CompositeKeyPrefix = "cpg:"
 )
+
+// CompositeKey is the key of the tree under the root CompositePodGroup
+// namespace/name.
+func CompositeKey(namespace, name string) string {
+	return CompositeKeyPrefix + namespace + "/" + name
+}
+
+// IsCompositeKey reports whether key is a tree's.
+func IsCompositeKey(key string) bool { return strings.HasPrefix(key, CompositeKeyPrefix) }
 
 // PodGroupKey is the key of the PodGroup namespace/name.
 func PodGroupKey(namespace, name string) string { return PodGroupKeyPrefix + namespace + "/" + name }
@@ -251,11 +262,11 @@ func PodGroupKey(namespace, name string) string { return PodGroupKeyPrefix + nam
 func PodKey(namespace, name string) string { return PodKeyPrefix + namespace + "/" + name }
 
 // SplitKey returns whether a key is a PodGroup's, and its namespace and
-// name.
+// name (a tree's key is no PodGroup's: IsCompositeKey).
 func SplitKey(key string) (isGroup bool, namespace, name string) {
 	rest, isGroup := strings.CutPrefix(key, PodGroupKeyPrefix)
 	if !isGroup {
-		rest = strings.TrimPrefix(key, PodKeyPrefix)
+		rest = strings.TrimPrefix(strings.TrimPrefix(key, PodKeyPrefix), CompositeKeyPrefix)
 	}
 	namespace, name, _ = strings.Cut(rest, "/")
 	return isGroup, namespace, name

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/devices/mock"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
@@ -61,6 +62,9 @@ type chartProfile struct {
 	// freeRoomReaders are the groups the free-room view's reader Role is
 	// bound to; none: no such Role.
 	freeRoomReaders []string
+	// gpuExtendedResourceName is gpu.gpufabric.dev's
+	// spec.extendedResourceName ("": none).
+	gpuExtendedResourceName string
 }
 
 // defaultGPUNodeLabels are the keys of the default GPU node selection, one
@@ -100,8 +104,9 @@ scheduler:
 				"--profiling=false", "--require-admin-topology-labels=false", "--disable-preemption=false", "--nomination-timeout=5m", "--starvation-bound=30m", "--free-room-interval=10s"},
 		},
 		{
-			name: "mock", values: []string{mockValuesFile}, sets: []string{"scheduler.profiling=true", "scheduler.freeRoom.readerGroups={team-a,team-b}", "scheduler.freeRoom.interval=1m"},
-			mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true,
+			name: "mock", values: []string{mockValuesFile}, sets: []string{"scheduler.profiling=true", "scheduler.freeRoom.readerGroups={team-a,team-b}", "scheduler.freeRoom.interval=1m",
+				"deviceClasses.gpu.extendedResourceName=nvidia.com/gpu"},
+			mock: true, leaderElect: true, replicas: 2, deviceClasses: true, policy: true, metrics: true, gpuExtendedResourceName: "nvidia.com/gpu",
 			gpuNodeLabels: defaultGPUNodeLabels, lease: itest.ChartSchedulerName, freeRoomReaders: []string{"team-a", "team-b"},
 			schedulerArgsWant: []string{"--topology-levels=topology.gpufabric.dev/rack,topology.gpufabric.dev/ib-leaf", "--domain-channels=4", "--metrics-address=:8080", "--profiling=true", "--free-room-interval=1m"},
 		},
@@ -338,6 +343,10 @@ func checkClusterObjects(t *testing.T, r *itest.Rendered, p chartProfile) {
 		if len(dc.Spec.Selectors) != 1 || dc.Spec.Selectors[0].CEL == nil || dc.Spec.Selectors[0].CEL.Expression != want {
 			t.Errorf("%s selectors %+v, want CEL %s", key, dc.Spec.Selectors, want)
 		}
+		wantName := map[bool]string{true: p.gpuExtendedResourceName}[typ == "gpu"]
+		if got := ptr.Deref(dc.Spec.ExtendedResourceName, ""); got != wantName || (wantName == "" && dc.Spec.ExtendedResourceName != nil) {
+			t.Errorf("%s extendedResourceName %v, want %q (nil when empty)", key, dc.Spec.ExtendedResourceName, wantName)
+		}
 	}
 	if want := map[bool]int{true: 4, false: 0}[p.deviceClasses]; classes != want {
 		t.Errorf("%d DeviceClasses, want %d", classes, want)
@@ -450,6 +459,9 @@ func TestChartSchemaRejects(t *testing.T) {
 		{name: "profiling not a switch", sets: []string{"scheduler.profiling=yes"}, want: "/scheduler/profiling"},
 		{name: "preemption not a switch", sets: []string{"scheduler.preemption.enabled=sometimes"}, want: "/scheduler/preemption/enabled"},
 		{name: "bad resource quantity", sets: []string{"scheduler.resources.limits.memory=lots"}, want: "/scheduler/resources/limits/memory"},
+		{name: "extended resource name without a domain", sets: []string{"deviceClasses.gpu.extendedResourceName=gpu"}, want: "/deviceClasses/gpu/extendedResourceName"},
+		{name: "extended resource name in kubernetes.io", sets: []string{"deviceClasses.gpu.extendedResourceName=kubernetes.io/gpu"}, want: "/deviceClasses/gpu/extendedResourceName"},
+		{name: "extended resource name of a quota", sets: []string{"deviceClasses.gpu.extendedResourceName=requests.nvidia.com/gpu"}, want: "/deviceClasses/gpu/extendedResourceName"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -16,12 +16,14 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/extres"
 	"github.com/gpufabric/gpufabric/pkg/gang/freeroom"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
@@ -149,6 +151,7 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 	itest.Must(t, "create kube-scheduler's pod", err)
 	_, err = admin.ResourceV1().ResourceClaims(ns).Create(ctx, itest.GPUClaim(ns, "train-fabric", 1), metav1.CreateOptions{})
 	itest.Must(t, "create claim", err)
+	gpuPod, special, unannotated, misnamed, ownerless := specialClaims(t, admin, ns)
 	nodeSlice, err := admin.ResourceV1().ResourceSlices().Create(ctx, namedSlice("sched-test-node-b", "node-b"), metav1.CreateOptions{})
 	itest.Must(t, "create node-b's slice", err)
 	_, err = admin.CoordinationV1().Leases(itest.ChartNamespace).Create(ctx, lease(itest.ChartNamespace, "kube-controller-manager", "kcm"), metav1.CreateOptions{})
@@ -220,9 +223,14 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 		}, scopeDenied + "the gpufabric scheduler may write only fabric-domain pools"},
 		{"say why kube-scheduler's pod waits", setUnschedulable(sched, ns, other.Name), scopeDenied + "the gpufabric scheduler may update the status only of pods it schedules, not of pod other-0"},
 		{"create, allocate and delete a device hold", holdClaim(sched, itest.ChartNamespace, vocab.HoldPrefix, true), ""},
-		{"create another claim in its namespace", holdClaim(sched, itest.ChartNamespace, "other-", false),
-			scopeDenied + "the gpufabric scheduler may create and delete only its device holds (ResourceClaims gpufabric-hold-* in namespace " + itest.ChartNamespace + "), not " + itest.ChartNamespace + "/other-"},
-		{"create a device hold elsewhere", holdClaim(sched, ns, vocab.HoldPrefix, false), rbacDenied("create", "resourceclaims")},
+		{"create another claim in its namespace", holdClaim(sched, itest.ChartNamespace, "other-", false), claimsDenied + itest.ChartNamespace + "/other-"},
+		{"create a device hold elsewhere", holdClaim(sched, ns, vocab.HoldPrefix, false), claimsDenied + ns + "/" + vocab.HoldPrefix},
+		{"create its pod's claim for nvidia.com/gpu", createClaim(sched, special), ""},
+		{"write its pod's extendedResourceClaimStatus", setExtendedStatus(sched, gpuPod, special.Name), ""},
+		{"delete its pod's claim for nvidia.com/gpu (stale)", deleteClaim(sched, ns, special.Name), ""},
+		{"create a claim with a special claim's name, without the annotation", createClaim(sched, unannotated), claimsDenied + ns + "/" + unannotated.Name},
+		{"create a special claim not named after its pod", createClaim(sched, misnamed), claimsDenied + ns + "/" + misnamed.Name},
+		{"create a special claim owned by no pod", createClaim(sched, ownerless), claimsDenied + ns + "/" + ownerless.Name},
 		{"publish its free-room view", applyView(sched, itest.ChartNamespace, freeroom.ConfigMapName), ""},
 		{"update its free-room view", applyView(sched, itest.ChartNamespace, freeroom.ConfigMapName), ""},
 		{"publish a view under another name", applyView(sched, itest.ChartNamespace, "other-view"), rbacDenied("patch", "configmaps")},
@@ -236,13 +244,8 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 		{"delete a pod", func(ctx context.Context) error {
 			return sched.CoreV1().Pods(ns).Delete(ctx, other.Name, metav1.DeleteOptions{})
 		}, rbacDenied("delete", "pods")},
-		{"create a claim", func(ctx context.Context) error {
-			_, err := sched.ResourceV1().ResourceClaims(ns).Create(ctx, itest.GPUClaim(ns, "mine", 1), metav1.CreateOptions{})
-			return err
-		}, rbacDenied("create", "resourceclaims")},
-		{"delete a claim", func(ctx context.Context) error {
-			return sched.ResourceV1().ResourceClaims(ns).Delete(ctx, "train-fabric", metav1.DeleteOptions{})
-		}, rbacDenied("delete", "resourceclaims")},
+		{"create a claim", createClaim(sched, itest.GPUClaim(ns, "mine", 1)), claimsDenied + ns + "/mine"},
+		{"delete a claim", deleteClaim(sched, ns, "train-fabric"), claimsDenied + ns + "/train-fabric"},
 		{"change a Node", func(ctx context.Context) error {
 			_, err := sched.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
 			return err
@@ -256,6 +259,57 @@ func testSchedulerIdentity(t *testing.T, cp *framework.ControlPlane, admin kuber
 	itest.Must(t, "get pod", err)
 	if got.Spec.NodeName != "node-a" {
 		t.Errorf("pod bound to %q, want node-a", got.Spec.NodeName)
+	}
+}
+
+// claimsDenied is the scope policy's denial of a claim the scheduler may
+// not create or delete, up to the claim's namespace/name.
+const claimsDenied = scopeDenied + "the gpufabric scheduler may create and delete only its device holds (ResourceClaims gpufabric-hold-* in namespace " +
+	itest.ChartNamespace + ") and the special claims of pods for extended resources (annotation resource.kubernetes.io/extended-resource-claim, the pod as controller, named <pod>-extended-resources-*), not "
+
+// specialClaims creates a pod of the scheduler's asking nvidia.com/gpu and
+// returns it with its special claim (as pkg/gang/extres makes it) and three
+// claims the scheduler may not create: its name without the annotation,
+// the annotation under another name, and no owner.
+func specialClaims(t *testing.T, admin kubernetes.Interface, ns string) (pod *corev1.Pod, special, unannotated, misnamed, ownerless *resourceapi.ResourceClaim) {
+	t.Helper()
+	pod = itest.GangPod(ns, "gpu-0", "train")
+	pod.Spec.SchedulingGroup, pod.Spec.ResourceClaims, pod.Spec.Containers[0].Resources.Claims = nil, nil, nil
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	pod, err := admin.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{})
+	itest.Must(t, "create a pod asking nvidia.com/gpu", err)
+	r := &extres.Request{Requests: itest.GPUClaim(ns, "", 1).Spec.Devices.Requests}
+	special = extres.NewClaim(pod, r)
+	unannotated = special.DeepCopy()
+	unannotated.Annotations = nil
+	misnamed = special.DeepCopy()
+	misnamed.Name = "other-extended-resources-bcdfg"
+	ownerless = special.DeepCopy()
+	ownerless.OwnerReferences = nil
+	return pod, special, unannotated, misnamed, ownerless
+}
+
+func createClaim(c kubernetes.Interface, claim *resourceapi.ResourceClaim) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.ResourceV1().ResourceClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{})
+		return err
+	}
+}
+
+func deleteClaim(c kubernetes.Interface, ns, name string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return c.ResourceV1().ResourceClaims(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	}
+}
+
+// setExtendedStatus writes a pod's status.extendedResourceClaimStatus as
+// the commit does.
+func setExtendedStatus(c kubernetes.Interface, p *corev1.Pod, claim string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		patch := fmt.Sprintf(`{"metadata":{"uid":%q},"status":{"extendedResourceClaimStatus":{"resourceClaimName":%q,"requestMappings":[{"containerName":%q,"resourceName":"nvidia.com/gpu","requestName":"container-0-request-0"}]}}}`,
+			p.UID, claim, p.Spec.Containers[0].Name)
+		_, err := c.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		return err
 	}
 }
 

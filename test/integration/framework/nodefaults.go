@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -27,10 +28,21 @@ const FaultLeaseHolder = "gpufabric-fault-injector"
 // Lease back before it expires, so for an hour it leaves the node alone.
 const faultLeaseSeconds = 3600
 
+// HeartbeatStoppedTaint is the NoSchedule taint StopNodeHeartbeat puts on
+// the node. kwok plays a stage job it queued before the take-over once
+// more (its job queue does not check that it still holds the Lease): the
+// node's status is patched Ready with a fresh heartbeat ~20 s later, and
+// kube-controller-manager lifts its unreachable taints until the grace
+// runs out again. A dead kubelet never does that; this taint keeps the
+// node as unschedulable through that blip as KCM's
+// node.kubernetes.io/unreachable:NoSchedule keeps it otherwise.
+const HeartbeatStoppedTaint = "test.gpufabric.dev/heartbeat-stopped"
+
 // StopNodeHeartbeat makes a kwok node stop heartbeating: its Lease in
 // kube-node-lease is taken from kwok (held by FaultLeaseHolder for an hour,
 // renewed never), so kwok neither renews it nor updates the node or runs
-// its pods' lifecycle any more. kube-controller-manager marks the node
+// its pods' lifecycle any more (but see HeartbeatStoppedTaint, which it
+// also puts on the node). kube-controller-manager marks the node
 // Ready=Unknown once its node monitor grace period passed without a
 // renewal (Options.NodeMonitorGracePeriod) and taints it unreachable. The
 // node's pods stay as they are (Running), as on a node that lost its
@@ -50,6 +62,27 @@ func StopNodeHeartbeat(ctx context.Context, c kubernetes.Interface, node string)
 	})
 	if err != nil {
 		return fmt.Errorf("take the lease of node %s from kwok: %w", node, err)
+	}
+	return setTaint(ctx, c, node, &corev1.Taint{Key: HeartbeatStoppedTaint, Effect: corev1.TaintEffectNoSchedule})
+}
+
+// setTaint puts taint on node (nil: removes the taints of key
+// HeartbeatStoppedTaint).
+func setTaint(ctx context.Context, c kubernetes.Interface, node string, taint *corev1.Taint) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == HeartbeatStoppedTaint })
+		if taint != nil {
+			n.Spec.Taints = append(n.Spec.Taints, *taint)
+		}
+		_, err = c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("taint node %s %s: %w", node, HeartbeatStoppedTaint, err)
 	}
 	return nil
 }
@@ -73,7 +106,7 @@ func ResumeNodeHeartbeat(ctx context.Context, c kubernetes.Interface, node strin
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("give the lease of node %s back to kwok: %w", node, err)
 	}
-	return nil
+	return setTaint(ctx, c, node, nil)
 }
 
 // HeartbeatStopped reports whether lease is one StopNodeHeartbeat took.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/yaml"
 )
+
+// KeepFailedEnv names a folder: when set, a failed test's control-plane
+// logs are copied there (one folder per test) before they are removed.
+const KeepFailedEnv = "GPUFABRIC_KEEP_FAILED_LOGS"
 
 // StartT starts a control plane for a test and stops it in t.Cleanup. When
 // the test failed, the tail of every component's log goes to the test log.
@@ -29,6 +34,11 @@ func StartT(t testing.TB, opts Options) *ControlPlane {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("control plane logs:\n%s", cp.LogTails(15))
+			if dir := os.Getenv(KeepFailedEnv); dir != "" {
+				cp.stopProcesses()
+				kept, err := cp.keepLogs(dir, t.Name())
+				t.Logf("control plane logs kept in %s (%v)", kept, err)
+			}
 		}
 		cp.Stop()
 	})
@@ -116,4 +126,27 @@ func (cp *ControlPlane) KubeconfigWithRules(t testing.TB, user string, rules []r
 		t.Fatal(err)
 	}
 	return path
+}
+
+// keepLogs copies the control plane's *.log files into a new folder
+// under dir named after the test, and returns that folder.
+func (cp *ControlPlane) keepLogs(dir, test string) (string, error) {
+	into, err := os.MkdirTemp(dir, strings.NewReplacer("/", "_", " ", "_").Replace(test)+"-")
+	if err != nil {
+		return "", err
+	}
+	logs, err := filepath.Glob(filepath.Join(cp.dir, "*.log"))
+	if err != nil {
+		return into, err
+	}
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return into, err
+		}
+		if err := os.WriteFile(filepath.Join(into, filepath.Base(f)), b, 0o644); err != nil {
+			return into, err
+		}
+	}
+	return into, nil
 }

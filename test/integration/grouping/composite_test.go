@@ -22,8 +22,7 @@ import (
 // gpufabric-scheduler does not place composites yet; only the objects are
 // checked.
 func TestGrouperCompositeObjects(t *testing.T) {
-	e := newEnv(t, grouping.ModeComposite, framework.Options{
-		ExtraFeatureGates: "CompositePodGroup=true", ExtraRuntimeConfig: "scheduling.k8s.io/v1alpha3=true"})
+	e := newEnv(t, grouping.ModeComposite, framework.Options{CompositePodGroups: true})
 	ctx := t.Context()
 	itest.GangNamespace(t, e.admin, "ray", 1)
 	rc := e.createRay(t, "ray", "rc", 2)

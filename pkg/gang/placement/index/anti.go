@@ -91,12 +91,13 @@ type antiIndex struct {
 }
 
 // add records a bound pod's terms.
-func (ai *antiIndex) add(p *v1.Pod, n *v1.Node) {
+func (ai *antiIndex) add(p *v1.Pod, n *v1.Node) []antiAppend {
 	terms, err := AntiTerms(p)
 	if err != nil {
 		ai.warnings = append(ai.warnings, fmt.Sprintf("pod %s/%s: anti-affinity ignored: %v", p.Namespace, p.Name, err))
-		return
+		return nil
 	}
+	var appended []antiAppend
 	for _, t := range terms {
 		v, ok := n.Labels[t.topologyKey]
 		if !ok {
@@ -108,7 +109,30 @@ func (ai *antiIndex) add(p *v1.Pod, n *v1.Node) {
 		if ai.byKey[t.topologyKey] == nil {
 			ai.byKey[t.topologyKey] = map[string][]*AntiTerm{}
 		}
+		appended = append(appended, antiAppend{key: t.topologyKey, value: v, before: len(ai.byKey[t.topologyKey][v])})
 		ai.byKey[t.topologyKey][v] = append(ai.byKey[t.topologyKey][v], t)
+	}
+	return appended
+}
+
+// antiAppend is one term add appended: its list, and the list's length
+// before.
+type antiAppend struct {
+	key, value string
+	before     int
+}
+
+// undo removes what add appended (in reverse).
+func (ai *antiIndex) undo(appended []antiAppend) {
+	for i := len(appended) - 1; i >= 0; i-- {
+		a := appended[i]
+		ai.byKey[a.key][a.value] = ai.byKey[a.key][a.value][:a.before]
+		if a.before == 0 {
+			delete(ai.byKey[a.key], a.value)
+		}
+		if len(ai.byKey[a.key]) == 0 {
+			delete(ai.byKey, a.key)
+		}
 	}
 }
 

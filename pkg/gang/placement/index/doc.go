@@ -9,7 +9,8 @@
 // devices, the cluster-level slices a node sees, Allocate and InFlight,
 // free-device and shape keys, taints and pool holders), changes.go (what
 // changes a snapshot: Assume, and the node and global refreshes of
-// Cache.Update), levels.go (levels of a gang's topology keys, LevelIndex,
+// Cache.Update; Mark, Rollback and Release, which undo Assume calls for a
+// search over several gangs), levels.go (levels of a gang's topology keys, LevelIndex,
 // warm-up), classes.go (DeviceClasses and CEL matching), matchcache.go
 // (MatchCache: matches across snapshots), trim.go (slices trimmed to one
 // class for the allocator), shape.go (device shapes, for ShapeKey and the
@@ -31,7 +32,8 @@
 //   - Deterministic: every list is sorted, nothing depends on map order.
 //   - What a snapshot computes on first use (class matches, free counts,
 //     level indexes, trimmed slices) is cached on it and changes no answer;
-//     Assume and Cache.Update keep the caches consistent with the state.
+//     Assume, Rollback and Cache.Update keep the caches consistent with
+//     the state. A snapshot rolled back to a Mark answers as it did then.
 //   - A Snapshot is not safe for concurrent use; a Cache and a MatchCache
 //     are. Accessors return the snapshot's own data: callers must not
 //     modify it.

@@ -98,6 +98,10 @@ type Snapshot struct {
 	globalTouched bool
 	// allocatorKey: AllocatorKey, computed on first use.
 	allocatorKey string
+	// undo: what each Assume changed since the oldest open mark (marks
+	// open), for Rollback (rollback.go).
+	undo  []*assumed
+	marks int
 }
 
 type poolID struct{ driver, pool string }

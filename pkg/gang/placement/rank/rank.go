@@ -1,4 +1,10 @@
-package placement
+// Package rank orders a gang's pods the way their workload controllers
+// number them (an Indexed Job's completion index, JobSet's global job
+// index, LeaderWorkerSet's group and worker index, ...), then by a
+// numeric name suffix: the order in which the engine fills nodes, so that
+// consecutive ranks share a node. A leaf of the engine: a pod in, a number
+// out.
+package rank
 
 import (
 	"cmp"
@@ -9,10 +15,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// rankKeys are the labels (or annotations) by which workload controllers
+// keys are the labels (or annotations) by which workload controllers
 // number their pods, each list an index tuple, outermost first. The first
 // list a pod carries in full is its rank.
-var rankKeys = [][]string{
+var keys = [][]string{
 	// JobSet: the child Job's index across the JobSet, then the pod's
 	// completion index in that Job.
 	{"jobset.sigs.k8s.io/job-global-index", "batch.kubernetes.io/job-completion-index"},
@@ -34,9 +40,9 @@ const (
 	labelRayHostIndex    = "ray.io/replica-host-index"
 )
 
-// rankOf returns a pod's rank: KubeRay's order, else the index tuple of
-// the first rankKeys list it carries, else nil.
-func rankOf(p *v1.Pod) []int64 {
+// Of returns a pod's rank: KubeRay's order, else the index tuple of the
+// first keys list it carries, else nil.
+func Of(p *v1.Pod) []int64 {
 	switch p.Labels[labelRayNodeType] {
 	case "head":
 		return []int64{0}
@@ -46,7 +52,7 @@ func rankOf(p *v1.Pod) []int64 {
 			return []int64{1, r, h}
 		}
 	}
-	for _, keys := range rankKeys {
+	for _, keys := range keys {
 		var r []int64
 		for _, k := range keys {
 			v, ok := p.Labels[k]
@@ -72,13 +78,13 @@ func labelIndex(p *v1.Pod, key string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// compareMembers orders a gang's pods by rank: pods with a rank first, by
+// Compare orders a gang's pods by rank: pods with a rank first, by
 // rank; then by name with a trailing number compared as a number
 // ("w-2" before "w-10"); the name last, so the order is total. Consecutive
 // ranks are placed next to each other: the engine fills a node with
 // members in this order before it moves to the next.
-func compareMembers(a, b *v1.Pod) int {
-	ra, rb := rankOf(a), rankOf(b)
+func Compare(a, b *v1.Pod) int {
+	ra, rb := Of(a), Of(b)
 	switch {
 	case ra != nil && rb != nil:
 		if c := slices.Compare(ra, rb); c != 0 {

@@ -1,4 +1,4 @@
-package scheduler
+package assume
 
 import (
 	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
@@ -23,12 +23,12 @@ import (
 // and only once the placement cache, fed after the listers, has been given
 // what the listers show.
 func TestAssumeVisible(t *testing.T) {
-	entry := &assumed{
-		decision: &placement.Decision{
+	entry := &Entry{
+		Parts: []Part{{Decision: &placement.Decision{
 			Pods:   []placement.PodPlacement{{Namespace: "ns", Name: "p0", UID: "uid-p0", Node: "node-a"}},
 			Claims: []placement.ClaimAllocation{{Namespace: "ns", Name: "c0", UID: "uid-c0"}},
-		},
-		written: map[types.UID]string{"uid-c0": "100"},
+		}}},
+		Written: map[types.UID]string{"uid-c0": "100"},
 	}
 	unboundPod := objtest.Pod("p0")
 	unboundPod.ResourceVersion = "90"
@@ -95,13 +95,13 @@ func TestAssumeVisible(t *testing.T) {
 					pc.SetClaim(o)
 				}
 			}
-			sn := &snapshots{
-				pods:   corelisters.NewPodLister(pods),
-				claims: resourcelisters.NewResourceClaimLister(claims),
-				nodes:  corelisters.NewNodeLister(nodes),
-				cache:  pc,
+			sh := &Shown{
+				Pods:   corelisters.NewPodLister(pods),
+				Claims: resourcelisters.NewResourceClaimLister(claims),
+				Nodes:  corelisters.NewNodeLister(nodes),
+				Cache:  pc,
 			}
-			if got := sn.visible(entry); got != tt.want {
+			if got := sh.Visible(entry); got != tt.want {
 				t.Errorf("visible = %v, want %v", got, tt.want)
 			}
 		})
@@ -112,19 +112,19 @@ func TestAssumeVisible(t *testing.T) {
 // informers show; once completed it ends by the visibility rules; a failed
 // commit's entry is dropped.
 func TestAssumeInFlight(t *testing.T) {
-	a := newAssumeCache()
-	always := func(*assumed) bool { return true }
-	a.addInFlight("ns/g", nil, nil)
-	if !a.waiting("ns/g", always) || len(a.pending(always)) != 1 {
+	a := New()
+	always := func(*Entry) bool { return true }
+	a.AddInFlight("ns/g")
+	if !a.Waiting("ns/g", always) || len(a.Pending(always)) != 1 {
 		t.Fatal("an entry in flight was dropped as visible")
 	}
-	a.complete("ns/g", nil)
-	if a.waiting("ns/g", always) || a.len() != 0 {
+	a.Complete("ns/g", nil)
+	if a.Waiting("ns/g", always) || a.Len() != 0 {
 		t.Fatal("a completed entry the informers show was kept")
 	}
-	a.addInFlight("ns/h", nil, nil)
-	a.drop("ns/h")
-	if a.len() != 0 {
+	a.AddInFlight("ns/h")
+	a.Drop("ns/h")
+	if a.Len() != 0 {
 		t.Fatal("a dropped entry was kept")
 	}
 }

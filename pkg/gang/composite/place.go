@@ -1,0 +1,423 @@
+package composite
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// Options bound one tree's search.
+type Options struct {
+	// PlaceCalls is how many engine Place calls one tree may use (default
+	// 64 plus 8 per leaf). The greedy order's calls count too.
+	PlaceCalls int
+	// Alternatives is how many domains of its level a child is tried in,
+	// best fit first (default 8).
+	Alternatives int
+}
+
+func (o Options) withDefaults(leaves int) Options {
+	if o.PlaceCalls <= 0 {
+		o.PlaceCalls = 64 + 8*leaves
+	}
+	if o.Alternatives <= 0 {
+		o.Alternatives = 8
+	}
+	return o
+}
+
+// searcher is one Place call.
+type searcher struct {
+	cfg  placement.Config
+	s    *index.Snapshot
+	opts Options
+	left int
+	// stack: what is assumed now, in order: each leaf's decision and each
+	// keyed group's domain.
+	stack    []placed
+	demands  map[*Group]demand
+	nodeSets map[*topology.Domain]map[string]bool
+	// placedKids: how many children a composite's last children call
+	// placed.
+	placedKids map[*Group]int
+	// why: each group's last refusal; whyIn: its refusals in the first
+	// domains it was tried in (at most maxScopesSaid).
+	why   map[*Group]string
+	whyIn map[*Group][]string
+	stats Stats
+}
+
+// placed is one entry of the searcher's stack.
+type placed struct {
+	g   *Group
+	d   *placement.Decision // a leaf's, nil for a domain
+	dom *topology.Domain    // a keyed group's domain, nil for a leaf's decision
+}
+
+// mark is a point to roll the search back to.
+type mark struct {
+	snap  index.Mark
+	stack int
+}
+
+// Place places a tree on s: a Decision with each placed leaf's decision,
+// or an Unschedulable that names the level and the child that did not
+// fit. It leaves s as it found it; the caller assumes the leaves'
+// decisions. An error means bad input (an invalid tree: ErrInvalid) or
+// the engine's error.
+func Place(ctx context.Context, cfg placement.Config, s *index.Snapshot, root *Group, opts Options) (*Decision, *Unschedulable, error) {
+	if err := Validate(root); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if why := sharedAcrossLeaves(root); why != "" {
+		return nil, &Unschedulable{Message: why, Stats: Stats{}}, nil
+	}
+	sr := &searcher{cfg: cfg, s: s, opts: opts.withDefaults(len(root.leaves())), demands: map[*Group]demand{},
+		nodeSets: map[*topology.Domain]map[string]bool{}, why: map[*Group]string{}, whyIn: map[*Group][]string{}, placedKids: map[*Group]int{}}
+	sr.left = sr.opts.PlaceCalls
+	start := sr.mark()
+	defer func() { _ = s.Rollback(ctx, start.snap) }() // Place changes nothing
+	top := &Group{Name: root.Name, MinGroupCount: 1, Children: []*Group{root}}
+	ok, err := sr.children(ctx, top, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	sr.stats.PlaceCallsLeft = sr.left
+	if !ok {
+		return nil, sr.unschedulable(root), nil
+	}
+	d := sr.decision(root)
+	if d.Pods() == 0 {
+		// As kube-scheduler: a tree is placed when it places a pod.
+		return nil, sr.nothingNew(root), nil
+	}
+	return d, nil, nil
+}
+
+func (sr *searcher) mark() mark { return mark{snap: sr.s.Mark(), stack: len(sr.stack)} }
+
+func (sr *searcher) release(m mark) { sr.s.Release(m.snap) }
+
+func (sr *searcher) rollback(ctx context.Context, m mark) error {
+	sr.stack = sr.stack[:m.stack]
+	return sr.s.Rollback(ctx, m.snap)
+}
+
+// placeIn places group g inside scope (nil: anywhere): a leaf's gang by
+// the engine, a composite's children by the joint search.
+func (sr *searcher) placeIn(ctx context.Context, g *Group, scope *topology.Domain) (bool, error) {
+	if !g.Leaf() {
+		return sr.children(ctx, g, scope)
+	}
+	if !g.pending() {
+		if len(g.Gang.BoundNodes) == 0 {
+			sr.why[g] = "it has no members"
+			return false, nil
+		}
+		return true, nil // it runs (pinned inside scope by scopes)
+	}
+	if sr.left <= 0 {
+		sr.why[g] = "the tree's search ran out of its budget before this child was tried"
+		return false, nil
+	}
+	sr.left--
+	sr.stats.PlaceCalls++
+	gang := *g.Gang
+	gang.Within = scope
+	d, u, err := placement.Place(ctx, sr.cfg, sr.s, &gang)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", g.Name, err)
+	}
+	if d == nil {
+		sr.why[g] = u.Message
+		return false, nil
+	}
+	if err := placement.Assume(ctx, sr.s, g.Gang, d); err != nil {
+		return false, err
+	}
+	sr.stack = append(sr.stack, placed{g: g, d: d})
+	return true, nil
+}
+
+// children places at least g.MinGroupCount of g's children inside scope,
+// as many as it can: first in the greedy order (each child in the first
+// of its domains where it fits), then, when that leaves children out, by
+// a search with backtracking for a placement of more of them. It never
+// places fewer than the greedy order.
+func (sr *searcher) children(ctx context.Context, g *Group, scope *topology.Domain) (bool, error) {
+	kids := sr.order(g.Children)
+	m := sr.mark()
+	n, err := sr.greedy(ctx, kids, scope)
+	if err != nil || n == len(kids) {
+		sr.release(m)
+		sr.placedKids[g] = n
+		return err == nil, err
+	}
+	fallback, ok := slices.Clone(sr.stack[m.stack:]), n >= g.MinGroupCount
+	if err := sr.rollback(ctx, m); err != nil {
+		return false, err
+	}
+	for target := len(kids); len(kids) > 1 && target > max(n, g.MinGroupCount-1) && sr.left > 0; target-- {
+		sr.stats.Searches++
+		m := sr.mark()
+		ok, err := sr.dfs(ctx, kids, 0, 0, target, scope)
+		if err != nil || ok {
+			sr.release(m)
+			sr.placedKids[g] = target
+			return ok, err
+		}
+		if err := sr.rollback(ctx, m); err != nil {
+			return false, err
+		}
+	}
+	if !ok {
+		sr.why[g] = sr.childrenWhy(g, kids, n, scope)
+		return false, nil
+	}
+	sr.placedKids[g] = n
+	return true, sr.restore(ctx, fallback)
+}
+
+// greedy places each child in turn in the first of its domains where it
+// fits (a composite: in the domain where the most of its children fit,
+// as kube-scheduler scores a composite's placements by the pods they
+// place), skipping those that fit nowhere; it returns how many it placed.
+func (sr *searcher) greedy(ctx context.Context, kids []*Group, scope *topology.Domain) (int, error) {
+	n := 0
+	for _, kid := range kids {
+		var ok bool
+		var err error
+		if kid.Leaf() || kid.TopologyKey == "" {
+			ok, err = sr.tryScopes(ctx, kid, scope, nil)
+		} else {
+			ok, err = sr.mostIn(ctx, kid, scope)
+		}
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// mostIn places composite kid in the domain of its level where the most
+// of its children fit (the first, best fit, among equals; it stops at a
+// domain where all fit).
+func (sr *searcher) mostIn(ctx context.Context, kid *Group, scope *topology.Domain) (bool, error) {
+	doms, why, err := sr.scopes(ctx, kid, scope)
+	if err != nil || len(doms) == 0 {
+		sr.why[kid] = why
+		return false, err
+	}
+	var best []placed
+	bestN := 0
+	for _, dom := range doms {
+		m := sr.mark()
+		fit, err := sr.placeIn(ctx, kid, dom)
+		if err != nil {
+			return false, err
+		}
+		n := sr.placedKids[kid]
+		if fit && n == len(kid.Children) {
+			sr.stack = append(sr.stack, placed{g: kid, dom: dom})
+			sr.release(m)
+			return true, nil
+		}
+		if fit && n > bestN {
+			best, bestN = append(slices.Clone(sr.stack[m.stack:]), placed{g: kid, dom: dom}), n
+		}
+		if !fit {
+			sr.noteWhy(kid, dom)
+		}
+		if err := sr.rollback(ctx, m); err != nil {
+			return false, err
+		}
+		if sr.left <= 0 {
+			break
+		}
+	}
+	if bestN == 0 {
+		return false, nil
+	}
+	return true, sr.restore(ctx, best)
+}
+
+// dfs places kids[i:] so that at least target of all kids are placed:
+// each child in each of its domains in turn, then without it, backtracking
+// when the rest cannot follow.
+func (sr *searcher) dfs(ctx context.Context, kids []*Group, i, placedN, target int, scope *topology.Domain) (bool, error) {
+	if placedN+len(kids)-i < target {
+		return false, nil
+	}
+	if i == len(kids) {
+		return true, nil
+	}
+	sr.stats.Nodes++
+	ok, err := sr.tryScopes(ctx, kids[i], scope, func() (bool, error) { return sr.dfs(ctx, kids, i+1, placedN+1, target, scope) })
+	if err != nil || ok || sr.left <= 0 {
+		return ok, err
+	}
+	return sr.dfs(ctx, kids, i+1, placedN, target, scope)
+}
+
+// tryScopes places kid in each of its domains inside scope in turn until
+// it fits and then() accepts (nil: at once).
+func (sr *searcher) tryScopes(ctx context.Context, kid *Group, scope *topology.Domain, then func() (bool, error)) (bool, error) {
+	doms, why, err := sr.scopes(ctx, kid, scope)
+	if err != nil {
+		return false, err
+	}
+	if len(doms) == 0 {
+		sr.why[kid] = why
+		return false, nil
+	}
+	for _, dom := range doms {
+		ok, err := sr.tryIn(ctx, kid, dom, then)
+		if err != nil || ok || sr.left <= 0 {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
+// maxLeafTries bounds how often a leaf is placed in one domain: once, and
+// when its siblings cannot follow, again without a node an earlier
+// placement there used.
+const maxLeafTries = 8
+
+// tryIn places kid in dom until then() accepts (nil: at once); what a
+// refused try assumed is rolled back. A leaf that fits but whose siblings
+// then do not is placed again on dom less a node one of its placements
+// used, so that the search reaches node choices, not only domains.
+func (sr *searcher) tryIn(ctx context.Context, kid *Group, dom *topology.Domain, then func() (bool, error)) (bool, error) {
+	tries := []*topology.Domain{dom}
+	seen := map[string]bool{}
+	for i := 0; i < len(tries); i++ {
+		m := sr.mark()
+		fit, err := sr.placeIn(ctx, kid, tries[i])
+		ok := fit
+		var used []string
+		if err == nil && fit {
+			used = sr.usedBy(kid, m)
+			if kid.TopologyKey != "" {
+				sr.stack = append(sr.stack, placed{g: kid, dom: dom})
+			}
+			if then != nil {
+				ok, err = then()
+			}
+		}
+		if err != nil || ok {
+			sr.release(m)
+			return ok, err
+		}
+		if err := sr.rollback(ctx, m); err != nil {
+			return false, err
+		}
+		if !fit && i == 0 {
+			sr.noteWhy(kid, dom)
+		}
+		if sr.left <= 0 {
+			break
+		}
+		for _, n := range used {
+			if t := sr.without(tries[i], n); len(tries) < maxLeafTries && !seen[t.key] {
+				seen[t.key] = true
+				tries = append(tries, t.dom)
+			}
+		}
+	}
+	return false, nil
+}
+
+// noteWhy keeps a group's refusal in dom for the message.
+func (sr *searcher) noteWhy(g *Group, dom *topology.Domain) {
+	if dom != nil && len(sr.whyIn[g]) < maxScopesSaid {
+		sr.whyIn[g] = append(sr.whyIn[g], fmt.Sprintf("in %s %s: %s", dom.Key, dom.ID, cut(sr.why[g])))
+	}
+}
+
+// usedBy lists the nodes a leaf's placement since m uses (none for a
+// composite: its own children's tries cover it).
+func (sr *searcher) usedBy(g *Group, m mark) []string {
+	var out []string
+	for _, p := range sr.stack[m.stack:] {
+		if p.g == g && p.d != nil {
+			for _, pp := range p.d.Pods {
+				if !slices.Contains(out, pp.Node) {
+					out = append(out, pp.Node)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// narrowed is a domain less some nodes, keyed by what it holds.
+type narrowed struct {
+	dom *topology.Domain
+	key string
+}
+
+// without is d less node (d nil: every node of the snapshot less node):
+// a domain of d's key and id with fewer nodes.
+func (sr *searcher) without(d *topology.Domain, node string) narrowed {
+	var nodes []string
+	if d == nil {
+		d = &topology.Domain{Key: topology.TopologyKeyCluster, ID: topology.ClusterDomainID, Level: -1}
+		for _, ns := range sr.s.Nodes() {
+			nodes = append(nodes, ns.Name())
+		}
+	} else {
+		nodes = d.Nodes
+	}
+	out := *d
+	out.Nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == node })
+	return narrowed{dom: &out, key: strings.Join(out.Nodes, ",")}
+}
+
+// restore assumes a saved part of the stack again.
+func (sr *searcher) restore(ctx context.Context, saved []placed) error {
+	for _, p := range saved {
+		if p.d != nil {
+			if err := placement.Assume(ctx, sr.s, p.g.Gang, p.d); err != nil {
+				return err
+			}
+		}
+		sr.stack = append(sr.stack, p)
+	}
+	return nil
+}
+
+// order returns the children in the order they are tried: those with
+// members running first (they are pinned), then the largest demand first
+// (the most constrained), then by name.
+func (sr *searcher) order(kids []*Group) []*Group {
+	out := slices.Clone(kids)
+	least := func(g *Group) int {
+		d, err := sr.demandOf(g)
+		if err != nil {
+			return 0 // the engine reports the error when the child is placed
+		}
+		return d.least
+	}
+	slices.SortStableFunc(out, func(a, b *Group) int {
+		ra, rb := len(a.runningNodes()) > 0, len(b.runningNodes()) > 0
+		switch {
+		case ra != rb && ra:
+			return -1
+		case ra != rb:
+			return 1
+		case least(a) != least(b):
+			return least(b) - least(a)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}

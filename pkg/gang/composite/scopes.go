@@ -1,0 +1,159 @@
+package composite
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+)
+
+// demand is the least a placement of a group takes of one device class
+// (the first its leaves ask for): a leaf's placement.Demand; a
+// composite's MinGroupCount smallest children's.
+type demand struct {
+	class string
+	least int
+}
+
+func (sr *searcher) demandOf(g *Group) (demand, error) {
+	if d, ok := sr.demands[g]; ok {
+		return d, nil
+	}
+	var d demand
+	if g.Leaf() {
+		if len(g.Gang.Members) > 0 {
+			class, _, least, err := placement.Demand(g.Gang)
+			if err != nil {
+				return demand{}, fmt.Errorf("%s: %w", g.Name, err)
+			}
+			d = demand{class: class, least: least}
+		}
+	} else {
+		var leasts []int
+		for _, c := range g.Children {
+			cd, err := sr.demandOf(c)
+			if err != nil {
+				return demand{}, err
+			}
+			if d.class == "" {
+				d.class = cd.class
+			}
+			if cd.class == d.class {
+				leasts = append(leasts, cd.least)
+			} else {
+				leasts = append(leasts, 0)
+			}
+		}
+		slices.Sort(leasts)
+		for _, n := range leasts[:min(g.MinGroupCount, len(leasts))] {
+			d.least += n
+		}
+	}
+	sr.demands[g] = d
+	return d, nil
+}
+
+// scopes returns the domains to try g in, inside scope (nil: the whole
+// cluster), best fit first, at most Options.Alternatives of them; none
+// and why when there is none. A group without a topology key is tried in
+// its parent's scope. A subtree with running members is pinned to the
+// domain of its level that holds them.
+func (sr *searcher) scopes(ctx context.Context, g *Group, scope *topology.Domain) ([]*topology.Domain, string, error) {
+	if g.TopologyKey == "" {
+		return []*topology.Domain{scope}, "", nil
+	}
+	l := sr.s.Level(g.TopologyKey)
+	if scope != nil && l.Index >= 0 && scope.Level >= 0 && scope.Key != l.Key && l.Index > scope.Level {
+		return nil, fmt.Sprintf("its topology key %s is a wider level than its parent's %s", g.TopologyKey, scope.Key), nil
+	}
+	if running := g.runningNodes(); len(running) > 0 {
+		return sr.pinned(g, l, running, scope)
+	}
+	var doms []*topology.Domain
+	for _, d := range l.Domains {
+		if sr.touches(d, scope) {
+			doms = append(doms, d)
+		}
+	}
+	if len(doms) == 0 {
+		return nil, fmt.Sprintf("no domain of %s lies in %s", g.TopologyKey, where(scope)), nil
+	}
+	dm, err := sr.demandOf(g)
+	if err != nil || dm.class == "" {
+		return doms[:min(len(doms), sr.opts.Alternatives)], "", err
+	}
+	li, err := sr.s.LevelIndex(ctx, l, dm.class)
+	if err != nil {
+		return nil, "", err
+	}
+	free := func(d *topology.Domain) int {
+		if e := li.Of(d.Nodes[0]); e != nil {
+			return e.Free()
+		}
+		return 0
+	}
+	most := slices.MaxFunc(doms, func(a, b *topology.Domain) int { return free(a) - free(b) })
+	doms = slices.DeleteFunc(doms, func(d *topology.Domain) bool { return len(d.Nodes) == 0 || free(d) < dm.least })
+	if len(doms) == 0 {
+		return nil, fmt.Sprintf("it needs at least %d free devices of class %s in one domain of %s; the most free in %s: %d (%s)",
+			dm.least, dm.class, g.TopologyKey, where(scope), free(most), most.ID), nil
+	}
+	sort.SliceStable(doms, func(i, j int) bool {
+		if fi, fj := free(doms[i]), free(doms[j]); fi != fj {
+			return fi < fj
+		}
+		return doms[i].ID < doms[j].ID
+	})
+	return doms[:min(len(doms), sr.opts.Alternatives)], "", nil
+}
+
+// pinned is the domain of level l that holds every running node, inside
+// scope.
+func (sr *searcher) pinned(g *Group, l *topology.Level, running []string, scope *topology.Domain) ([]*topology.Domain, string, error) {
+	var doms []*topology.Domain
+	for _, n := range running {
+		if d := l.DomainOf(n); d != nil && !slices.Contains(doms, d) {
+			doms = append(doms, d)
+		}
+	}
+	switch {
+	case len(doms) == 0:
+		return nil, fmt.Sprintf("its members run on nodes without a domain of %s", g.TopologyKey), nil
+	case len(doms) > 1:
+		return nil, fmt.Sprintf("its members already run in %d domains of %s", len(doms), g.TopologyKey), nil
+	case !sr.touches(doms[0], scope):
+		return nil, fmt.Sprintf("its members run in %s %s, outside %s", g.TopologyKey, doms[0].ID, where(scope)), nil
+	}
+	return doms, "", nil
+}
+
+// touches reports whether domain d shares a node with scope (nil: every
+// domain does). The scopes' node sets are kept for the Place call.
+func (sr *searcher) touches(d, scope *topology.Domain) bool {
+	if scope == nil {
+		return true
+	}
+	if scope.Key == d.Key && len(scope.Nodes) == len(d.Nodes) {
+		return scope.ID == d.ID
+	}
+	in := sr.nodeSets[scope] // scopes live for the Place call
+	if in == nil {
+		in = make(map[string]bool, len(scope.Nodes))
+		for _, n := range scope.Nodes {
+			in[n] = true
+		}
+		sr.nodeSets[scope] = in
+	}
+	return slices.ContainsFunc(d.Nodes, func(n string) bool { return in[n] })
+}
+
+// where names a scope in messages.
+func where(scope *topology.Domain) string {
+	if scope == nil {
+		return "the cluster"
+	}
+	return scope.Key + " " + scope.ID
+}
