@@ -51,7 +51,7 @@ var envTwins = map[string]string{
 func bindFlags(fs *flag.FlagSet) *options {
 	o := &options{}
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
-	fs.BoolVar(&o.composite, "composite-groups", false, "materialize workloads of several roles (a JobSet's replicated jobs, a RayCluster's head and worker groups) as a CompositePodGroup over one PodGroup per role (scheduling.k8s.io/v1alpha3, when served); off: one PodGroup per gang. Must match the chart's admission policy (grouper.compositeGroups)")
+	fs.BoolVar(&o.composite, "composite-groups", false, "materialize workloads of several roles (a JobSet's replicated jobs, a RayCluster's head and worker groups) as a CompositePodGroup over one PodGroup per role (scheduling.k8s.io/v1alpha3, when served; gpufabric-scheduler places them with --composite-pod-groups); off: one PodGroup per gang. Must match the chart's admission policy (grouper.compositeGroups)")
 	fs.DurationVar(&o.jobGrace, "job-controller-grace", 5*time.Second, "a new root Indexed Job is left this long to the Job controller, which groups it itself when the WorkloadWithJob gate is on; without a Workload of the Job controller's after it, the grouper groups it")
 	fs.IntVar(&o.workers, "workers", 2, "workloads reconciled in parallel")
 	fs.Float64Var(&o.apiQPS, "kube-api-qps", 20, "client-side rate limit of API requests per second")

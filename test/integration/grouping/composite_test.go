@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/workloads/grouping"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
@@ -18,12 +19,14 @@ import (
 // scheduling.k8s.io/v1alpha3 served, gate CompositePodGroup) a RayCluster
 // becomes a CompositePodGroup ray.<cluster> over one PodGroup per role
 // (head, each worker group), whose pods the composite policy names, and a
-// Workload of composite templates: the apiserver accepts every object.
-// gpufabric-scheduler does not place composites yet; only the objects are
-// checked.
+// Workload of composite templates: the apiserver accepts every object, and
+// gpufabric-scheduler (--composite-pod-groups) places the tree, every role
+// of it.
 func TestGrouperCompositeObjects(t *testing.T) {
-	e := newEnv(t, grouping.ModeComposite, framework.Options{CompositePodGroups: true})
+	e := newEnv(t, grouping.ModeComposite, framework.Options{CompositePodGroups: true, Kwok: true})
 	ctx := t.Context()
+	itest.KwokFabric(t, e.admin, []string{"a", "b"}, 2, 4)
+	e.startScheduler(t, scheduler.Config{CompositePodGroups: true})
 	itest.GangNamespace(t, e.admin, "ray", 1)
 	rc := e.createRay(t, "ray", "rc", 2)
 	itest.Poll(t, "composite and its PodGroups", 45*time.Second, func(ctx context.Context) error {
@@ -66,4 +69,6 @@ func TestGrouperCompositeObjects(t *testing.T) {
 			t.Errorf("pod %s names %v; want %s", p.Name, sg, want)
 		}
 	}
+	e.waitGang(t, "ray", "ray.rc.headgroup", 1)
+	e.waitGang(t, "ray", "ray.rc.gpu", 2)
 }
