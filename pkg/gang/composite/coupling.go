@@ -31,7 +31,8 @@ import (
 // it. When the leaf that fixed the set fits but its siblings do not, it
 // is placed again on other sets of as many rails first (tries: those
 // with a free device on every rail on the most nodes of its parent's
-// domain, at most maxRailTries). A leaf that fits nowhere on the set is
+// domain, at most maxRailTries, each allowing tryIn two more tries on
+// the domain less a node). A leaf that fits nowhere on the set is
 // refused with the set, the leaf that fixed it and the room the set has.
 // A required coupling that cannot hold refuses the tree; a preferred one
 // is dropped when the coupled search refuses the tree, which is then

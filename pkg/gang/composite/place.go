@@ -330,7 +330,7 @@ const maxLeafTries = 8
 // coupled leaf that fixed its coupling's rail set, on other rail sets
 // first (coupler.tries, scope: its parent's).
 func (sr *searcher) tryIn(ctx context.Context, kid *Group, dom, scope *topology.Domain, then func() (bool, error)) (bool, error) {
-	tries := []leafTry{{dom: dom}}
+	tries, limit := []leafTry{{dom: dom}}, maxLeafTries
 	seen := map[string]bool{}
 	for i := 0; i < len(tries); i++ {
 		m := sr.mark()
@@ -366,11 +366,11 @@ func (sr *searcher) tryIn(ctx context.Context, kid *Group, dom, scope *topology.
 			break
 		}
 		for _, set := range sets {
-			tries = append(tries, leafTry{dom: dom, rails: set})
+			tries, limit = append(tries, leafTry{dom: dom, rails: set}), limit+2
 		}
 		for _, n := range used {
-			if t := sr.without(tries[i].dom, n); len(tries) < maxLeafTries+len(sets) && !seen[t.key] {
-				seen[t.key] = true
+			if t := sr.without(tries[i].dom, n); len(tries) < limit && !seen[t.key+railsKey(tries[i].rails)] {
+				seen[t.key+railsKey(tries[i].rails)] = true
 				tries = append(tries, leafTry{dom: t.dom, rails: tries[i].rails})
 			}
 		}
