@@ -55,8 +55,8 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
-	// On HGX H100 (8 rails; the GB200 racks are full) each role's pods take
-	// one half of a node: both roles the same half.
+	// On HGX H100 (8 rails; the GB200 racks are full) each pod takes 4 of
+	// a node's 8 GPUs: every pod of both roles on the same 4 rails.
 	if prefill, decode := coupledRails(out.String()); prefill == "" || prefill != decode || strings.Count(prefill, ",") != 3 {
 		t.Errorf("prefill on IB rails %q, decode on %q: want one set of 4 rails", prefill, decode)
 	}
