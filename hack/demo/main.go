@@ -74,7 +74,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	step(out, "Starting etcd, kube-apiserver, kube-controller-manager and kwok (first run builds them: ~12 min)")
-	cp, err := framework.Start(ctx, framework.Options{ControllerManager: true, Kwok: true})
+	cp, err := framework.Start(ctx, framework.Options{ControllerManager: true, Kwok: true, CompositePodGroups: true})
 	if err != nil {
 		return fmt.Errorf("start control plane: %w", err)
 	}

@@ -26,7 +26,7 @@ import (
 // groups gpufabric-grouper makes of them, with their pods.
 var (
 	workloadFiles  = []string{"jobset.yaml", "lws.yaml"}
-	workloadGroups = map[string]int{"jobset.eval.workers": 2, "lws.serve.0": 2}
+	workloadGroups = map[string]int{"jobset.eval.workers": 2, "lws.chat.0": 2}
 )
 
 // grouperRulesFile holds the chart's rules of the grouper identity.

@@ -38,7 +38,7 @@ func TestWorkloadExamples(t *testing.T) {
 		objs = append(objs, readManifests(t, f)...)
 	}
 	itest.Must(t, "apply examples", itest.ApplyAll(t.Context(), e.cp.AdminConfig(), "", objs))
-	for _, name := range []string{"jobset.eval.workers", "lws.serve.0", "ray.tune", "job.sweep", "sp.mpi-bench"} {
+	for _, name := range []string{"jobset.eval.workers", "lws.chat.0", "ray.tune", "job.sweep", "sp.mpi-bench"} {
 		itest.Poll(t, "group "+name, 30*time.Second, func(ctx context.Context) error {
 			_, err := e.admin.SchedulingV1beta1().PodGroups("demo").Get(ctx, name, metav1.GetOptions{})
 			return err
