@@ -32,6 +32,8 @@ type demo struct {
 	opts   options
 	client kubernetes.Interface
 	nodes  []*corev1.Node
+	// workloads: the JobSet and LeaderWorkerSet were submitted.
+	workloads bool
 }
 
 func newDemo(ctx context.Context, cp *framework.ControlPlane, fabric *mock.Fabric, o options) (*demo, error) {

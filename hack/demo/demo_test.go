@@ -19,7 +19,9 @@ import (
 // PodGroup, the segmented gang over two NVLink domains with its segments
 // named, the impossible gang refused with numbers, the disaggregated
 // inference tree (a CompositePodGroup) whole with prefill and decode on one
-// set of IB rails, and the CDI devices a kubelet gets for a bound pod.
+// set of IB rails, and the CDI devices a kubelet gets for a bound pod;
+// beside them a JobSet and a LeaderWorkerSet (the real controllers), each
+// placed as a gang gpufabric-grouper made.
 func TestDemo(t *testing.T) {
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -28,10 +30,12 @@ func TestDemo(t *testing.T) {
 	bin := buildDemoBinaries(t, root)
 	var out bytes.Buffer
 	err = run(t.Context(), options{
-		fabric:   filepath.Join(root, "examples", "fabric.yaml"),
-		examples: filepath.Join(root, "examples"),
-		binDir:   bin,
-		timeout:  3 * time.Minute,
+		fabric:      filepath.Join(root, "examples", "fabric.yaml"),
+		examples:    filepath.Join(root, "examples"),
+		workloads:   filepath.Join(root, "examples", "workloads"),
+		controllers: "on",
+		binDir:      bin,
+		timeout:     3 * time.Minute,
 	}, &out)
 	if err != nil {
 		t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
@@ -50,6 +54,8 @@ func TestDemo(t *testing.T) {
 		"serve-frontend: 1/1 pods bound",
 		"serve-prefill: 2/2 pods bound",
 		"serve-decode: 2/2 pods bound",
+		"jobset.eval.workers: 2/2 pods bound, in 1 NVLink domain(s)",
+		"lws.chat.0: 2/2 pods bound, in 1 NVLink domain(s)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q", want)
@@ -99,7 +105,7 @@ func TestDemoOnEveryFixture(t *testing.T) {
 	for _, f := range fixtures {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			var out bytes.Buffer
-			err := run(t.Context(), options{fabric: f, examples: filepath.Join(root, "examples"), binDir: bin, timeout: 3 * time.Minute}, &out)
+			err := run(t.Context(), options{fabric: f, examples: filepath.Join(root, "examples"), controllers: "off", binDir: bin, timeout: 3 * time.Minute}, &out)
 			if err != nil {
 				t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
 			}
@@ -125,7 +131,7 @@ func TestDemoOnEveryFixture(t *testing.T) {
 func buildDemoBinaries(t *testing.T, root string) string {
 	t.Helper()
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kubelet-plugin", "./cmd/scheduler")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kubelet-plugin", "./cmd/scheduler", "./cmd/grouper")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -23,6 +23,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/pkg/workloads/grouping"
 )
 
 const ns = "demo"
@@ -46,6 +47,9 @@ func (d *demo) waitSettled(ctx context.Context, timeout time.Duration) error {
 			}
 		}
 		pending = append(pending, d.jobsWithoutPods(ctx, pods.Items)...)
+		if d.workloads {
+			pending = append(pending, d.workloadsPending(ctx)...)
+		}
 		return len(pending) == 0, nil
 	})
 	if err != nil {
@@ -225,21 +229,25 @@ func (d *demo) printPods(out io.Writer, pods []corev1.Pod, domainOf map[string]s
 			continue
 		}
 		fmt.Fprintf(out, "\n%s: %d/%d pods bound, in %d NVLink domain(s) %v\n", g, bound, len(byGroup[g]), len(domains), sortedKeys(domains))
-		fmt.Fprintf(out, "  %-20s %-16s %-10s %s\n", "POD", "NODE", "PHASE", "NVLINK DOMAIN")
+		fmt.Fprintf(out, "  %-24s %-16s %-10s %s\n", "POD", "NODE", "PHASE", "NVLINK DOMAIN")
 		for _, p := range byGroup[g] {
 			node := p.Spec.NodeName
 			if node == "" {
 				node = "<none>"
 			}
-			fmt.Fprintf(out, "  %-20s %-16s %-10s %s\n", p.Name, node, p.Status.Phase, domainOf[p.Spec.NodeName])
+			fmt.Fprintf(out, "  %-24s %-16s %-10s %s\n", p.Name, node, p.Status.Phase, domainOf[p.Spec.NodeName])
 		}
 	}
 }
 
-// groupLabel names a pod's gang for the report: "job <name>" for a Job's
-// pods (the Job controller names their PodGroup), else the PodGroup, else
-// the pod.
+// groupLabel names a pod's gang for the report: the PodGroup
+// gpufabric-grouper made for a JobSet or LeaderWorkerSet, "job <name>" for
+// a Job's pods (the Job controller names their PodGroup), else the
+// PodGroup, else the pod.
 func groupLabel(p *corev1.Pod) string {
+	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && (strings.HasPrefix(*g.PodGroupName, grouping.PrefixJobSet+".") || strings.HasPrefix(*g.PodGroupName, grouping.PrefixLWS+".")) {
+		return *g.PodGroupName
+	}
 	if job := p.Labels[batchv1.JobNameLabel]; job != "" {
 		return "job " + job
 	}
