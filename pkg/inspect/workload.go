@@ -53,11 +53,16 @@ type Resolved struct {
 	Groups []string
 	// Workload is "job/llm-train" when the groups were found through a Job.
 	Workload string
+	// Tree outlines the CompositePodGroup tree the groups were found
+	// through, a line per group.
+	Tree []string
 }
 
 // ResolveRef turns an explain reference into PodGroup names in namespace
 // ns:
 //   - "podgroup/NAME" (or "pg/NAME"): that PodGroup;
+//   - "compositepodgroup/NAME" (or "cpg/NAME"): the PodGroups of the
+//     CompositePodGroup tree under NAME (resolveTree);
 //   - "KIND/NAME" with a kind of WorkloadKinds: the PodGroups owned by the
 //     workload or named by its pods (spec.schedulingGroup.podGroupName of
 //     the pods labelled PodLabel=NAME); none is an error naming what was
@@ -79,15 +84,21 @@ func ResolveRef(c *Cluster, ns, ref string) (Resolved, error) {
 		if slices.Contains([]string{"podgroup", "podgroups", "pg"}, p) {
 			return Resolved{Groups: []string{name}}, nil
 		}
+		if slices.Contains(treePrefixes, p) {
+			return resolveTree(c, ns, name)
+		}
 		for _, k := range kinds {
 			if slices.Contains(k.Prefixes, p) {
 				return resolveKind(c, ns, k, name)
 			}
 		}
-		return Resolved{}, fmt.Errorf("explain %q: unknown kind %q; want podgroup or one of %s", ref, prefix, kindNames(kinds))
+		return Resolved{}, fmt.Errorf("explain %q: unknown kind %q; want podgroup, compositepodgroup or one of %s", ref, prefix, kindNames(kinds))
 	}
 	if findGroup(c.PodGroups, ns, name) != nil {
 		return Resolved{Groups: []string{name}}, nil
+	}
+	if findComposite(c.Composites, ns, name) != nil {
+		return resolveTree(c, ns, name)
 	}
 	for _, k := range kinds {
 		if groups := groupsOfWorkload(c, ns, k, name); len(groups) > 0 {

@@ -194,7 +194,7 @@ func (o *options) explain(cmd *cobra.Command, ref string, events int) error {
 	if err != nil {
 		return err
 	}
-	need := inspect.Need{Namespace: ns, Fabric: true, FabricOptional: true, Claims: true, Pods: true, PodGroups: true}
+	need := inspect.Need{Namespace: ns, Fabric: true, FabricOptional: true, Claims: true, Pods: true, PodGroups: true, Composites: true}
 	cl, err := inspect.Load(cmd.Context(), c, need)
 	if err != nil {
 		return err
@@ -215,7 +215,7 @@ func (o *options) explain(cmd *cobra.Command, ref string, events int) error {
 		if err != nil {
 			return err
 		}
-		rep.Workload = res.Workload
+		rep.Workload, rep.Tree = res.Workload, res.Tree
 		reps = append(reps, rep)
 	}
 	st := o.style()

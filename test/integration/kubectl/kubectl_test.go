@@ -245,7 +245,7 @@ func checkWorkloadRefs(t *testing.T, cp *framework.ControlPlane) {
 	}
 	for _, tc := range []struct{ ref, wantErr string }{
 		{"job/llm-eval", "Job team-a/llm-eval has no PodGroup: none in team-a is owned by a Job named llm-eval or carries batch.kubernetes.io/job-name=llm-eval"},
-		{"deployment/web", `unknown kind "deployment"; want podgroup or one of job, jobset, lws, raycluster, trainjob, rayjob`},
+		{"deployment/web", `unknown kind "deployment"; want podgroup, compositepodgroup or one of job, jobset, lws, raycluster, trainjob, rayjob`},
 	} {
 		if _, _, err := runPluginErr(t, cp, "explain", tc.ref, "-n", "team-a"); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("explain %s: error %v, want one containing %q", tc.ref, err, tc.wantErr)
