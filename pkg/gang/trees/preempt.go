@@ -65,8 +65,8 @@ func (c *Cycle) held(a *attempt) sets.Set[string] {
 }
 
 // afterRefusal follows a tree the search refused (refusal says why): what
-// other gangs hold against it comes first, then its preemption by the
-// evict room (a plan the tree search makes in the domains of its root's
+// other gangs hold against it comes first, then, when members wait, its
+// preemption by the evict room (a plan the tree search makes in the domains of its root's
 // level; the victims evicted; the tree placed by a later attempt once they
 // are gone). It returns the refusal's message; only an error that stops
 // the scheduler is returned.
@@ -77,6 +77,9 @@ func (c *Cycle) afterRefusal(ctx context.Context, a *attempt, group *composite.G
 	msg := refusal
 	if note := c.d.Evictor.HeldNote(a.pre); note != "" {
 		msg = note + "\n" + msg
+	}
+	if len(a.pre.Members) == 0 {
+		return msg, nil // nothing waits: nothing to make room for
 	}
 	if !c.d.DisablePreemption {
 		// Preemption plans on the listers, which do not show the commits

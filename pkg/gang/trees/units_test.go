@@ -5,17 +5,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/composite"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
-	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // allOn gives the named composites and PodGroups of w disruptionMode All.
@@ -145,64 +139,5 @@ func TestLeaves(t *testing.T) {
 	}
 	if _, err := wide.reader().Leaves(r); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "more than 512 PodGroups") {
 		t.Errorf("540 leaves: %v, want ErrInvalid", err)
-	}
-}
-
-// TestPreemptionTree: a tree's preemption plans at its root's level,
-// holds the nodes its running leaves use, and its placer puts every
-// placed leaf's pods in one decision.
-func TestPreemptionTree(t *testing.T) {
-	w := newWorld()
-	root := w.composite("job", "", "wl", 2)
-	root.Spec.SchedulingConstraints = &schedulingv1alpha3.CompositePodGroupSchedulingConstraints{Topology: []schedulingv1alpha3.TopologyConstraint{{Key: "rack"}}}
-	a := &attempt{key: vocab.CompositeKey("ns", "job"), root: root, leaves: map[types.UID]*leafState{
-		"x": {ms: Members{BoundNodes: []string{"c-n01", "c-n00"}}},
-		"y": {ms: Members{BoundNodes: []string{"c-n00"}}},
-		"z": {},
-	}}
-	b, err := scenario.Build(scenario.Scenario{Levels: []string{"rack"}, Domains: []scenario.DomainSpec{
-		{ID: "a", Nodes: 2, GPUsPerNode: 4, Labels: map[string]string{"rack": "r0"}},
-		{ID: "b", Nodes: 2, GPUsPerNode: 4, Labels: map[string]string{"rack": "r0"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	group := &composite.Group{Name: "CompositePodGroup/job", TopologyKey: "rack", MinGroupCount: 2}
-	for _, name := range []string{"enc", "dec"} {
-		g, _, err := scenario.BuildGang(scenario.GangSpec{Name: name, Pods: 2, GPUsPerPod: 4, TopologyKey: topology.TopologyKeyNVLinkDomain})
-		if err != nil {
-			t.Fatal(err)
-		}
-		group.Children = append(group.Children, &composite.Group{Name: "PodGroup/" + name, TopologyKey: topology.TopologyKeyNVLinkDomain, Gang: g})
-	}
-	pt := a.preemptionTree(group, 0)
-	if pt.Namespace != "ns" || pt.TopologyKey != "rack" || !slices.Equal(pt.BoundNodes, []string{"c-n00", "c-n01"}) {
-		t.Errorf("tree %+v: want ns, key rack, bound nodes c-n00 c-n01", pt)
-	}
-	b.Config.Index.AllocateTimeout = time.Minute
-	snap, err := index.NewSnapshot(t.Context(), b.Config.Index, b.Input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, why, err := pt.Placer.Place(t.Context(), b.Config, snap)
-	if err != nil || d == nil {
-		t.Fatalf("place: %v %s", err, why)
-	}
-	var pods []string
-	for _, p := range d.Pods {
-		pods = append(pods, p.Name)
-	}
-	slices.Sort(pods)
-	if d.Gang != a.key || strings.Join(pods, ",") != "dec-00,dec-01,enc-00,enc-01" {
-		t.Errorf("decision of %s with pods %v, want the tree's four", d.Gang, pods)
-	}
-	big, _, err := scenario.BuildGang(scenario.GangSpec{Name: "big", Pods: 2, GPUsPerPod: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	group.Children = append(group.Children, &composite.Group{Name: "PodGroup/big", Gang: big})
-	group.MinGroupCount = 3
-	if d, why, err := pt.Placer.Place(t.Context(), b.Config, snap); err != nil || d != nil || !strings.Contains(why, "CompositePodGroup/job") {
-		t.Errorf("a tree too big: %v %v %q, want its refusal", d, err, why)
 	}
 }
