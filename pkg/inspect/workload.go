@@ -25,6 +25,9 @@ const (
 	LabelJobSetName = "jobset.sigs.k8s.io/jobset-name"
 	LabelLWSName    = "leaderworkerset.sigs.k8s.io/name"
 	LabelRayCluster = "ray.io/cluster"
+	// LabelRayJob is on a RayJob's RayCluster, and on the PodGroups
+	// gpufabric-grouper makes for it: the RayJob's name.
+	LabelRayJob = "ray.io/originated-from-cr-name"
 )
 
 // WorkloadKinds lists the workload kinds explain resolves, in the order a
@@ -35,6 +38,12 @@ func WorkloadKinds() []WorkloadKind {
 		{Prefixes: []string{"jobset", "jobsets", "jobset.jobset.x-k8s.io"}, Kind: "JobSet", Group: "jobset.x-k8s.io", PodLabel: LabelJobSetName},
 		{Prefixes: []string{"lws", "leaderworkerset", "leaderworkersets"}, Kind: "LeaderWorkerSet", Group: "leaderworkerset.x-k8s.io", PodLabel: LabelLWSName},
 		{Prefixes: []string{"raycluster", "rayclusters", "raycluster.ray.io"}, Kind: "RayCluster", Group: "ray.io", PodLabel: LabelRayCluster},
+		// A TrainJob's JobSet has its name: its pods carry it as the
+		// JobSet's, and so do the PodGroups gpufabric-grouper makes.
+		{Prefixes: []string{"trainjob", "trainjobs", "trainjob.trainer.kubeflow.org"}, Kind: "TrainJob", Group: "trainer.kubeflow.org", PodLabel: LabelJobSetName},
+		// A RayJob's groups are its RayCluster's, labelled with its name by
+		// gpufabric-grouper.
+		{Prefixes: []string{"rayjob", "rayjobs", "rayjob.ray.io"}, Kind: "RayJob", Group: "ray.io", PodLabel: LabelRayJob},
 	}
 }
 

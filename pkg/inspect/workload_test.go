@@ -22,6 +22,12 @@ func TestResolveRef(t *testing.T) {
 	b.pod("team-b", "js-1", "sweep-b", "", map[string]string{LabelJobSetName: "sweep"})
 	b.pod("team-b", "lws-0", "serve-0", "", map[string]string{LabelLWSName: "serve"})
 	b.pod("team-b", "ray-0", "rc-head", "", map[string]string{LabelRayCluster: "rc"})
+	// gpufabric-grouper's groups, found by their labels before any pod
+	// exists: a TrainJob's (its JobSet has its name), a RayJob's.
+	b.group("team-c", "jobset.tune.node", 2)
+	b.c.PodGroups[len(b.c.PodGroups)-1].Labels = map[string]string{LabelJobSetName: "tune"}
+	b.group("team-c", "ray.batch-x7k2", 3)
+	b.c.PodGroups[len(b.c.PodGroups)-1].Labels = map[string]string{LabelRayCluster: "batch-x7k2", LabelRayJob: "batch"}
 	// Same Job name in another namespace: not found from team-a.
 	b.pod("team-b", "other-0", "other-group", "", map[string]string{LabelJobName: "llm-train"})
 
@@ -33,7 +39,7 @@ func TestResolveRef(t *testing.T) {
 	}{
 		{ns: "team-a", ref: "job/llm-train", groups: "train", workload: "job/llm-train"},
 		{ns: "team-a", ref: "llm-train", groups: "train", workload: "job/llm-train"},
-		{ns: "team-a", ref: "jobs.batch/llm-train", wantErr: `unknown kind "jobs.batch"; want podgroup or one of job, jobset, lws, raycluster`},
+		{ns: "team-a", ref: "jobs.batch/llm-train", wantErr: `unknown kind "jobs.batch"; want podgroup or one of job, jobset, lws, raycluster, trainjob, rayjob`},
 		{ns: "team-a", ref: "Job/eval", groups: "eval-5f7c9", workload: "job/eval"},
 		{ns: "team-a", ref: "eval", groups: "eval-5f7c9", workload: "job/eval"},
 		{ns: "team-a", ref: "train", groups: "train"},
@@ -43,6 +49,10 @@ func TestResolveRef(t *testing.T) {
 		{ns: "team-b", ref: "lws/serve", groups: "serve-0", workload: "lws/serve"},
 		{ns: "team-b", ref: "raycluster/rc", groups: "rc-head", workload: "raycluster/rc"},
 		{ns: "team-b", ref: "job/llm-train", groups: "other-group", workload: "job/llm-train"},
+		{ns: "team-c", ref: "trainjob/tune", groups: "jobset.tune.node", workload: "trainjob/tune"},
+		{ns: "team-c", ref: "jobset/tune", groups: "jobset.tune.node", workload: "jobset/tune"},
+		{ns: "team-c", ref: "rayjob/batch", groups: "ray.batch-x7k2", workload: "rayjob/batch"},
+		{ns: "team-c", ref: "raycluster/batch-x7k2", groups: "ray.batch-x7k2", workload: "raycluster/batch-x7k2"},
 		{ns: "team-b", ref: "ghost", groups: "ghost"}, // NotFound report with the pods naming it
 		{ns: "team-b", ref: "job/nope", wantErr: "Job team-b/nope has no PodGroup: none in team-b is owned by a Job named nope or carries batch.kubernetes.io/job-name=nope"},
 		{ns: "team-b", ref: "deployment/web", wantErr: `unknown kind "deployment"`},

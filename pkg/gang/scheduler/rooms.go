@@ -42,7 +42,7 @@ func (s *Scheduler) wireLoop(factory informers.SharedInformerFactory) {
 	s.claims = factory.Resource().V1().ResourceClaims().Lister()
 	s.nodes = factory.Core().V1().Nodes().Lister()
 	s.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
-	s.gangs = &gangPods{pods: s.inf.pods.GetIndexer(), nodes: s.nodes}
+	s.gangs = &gangPods{pods: s.inf.pods.GetIndexer(), nodes: s.nodes, guard: s.cfg.Members}
 	s.snaps = &snapshots{
 		index: s.cfg.Placement.Index, recordNamespace: s.cfg.RecordNamespace, metrics: s.cfg.Metrics, assumed: s.assumed,
 		pods: s.pods, nodes: s.nodes, claims: s.claims,

@@ -153,10 +153,11 @@ domains, devices and rails, why unplaced members wait (PodScheduled reason and
 message, scheduling gates), its shared claims and their channel, and the last
 events about it.
 
-With KIND/NAME of a workload (job/, jobset/, lws/, raycluster/): the same for
-each PodGroup behind it: those the workload owns, and those its pods (labelled
-batch.kubernetes.io/job-name, jobset.sigs.k8s.io/jobset-name,
-leaderworkerset.sigs.k8s.io/name or ray.io/cluster = NAME) name. A bare name
+With KIND/NAME of a workload (job/, jobset/, lws/, raycluster/, trainjob/,
+rayjob/): the same for each PodGroup behind it: those the workload owns or
+labels, and those its pods (labelled batch.kubernetes.io/job-name,
+jobset.sigs.k8s.io/jobset-name, leaderworkerset.sigs.k8s.io/name or
+ray.io/cluster = NAME) name. A bare name
 that is no PodGroup is tried as each of these kinds in that order; when
 nothing matches, the PodGroup is reported NotFound with the pods that name it.
 
