@@ -55,8 +55,12 @@ var rules = []struct {
 	{"pkg/gang/composite", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/placement/index"}},
 	{"pkg/gang/assume", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/podstate"}},
 	{"pkg/gang/metrics", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/ungate", "pkg/gang/commit", "pkg/gang/evict", "pkg/gang/replace"}},
+	// Trees read and place CompositePodGroup trees; their preemption is
+	// the evict room's (a plan by the pure pkg/gang/preemption, the tree
+	// search behind its Placer), and the evict room reads trees only
+	// through its own interface (evict.Trees), never this package.
 	{"pkg/gang/trees", []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/placement", "pkg/gang/assume", "pkg/gang/commit", "pkg/gang/gate",
-		"pkg/gang/metrics", "pkg/gang/report", "pkg/gang/vocab"}},
+		"pkg/gang/metrics", "pkg/gang/report", "pkg/gang/vocab", "pkg/gang/evict", "pkg/gang/preemption"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
 	{"pkg/gang/freeroom", []string{"pkg/topology", "pkg/gang/placement/spares", "pkg/gang/placement/index"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
