@@ -163,6 +163,12 @@ func (c *Cycle) Run(ctx context.Context, key string) (handedOff bool, err error)
 		return false, err
 	}
 	c.resolve(a, tree)
+	if a.pods() == 0 {
+		// Nothing waits (a placed tree's pods changed): nothing to try until
+		// a member arrives, as for a flat gang.
+		c.d.Forget(key)
+		return false, c.d.Done(ctx, key)
+	}
 	if ok, why := tree.Ready(func(pg *schedulingv1beta1.PodGroup) Count {
 		ms := a.leaves[pg.UID].ms
 		return Count{All: len(ms.Pending) + len(ms.Running) + len(ms.Gated), Gated: len(ms.Gated)}
