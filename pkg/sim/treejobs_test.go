@@ -127,20 +127,26 @@ func TestTreePolicies(t *testing.T) {
 }
 
 // TestTreeRails replays one inference service (frontend without GPUs,
-// prefill and decode of 2 pods × 2 GPUs, in one NVLink domain) on one
-// free rack of 2 nodes × 4 GPUs (rails 0–3): the baselines stack two pods
-// a node and take the lowest free GPUs, so prefill gets rails {0,1} and
-// {2,3} on one node and decode the same on the other: 2 of the 4 pod
-// pairs match, the service is not on one rail set. A segment split by
-// first fit across racks counts out of its NVLink domain.
+// prefill and decode of 2 pods × 2 GPUs, coupled, in one NVLink domain) on
+// one free rack of 4 nodes × 4 GPUs (rails 0–3). The baselines stack two
+// pods a node and take the lowest free GPUs, so prefill gets rails {0,1}
+// and {2,3} on one node and decode the same on the next: 2 of the 4 pod
+// pairs match, the service is not on one rail set. gpufabric asks for
+// coupled roles: every prefill and decode pod on one set of 2 rails, one
+// pod a node. A segment split by first fit across racks counts out of its
+// NVLink domain.
 func TestTreeRails(t *testing.T) {
-	f := tinyFabric(t, map[string]int{"a": 2}, nil)
+	f := tinyFabric(t, map[string]int{"a": 4}, nil)
 	svc := &trees.Spec{Kind: trees.KindInference, Name: "svc", TopologyKey: topology.TopologyKeyNVLinkDomain, Children: []trees.Spec{
 		{Name: "frontend", Role: trees.RoleFrontend, Pods: 1},
 		{Name: "prefill", Role: trees.RolePrefill, Pods: 2, GPUsPerPod: 2, RailGroup: "kv"},
 		{Name: "decode", Role: trees.RoleDecode, Pods: 2, GPUsPerPod: 2, RailGroup: "kv"}}}
 	tr := &Trace{Gangs: []TraceGang{{ID: 0, Duration: 60, Tree: svc}}}
-	for _, name := range []string{PolicyTAS, PolicyBestFit, PolicyFirstFit} {
+	chance := &trees.Stats{Trees: 1, Placed: 1, AsAsked: 1, Inference: 1, InferencePlaced: 1, InferenceAsAsked: 1,
+		Couples: 1, Pairs: 4, PairsMatched: 2, InferenceWaits: []int64{0}}
+	coupled := *chance
+	coupled.CouplesMatched, coupled.PairsMatched = 1, 4
+	for name, want := range map[string]*trees.Stats{PolicyTAS: chance, PolicyBestFit: chance, PolicyFirstFit: chance, PolicyGPUFabric: &coupled} {
 		p, err := NewPolicy(name, f, PolicyOptions{Key: LabelLeaf})
 		if err != nil {
 			t.Fatal(err)
@@ -149,8 +155,6 @@ func TestTreeRails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := &trees.Stats{Trees: 1, Placed: 1, AsAsked: 1, Inference: 1, InferencePlaced: 1, InferenceAsAsked: 1,
-			Couples: 1, Pairs: 4, PairsMatched: 2, InferenceWaits: []int64{0}}
 		if diff := cmp.Diff(want, res.Trees); diff != "" {
 			t.Errorf("%s: tree stats (-want +got):\n%s", name, diff)
 		}

@@ -2,6 +2,8 @@ package trees
 
 import (
 	"fmt"
+
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // Kinds of tree jobs.
@@ -68,10 +70,11 @@ type Spec struct {
 	RailCoupling string `json:"railCoupling,omitempty"`
 }
 
-// How a rail group asks (Spec.RailCoupling).
+// How a rail group asks (Spec.RailCoupling): the values of the annotation
+// gpufabric.dev/rail-coupling.
 const (
-	CouplingRequired  = "required"
-	CouplingPreferred = "preferred"
+	CouplingRequired  = topology.RailCouplingRequired
+	CouplingPreferred = topology.RailCouplingPreferred
 )
 
 // Leaf reports whether s is a leaf.
