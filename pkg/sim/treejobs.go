@@ -109,5 +109,5 @@ func treesHow(name string, f *Fabric) string {
 	case PolicyBestFit:
 		return fmt.Sprintf("training: one PodSet, podset-slice-size = a segment's pods, slice topology %s, required topology the job's; services: one podset group at the service's key (%s for the NVLink domain), roles and rails not expressed", nvl, nvl)
 	}
-	return "CompositePodGroups placed by composite.Place (the tree as one decision), keys as written"
+	return "CompositePodGroups placed by composite.Place (the tree as one decision), keys as written; prefill and decode coupled (gpufabric.dev/rail-coupling)"
 }
