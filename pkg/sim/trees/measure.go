@@ -56,23 +56,7 @@ func Measure(t *Topology, s *Spec, nodes []int, devs [][]int) Outcome {
 				if len(groups[rg]) < 2 {
 					continue
 				}
-				o.Couples++
-				sets := railSets(t, nodes, devs, groups[rg])
-				if oneSet(sets) {
-					o.CouplesMatched++
-				}
-				for i := range sets {
-					for j := i + 1; j < len(sets); j++ {
-						for _, a := range sets[i] {
-							for _, b := range sets[j] {
-								o.Pairs++
-								if a != nil && slices.Equal(a, b) {
-									o.PairsMatched++
-								}
-							}
-						}
-					}
-				}
+				o.couple(railSets(t, nodes, devs, groups[rg]))
 			}
 		}
 		if g.TopologyKey != "" && !sameDomain(t, t.Level(g.TopologyKey), nodes[lo:next]) {
@@ -82,6 +66,26 @@ func Measure(t *Topology, s *Spec, nodes []int, devs [][]int) Outcome {
 	}
 	walk(s)
 	return o
+}
+
+// couple counts one rail group: the rail sets of its leaves' pods.
+func (o *Outcome) couple(sets [][][]int64) {
+	o.Couples++
+	if oneSet(sets) {
+		o.CouplesMatched++
+	}
+	for i := range sets {
+		for j := i + 1; j < len(sets); j++ {
+			for _, a := range sets[i] {
+				for _, b := range sets[j] {
+					o.Pairs++
+					if a != nil && slices.Equal(a, b) {
+						o.PairsMatched++
+					}
+				}
+			}
+		}
+	}
 }
 
 // sameDomain reports whether nodes all lie in one domain of level l.
