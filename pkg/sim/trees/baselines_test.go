@@ -174,4 +174,13 @@ func TestKubeFits(t *testing.T) {
 	if KubeFits(hgx, hgx.GPUs, seg) {
 		t.Error("HGX: the rack only stands for the NVLink domain, KubeFits says yes")
 	}
+	svc := &Spec{Kind: KindInference, Name: "svc", TopologyKey: nvl, Children: []Spec{
+		{Name: "p", Pods: 1, GPUsPerPod: 2, RailGroup: "kv"}, {Name: "d", Pods: 1, GPUsPerPod: 2, RailGroup: "kv"}}}
+	if KubeFits(racks, freeOf(racks, names, nil), svc) {
+		t.Error("a required rail coupling, which kube cannot ask for: KubeFits says yes")
+	}
+	svc.RailCoupling = CouplingPreferred
+	if !KubeFits(racks, freeOf(racks, names, nil), svc) {
+		t.Error("a preferred rail coupling: KubeFits says no")
+	}
 }

@@ -103,11 +103,16 @@ func (r *run) allocated(nodes []int) (used, capacity int) {
 	return used, max(capacity, 1)
 }
 
-// KubeFits reports whether Kube would place s on free, where the node
-// labels it reads are exactly the tree's levels (false otherwise: on HGX
-// the rack only stands for the NVLink domain). It measures the claim that
-// the engine's joint search places every tree the greedy order places.
+// KubeFits reports whether Kube would place s on free, where kube's
+// placement is what the tree asks: the node labels it reads are exactly
+// the tree's levels (on HGX the rack only stands for the NVLink domain)
+// and no rail coupling is required (kube cannot ask for one). It measures
+// the claim that the engine's joint search places every tree the greedy
+// order places.
 func KubeFits(t *Topology, free []int, s *Spec) bool {
+	if requiresCoupling(s) {
+		return false
+	}
 	for _, key := range s.Keys() {
 		l, err := t.LabelLevel(key)
 		if err != nil || l != t.Level(key) && !t.same(t.Level(key), l) {
@@ -116,4 +121,18 @@ func KubeFits(t *Topology, free []int, s *Spec) bool {
 	}
 	out, err := Kube(t, free, s)
 	return err == nil && out != nil
+}
+
+// requiresCoupling reports whether a composite of s requires a rail
+// coupling.
+func requiresCoupling(s *Spec) bool {
+	if mode, ok := s.Coupled(); ok && mode == CouplingRequired {
+		return true
+	}
+	for i := range s.Children {
+		if requiresCoupling(&s.Children[i]) {
+			return true
+		}
+	}
+	return false
 }
