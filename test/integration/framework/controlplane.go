@@ -54,6 +54,10 @@ type Options struct {
 	// ("Gate=true,…"), e.g. PodGroupPreemptionPolicy for the comparison
 	// with kube-scheduler's workload-aware preemption.
 	ExtraFeatureGates string
+	// ExtraRuntimeConfig is added to kube-apiserver's --runtime-config
+	// ("group/version=true,…"), e.g. scheduling.k8s.io/v1alpha3=true for
+	// CompositePodGroups (with the gate CompositePodGroup).
+	ExtraRuntimeConfig string
 	// WithoutPodGroupAPI starts kube-apiserver without RuntimeConfig, as a
 	// cluster that never enabled scheduling.k8s.io/v1beta1: PodGroups are
 	// not served (the gates stay on).
@@ -110,6 +114,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	cp := &ControlPlane{dir: dir, gates: FeatureGates, runtimeConfig: RuntimeConfig}
 	if opts.WithoutPodGroupAPI {
 		cp.runtimeConfig = ""
+	}
+	if opts.ExtraRuntimeConfig != "" {
+		cp.runtimeConfig = strings.Trim(cp.runtimeConfig+","+opts.ExtraRuntimeConfig, ",")
 	}
 	if opts.ExtraFeatureGates != "" {
 		cp.gates += "," + opts.ExtraFeatureGates

@@ -235,7 +235,11 @@ func (r *peerProbe) onBound(b *testing.B, counts podCounts, end time.Time) {
 	if r.w.gangs != 1 {
 		return
 	}
-	lines, err := readGangLog(r.p.logs[r.s.process], "pg:"+r.ns+"/"+peerGroupName(0), r.start.Year())
+	kind := "pg:"
+	if r.w.tree != nil {
+		kind = "cpg:" // a tree is keyed by its root
+	}
+	lines, err := readGangLog(r.p.logs[r.s.process], kind+r.ns+"/"+peerGroupName(0), r.start.Year())
 	if err != nil {
 		b.Logf("timeline of %s: %v", r.ns, err)
 		return
