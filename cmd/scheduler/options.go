@@ -51,6 +51,10 @@ type options struct {
 	// spares: --spare-nodes-per-domain, --spare-level,
 	// --spares-for-new-gangs.
 	spares spares.Policy
+	// composites: --composite-pod-groups (auto, true, false);
+	// treePlaceCalls: --tree-place-calls.
+	composites     string
+	treePlaceCalls int
 }
 
 // preemptionOptions are the priority settings (docs/design/preemption.md).
@@ -121,6 +125,8 @@ var envTwins = map[string]string{
 	"spare-nodes-per-domain":           "GPUFABRIC_SPARE_NODES_PER_DOMAIN",
 	"spare-level":                      "GPUFABRIC_SPARE_LEVEL",
 	"spares-for-new-gangs":             "GPUFABRIC_SPARES_FOR_NEW_GANGS",
+	"composite-pod-groups":             "GPUFABRIC_COMPOSITE_POD_GROUPS",
+	"tree-place-calls":                 "GPUFABRIC_TREE_PLACE_CALLS",
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
@@ -161,6 +167,9 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.spares.PerDomain, "spare-nodes-per-domain", 0, fmt.Sprintf("wholly free nodes every domain of --spare-level keeps for replacements (late members of a placed gang, a gang restarting into its previous domain): a new gang never takes them; 0..%d, 0: off", spares.MaxPerDomain))
 	fs.StringVar(&o.spares.Level, "spare-level", topology.TopologyKeyNVLinkDomain, "the fabric level whose domains keep spare nodes: "+topology.TopologyKeyNVLinkDomain+" or one of --topology-levels (e.g. a rack label)")
 	fs.BoolVar(&o.spares.ForNewGangs, "spares-for-new-gangs", false, "let new gangs take spare nodes too: spares are still counted and shown (kubectl gpufabric status, the free-room view), not kept")
+	fs.StringVar(&o.composites, "composite-pod-groups", compositesAuto, "place CompositePodGroup trees (scheduling.k8s.io/v1alpha3, gate CompositePodGroup) as one decision each: "+
+		"auto (when the apiserver serves the API), true (the API must be served) or false (a PodGroup with a parent is placed as a flat gang)")
+	fs.IntVar(&o.treePlaceCalls, "tree-place-calls", 0, "placement calls one CompositePodGroup tree's search may make (0: 64 plus 8 per PodGroup of the tree); past it the greedy order's placement stands")
 	p := &o.preemption
 	fs.BoolVar(&p.disabled, "disable-preemption", false, "never evict: a gang that does not fit waits for room whatever its priority")
 	fs.DurationVar(&p.nominationTimeout, "nomination-timeout", 5*time.Minute, "how long nodes stay held for a preempting gang whose victims have not all gone")
@@ -245,8 +254,18 @@ func (o *options) validate() error {
 	if _, err := placement.ParsePackOrder(o.packOrder); err != nil {
 		return fmt.Errorf("--pack-order: %w", err)
 	}
+	if o.composites != compositesAuto && o.composites != "true" && o.composites != "false" {
+		return fmt.Errorf("--composite-pod-groups must be auto, true or false, got %q", o.composites)
+	}
+	if o.treePlaceCalls < 0 || o.treePlaceCalls > 100000 {
+		return fmt.Errorf("--tree-place-calls must be 0 (the default) to 100000, got %d", o.treePlaceCalls)
+	}
 	return nil
 }
+
+// compositesAuto is --composite-pod-groups' default: trees are placed when
+// the apiserver serves CompositePodGroups.
+const compositesAuto = "auto"
 
 // applyEnv sets every flag not given on the command line from its
 // environment twin.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
@@ -49,6 +52,10 @@ func (o *options) run(ctx context.Context) error {
 		return err
 	}
 	cfg := o.schedulerConfig(client, metrics)
+	if cfg.CompositePodGroups, err = o.compositesServed(dc); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("CompositePodGroups", "placed as trees", cfg.CompositePodGroups, "flag", o.composites)
 	cfg.InformersStarted = func(unsynced func() []string) {
 		h.informersStarted(unsynced)
 		if o.leaderElect {
@@ -116,7 +123,24 @@ func (o *options) schedulerConfig(client kubernetes.Interface, metrics *schedule
 
 		StarvationReservationsPerNamespace: o.preemption.reservationsPerNS,
 		Replace:                            o.replace,
+		TreePlaceCalls:                     o.treePlaceCalls,
 	}
+}
+
+// compositesServed resolves --composite-pod-groups: auto and true ask
+// discovery whether CompositePodGroups are served; true fails when they
+// are not.
+func (o *options) compositesServed(dc discovery.DiscoveryInterface) (bool, error) {
+	if o.composites == "false" {
+		return false, nil
+	}
+	list, err := dc.ServerResourcesForGroupVersion(schedulingv1alpha3.SchemeGroupVersion.String())
+	served := err == nil && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "compositepodgroups" })
+	if !served && o.composites == "true" {
+		return false, fmt.Errorf("--composite-pod-groups=true: the apiserver does not serve compositepodgroups.%s (gate CompositePodGroup, --runtime-config=%s=true): %v",
+			schedulingv1alpha3.SchemeGroupVersion, schedulingv1alpha3.SchemeGroupVersion, err)
+	}
+	return served, nil
 }
 
 // leaderElection is the Lease configuration from the flags.

@@ -55,7 +55,8 @@ var rules = []struct {
 	{"pkg/gang/composite", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/placement/index"}},
 	{"pkg/gang/assume", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/podstate"}},
 	{"pkg/gang/metrics", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/ungate", "pkg/gang/commit", "pkg/gang/evict", "pkg/gang/replace"}},
-	{"pkg/gang/trees", []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/placement"}},
+	{"pkg/gang/trees", []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/placement", "pkg/gang/assume", "pkg/gang/commit", "pkg/gang/gate",
+		"pkg/gang/metrics", "pkg/gang/report", "pkg/gang/vocab"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
 	{"pkg/gang/freeroom", []string{"pkg/topology", "pkg/gang/placement/spares", "pkg/gang/placement/index"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
@@ -75,6 +76,9 @@ var rules = []struct {
 	{"pkg/gang/guard", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
 	{"pkg/gang/nodetrust", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/report"}},
 	{"pkg/gang/preemption", []string{"pkg/topology", "pkg/gang/placement"}},
+	// The commit record (what it holds, its validation, its JSON) is a
+	// leaf of the commit room: no API, no store, no recovery.
+	{"pkg/gang/commit/recordwire", []string{"pkg/topology", "pkg/gang/vocab"}},
 	{"pkg/gang/commit", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate"}},
 	{"pkg/gang/replace", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report"}},
 	{"pkg/gang/evict", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate",
@@ -97,7 +101,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 )
 
 // largeGangSizes are the gang sizes of the large-gang benchmarks.
@@ -23,7 +27,7 @@ func BenchmarkRecord(b *testing.B) {
 			var objects int
 			for b.Loop() {
 				var err error
-				if raw, err = encodeRecord(rec); err != nil {
+				if raw, err = recordwire.Encode(rec); err != nil {
 					b.Fatal(err)
 				}
 				head, parts, err := CommitRecords.Objects(recordNS, validName, raw)
@@ -35,7 +39,7 @@ func BenchmarkRecord(b *testing.B) {
 				for _, p := range parts {
 					joined = append(joined, p.Data[RecordKey]...)
 				}
-				if _, err := decodeRecord(validName, joined); err != nil {
+				if _, err := recordwire.Decode(validName, joined); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -49,16 +53,35 @@ func BenchmarkRecord(b *testing.B) {
 // encodeV1 is rec as version 1 (node names inline, one pod per claim)
 // wrote it, for comparison.
 func encodeV1(b *testing.B, rec *commitRecord) []byte {
+	type group struct {
+		Namespace string    `json:"namespace"`
+		Name      string    `json:"name"`
+		UID       types.UID `json:"uid"`
+	}
+	type pod struct {
+		Name string    `json:"n"`
+		UID  types.UID `json:"u"`
+		Node string    `json:"node"`
+	}
+	type claim struct {
+		Name       string    `json:"n"`
+		UID        types.UID `json:"u"`
+		Pod        string    `json:"pod,omitempty"`
+		Allocation string    `json:"alloc,omitempty"`
+	}
 	w := struct {
-		wireRecord
-		Pods   []wirePodV1   `json:"pods"`
-		Claims []wireClaimV1 `json:"claims"`
-	}{wireRecord: wireRecord{Version: recordVersion1, PodGroup: rec.PodGroup, Domain: rec.Domain, TopologyKey: rec.TopologyKey}}
+		Version     int     `json:"v"`
+		PodGroup    group   `json:"podGroup"`
+		Domain      string  `json:"domain"`
+		TopologyKey string  `json:"key,omitempty"`
+		Pods        []pod   `json:"pods"`
+		Claims      []claim `json:"claims"`
+	}{Version: recordwire.Version1, PodGroup: group{rec.Root.Namespace, rec.Root.Name, rec.Root.UID}, Domain: rec.Groups[0].Domain, TopologyKey: rec.Groups[0].TopologyKey}
 	for _, p := range rec.Pods {
-		w.Pods = append(w.Pods, wirePodV1(p))
+		w.Pods = append(w.Pods, pod{Name: p.Name, UID: p.UID, Node: p.Node})
 	}
 	for _, c := range rec.Claims {
-		wc := wireClaimV1{Name: c.Name, UID: c.UID, Allocation: c.Allocation}
+		wc := claim{Name: c.Name, UID: c.UID, Allocation: c.Allocation}
 		if len(c.Pods) > 0 {
 			wc.Pod = c.Pods[0]
 		}
@@ -82,7 +105,7 @@ func BenchmarkCommitLargeGang(b *testing.B) {
 	for _, n := range largeGangSizes {
 		w := jobGang(n, 2, false)
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
-			raw, err := encodeRecord(newRecord(w.pg, w.d, planWrites(w.pg, w.g, w.d)))
+			raw, err := recordwire.Encode(newRecord(w.pg, w.d, planWrites(w.pg, w.g, w.d)))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -97,6 +120,36 @@ func BenchmarkCommitLargeGang(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(raw)), "record-bytes")
 			b.ReportMetric(float64(len(splitRecord(raw, MaxRecordBytes))), "objects")
+		})
+	}
+}
+
+// BenchmarkCommitTree commits a tree of 1,024 pods (each with a claim of
+// its own, each leaf with a PodGroup claim; the first member of every
+// leaf names a claim they share) as 1, 8 and 64 leaf PodGroups under one
+// CompositePodGroup (Txn.Run of BeginTree: one record, the union's claim
+// writes, the bindings, a condition per leaf, the record's delete) on a
+// fake clientset with 16 writers: what the leaves cost beside the pods.
+//
+//	go test -run '^$' -bench BenchmarkCommitTree -benchtime 5x ./pkg/gang/commit/
+func BenchmarkCommitTree(b *testing.B) {
+	for _, leaves := range []int{1, 8, 64} {
+		tr := treeGang(leaves, 1024/leaves)
+		b.Run(fmt.Sprintf("leaves=%d", leaves), func(b *testing.B) {
+			raw, err := recordwire.Encode(newTreeRecord(tr.root, tr.leaves, planLeafWrites(tr.leaves)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				client := tr.clientset()
+				c := tr.committer(client, nil, nil)
+				b.StartTimer()
+				if err := tr.begin(b, c).Run(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(raw)), "record-bytes")
 		})
 	}
 }

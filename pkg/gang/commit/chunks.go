@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
@@ -175,7 +176,7 @@ func parseParts(raw string) (partsHeader, error) {
 	if len(raw) > maxPartsHeader {
 		return h, fmt.Errorf("%w: parts header is %d bytes, over the limit of %d", errBadRecord, len(raw), maxPartsHeader)
 	}
-	if err := decodeStrict([]byte(raw), "parts header", &h); err != nil {
+	if err := recordwire.DecodeStrict([]byte(raw), "parts header", &h); err != nil {
 		return h, fmt.Errorf("%w: %w", errBadRecord, err)
 	}
 	var p Problems

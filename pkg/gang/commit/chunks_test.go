@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
@@ -34,13 +35,13 @@ func uuid(kind, i int) types.UID {
 // ("<job>-<index>-<suffix>", "<pod>-<claim>-<suffix>"), 8 pods per node,
 // every claim allocated.
 func jobRecord(pods, claims int) *commitRecord {
-	rec := &commitRecord{Version: recordVersion, PodGroup: recordGroup{Namespace: "team-research", Name: "pretrain-llama-70b-worker", UID: "uid-pg"},
-		Domain: "rack-07", TopologyKey: "gpufabric.dev/rack"}
+	rec := &commitRecord{Version: recordwire.Version2, Root: Root{Kind: KindPodGroup, Namespace: "team-research", Name: "pretrain-llama-70b-worker", UID: "uid-pg"},
+		Groups: []recordwire.Group{{Namespace: "team-research", Name: "pretrain-llama-70b-worker", UID: "uid-pg", Domain: "rack-07", TopologyKey: "gpufabric.dev/rack"}}}
 	for i := range pods {
 		name := fmt.Sprintf("pretrain-llama-70b-worker-%d-%05x", i, (i*7919)%(1<<20))
-		rec.Pods = append(rec.Pods, recordPod{Name: name, UID: uuid(0, i), Node: fmt.Sprintf("gpu-rack%02d-node%03d", i/8/32, i/8%32)})
+		rec.Pods = append(rec.Pods, recordwire.Pod{Name: name, UID: uuid(0, i), Node: fmt.Sprintf("gpu-rack%02d-node%03d", i/8/32, i/8%32)})
 		for c := range claims {
-			rec.Claims = append(rec.Claims, recordClaim{Name: fmt.Sprintf("%s-gpus%d-%05x", name, c, (i*31+c)%(1<<20)), UID: uuid(1+c, i),
+			rec.Claims = append(rec.Claims, recordwire.Claim{Name: fmt.Sprintf("%s-gpus%d-%05x", name, c, (i*31+c)%(1<<20)), UID: uuid(1+c, i),
 				Pods: []string{name}, Allocation: fmt.Sprintf("%032x", i*4+c)})
 		}
 	}
@@ -62,7 +63,7 @@ func TestRecordOf10000PodsFits(t *testing.T) {
 	for _, tc := range []struct{ pods, claims int }{{2000, 2}, {10000, 2}, {MaxRecordPods, 8}} {
 		t.Run(fmt.Sprintf("%dx%d", tc.pods, tc.claims), func(t *testing.T) {
 			rec := jobRecord(tc.pods, tc.claims)
-			if err := rec.validate(); err != nil {
+			if err := rec.Validate(); err != nil {
 				t.Fatal(err)
 			}
 			raw := encode(t, rec)
@@ -91,7 +92,7 @@ func TestRecordOf10000PodsFits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := decodeRecord(created.Name, back)
+			got, err := recordwire.Decode(created.Name, back)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -194,7 +195,7 @@ func TestReadRecordPartial(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := decodeRecord(head.Name, raw); err != nil {
+				if _, err := recordwire.Decode(head.Name, raw); err != nil {
 					t.Fatal(err)
 				}
 				return

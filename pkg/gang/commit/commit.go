@@ -16,6 +16,7 @@ import (
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -59,7 +60,7 @@ type Config struct {
 }
 
 // Committer is the commit room of one leadership term: it writes decisions
-// (Begin, Txn), keeps the records this term knows of, and finishes or rolls
+// (Begin, BeginTree, Txn), keeps the records this term knows of, and finishes or rolls
 // back the commits a crash left half done (RecoverAll, RecoverRecord). Safe
 // for concurrent use (pipelined commits).
 type Committer struct {
@@ -77,31 +78,50 @@ func New(cfg Config) *Committer {
 // too.
 func (c *Committer) Store() *Store { return c.store }
 
-// Record returns the commit record of the PodGroup with uid, nil when
-// this term knows of none: a commit of that gang may be half done while
-// there is one.
+// Record returns the commit record of the root with uid (a flat gang's
+// PodGroup, a tree's root CompositePodGroup), nil when this term knows of
+// none: a commit of that gang or tree may be half done while there is one.
 func (c *Committer) Record(uid types.UID) *v1.ConfigMap { return c.records.get(uid) }
 
 // Begin plans the commit of decision d for gang g (pg nil for a gang of
 // one); nothing is written before Run.
 func (c *Committer) Begin(pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.Decision) *Txn {
-	return &Txn{c: c, pg: pg, gang: g, d: d, writes: planWrites(pg, g, d), written: map[types.UID]string{}}
+	return c.begin(rootOf(pg), []Leaf{{PodGroup: pg, Gang: g, Decision: d}})
 }
 
-// createRecord writes the commit record of a PodGroup commit, in parts
-// when it is larger than one object. A record that does not validate is
-// never written (recovery would reject it, and the scheduler's own record
-// must always be one it acts on): the commit fails before its first write.
-func (c *Committer) createRecord(ctx context.Context, rec *commitRecord) (*v1.ConfigMap, error) {
-	object := rec.PodGroup.Namespace + "/" + rec.PodGroup.Name
-	if err := rec.validate(); err != nil {
-		return nil, fmt.Errorf("commit record of podgroup %s does not validate; nothing was written: %w", object, err)
+// BeginTree plans the commit of the placed leaves of a tree as one
+// transaction, recorded under root (Record(root.UID)); nothing is written
+// before Run. Root is the tree's root CompositePodGroup, or a PodGroup
+// that is its own one leaf (Begin's commit). It refuses leaves that cannot
+// commit as one (checkTree): not 1..MaxRecordGroups distinct PodGroups of
+// the root's namespace, or a leaf whose decision places no pod. Check
+// RecordFitsTree before placing the tree.
+func (c *Committer) BeginTree(root Root, leaves []Leaf) (*Txn, error) {
+	if err := checkTree(root, leaves); err != nil {
+		return nil, err
 	}
-	raw, err := encodeRecord(rec)
+	return c.begin(root, slices.Clone(leaves)), nil
+}
+
+func (c *Committer) begin(root Root, leaves []Leaf) *Txn {
+	return &Txn{c: c, root: root, leaves: leaves, pods: treePods(leaves), writes: planLeafWrites(leaves), written: map[types.UID]string{}}
+}
+
+// createRecord writes the commit record of a PodGroup or tree commit, in
+// parts when it is larger than one object. A record that does not
+// validate is never written (recovery would reject it, and the scheduler's
+// own record must always be one it acts on): the commit fails before its
+// first write.
+func (c *Committer) createRecord(ctx context.Context, rec *commitRecord) (*v1.ConfigMap, error) {
+	object := rec.Root.Key()
+	if err := rec.Validate(); err != nil {
+		return nil, fmt.Errorf("commit record of %s does not validate; nothing was written: %w", rec.Root, err)
+	}
+	raw, err := recordwire.Encode(rec)
 	if err != nil {
 		return nil, err
 	}
-	head, parts, err := CommitRecords.Objects(c.cfg.RecordNamespace, vocab.RecordName(rec.PodGroup.UID), raw)
+	head, parts, err := CommitRecords.Objects(c.cfg.RecordNamespace, vocab.RecordName(rec.Root.UID), raw)
 	if err != nil {
 		return nil, fmt.Errorf("commit record of %d pods and %d claims: %w", len(rec.Pods), len(rec.Claims), err)
 	}

@@ -11,78 +11,64 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
-// A commit record says what a PodGroup commit is about to write. It lives
-// in the record Store, named vocab.RecordName(<PodGroup UID>), split over
+// A commit record says what a commit is about to write. It lives in the
+// record Store, named vocab.RecordName(<root UID>): the PodGroup of a
+// flat gang, the root CompositePodGroup of a tree (one record holds the
+// commit of every leaf PodGroup placed with the tree). It is split over
 // further parts when it is larger than one object holds (chunks.go). It
 // is created before the first claim write and deleted after the last
-// write; its presence means "a commit of this gang may be half done".
-// Recovery still validates it against live objects before it acts
-// (recover.go). The JSON is recordwire.go's.
+// write; its presence means "a commit of this gang (tree) may be half
+// done". Recovery still validates it against live objects before it acts
+// (recover.go). What it holds, its validation and its JSON are the leaf
+// pkg/gang/commit/recordwire's.
 
-// commitRecord is a commit record, decoded.
-type commitRecord struct {
-	Version  int
-	PodGroup recordGroup
-	// Domain and TopologyKey where the gang goes, for events and humans.
-	Domain      string
-	TopologyKey string
-	// Pods: every member being bound, with its node.
-	Pods []recordPod
-	// Claims the commit writes, each once.
-	Claims []recordClaim
-}
+// commitRecord is a commit record, decoded (recordwire: what it holds,
+// its validation and its JSON).
+type commitRecord = recordwire.Record
 
-type recordGroup struct {
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
-	UID       types.UID `json:"uid"`
-}
-
-type recordPod struct {
-	Name string
-	UID  types.UID
-	Node string
-}
-
-type recordClaim struct {
-	Name string
-	UID  types.UID
-	// Pods are the members the claim is reserved for, each a pod of the
-	// record: one for a member's own claim, several for a claim the
-	// members share by name; none for a PodGroup claim (reserved for the
-	// PodGroup).
-	Pods []string
-	// Allocation is the fingerprint of the allocation the commit writes;
-	// "" when the commit only adds reservations to an allocated claim.
-	Allocation string
-}
-
-// newRecord describes a commit of decision d for pg with the given claim
-// writes.
+// newRecord describes a commit of decision d for PodGroup pg (a flat
+// gang) with the given claim writes.
 func newRecord(pg *schedulingv1beta1.PodGroup, d *placement.Decision, writes []claimWrite) *commitRecord {
-	rec := &commitRecord{
-		Version:     recordVersion,
-		PodGroup:    recordGroup{Namespace: pg.Namespace, Name: pg.Name, UID: pg.UID},
-		Domain:      d.Domain,
-		TopologyKey: d.TopologyKey,
-		Pods:        make([]recordPod, 0, len(d.Pods)),
-		Claims:      make([]recordClaim, 0, len(writes)),
+	return newTreeRecord(rootOf(pg), []Leaf{{PodGroup: pg, Decision: d}}, writes)
+}
+
+// newTreeRecord describes a commit of leaves under root with the given
+// claim writes (planLeafWrites of the leaves).
+func newTreeRecord(root Root, leaves []Leaf, writes []claimWrite) *commitRecord {
+	rec := &commitRecord{Version: recordwire.Version2, Root: root, Groups: make([]recordwire.Group, len(leaves)), Claims: make([]recordwire.Claim, 0, len(writes))}
+	if rec.Tree() {
+		rec.Version = recordwire.VersionTree
 	}
-	for _, p := range d.Pods {
-		rec.Pods = append(rec.Pods, recordPod{Name: p.Name, UID: p.UID, Node: p.Node})
+	group := make(map[types.UID]int, len(leaves))
+	pods := 0
+	for i, l := range leaves {
+		pods += len(l.Decision.Pods)
+		rec.Groups[i] = recordwire.Group{Namespace: l.PodGroup.Namespace, Name: l.PodGroup.Name, UID: l.PodGroup.UID, Domain: l.Decision.Domain, TopologyKey: l.Decision.TopologyKey}
+		group[l.PodGroup.UID] = i
+	}
+	rec.Pods = make([]recordwire.Pod, 0, pods)
+	for i, l := range leaves {
+		for _, p := range l.Decision.Pods {
+			rec.Pods = append(rec.Pods, recordwire.Pod{Name: p.Name, UID: p.UID, Node: p.Node, Group: i})
+		}
 	}
 	for _, w := range writes {
-		rc := recordClaim{Name: w.claim.Name, UID: w.claim.UID}
+		rc := recordwire.Claim{Name: w.claim.Name, UID: w.claim.UID}
 		for _, c := range w.consumers {
-			if c.Resource == "pods" {
+			switch {
+			case c.Resource == "pods":
 				rc.Pods = append(rc.Pods, c.Name)
+			case rec.Tree():
+				if g, ok := group[c.UID]; ok && c.Resource == "podgroups" {
+					rc.Groups = append(rc.Groups, g)
+				}
 			}
 		}
 		if w.alloc != nil {
@@ -104,84 +90,6 @@ func AllocationFingerprint(a *resourceapi.AllocationResult) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// validate checks a decoded record's shape.
-func (r *commitRecord) validate() error {
-	var p Problems
-	if r.Version != recordVersion1 && r.Version != recordVersion {
-		p.Addf("version %d, want %d or %d", r.Version, recordVersion1, recordVersion)
-	}
-	if msgs := validation.IsDNS1123Label(r.PodGroup.Namespace); len(msgs) > 0 {
-		p.Addf("podGroup.namespace %q: %s", r.PodGroup.Namespace, strings.Join(msgs, "; "))
-	}
-	p.Name("podGroup.name", r.PodGroup.Name)
-	p.UID("podGroup.uid", r.PodGroup.UID)
-	if len(r.Domain) > MaxRecordText || len(r.TopologyKey) > MaxRecordText {
-		p.Addf("domain or key longer than %d bytes", MaxRecordText)
-	}
-	if len(r.Pods) == 0 || len(r.Pods) > MaxRecordPods {
-		p.Addf("%d pods, want 1..%d", len(r.Pods), MaxRecordPods)
-	}
-	pods := map[string]bool{}
-	for i, rp := range r.Pods {
-		p.nameAt("pods", i, "n", rp.Name)
-		p.uidAt("pods", i, "u", rp.UID)
-		p.nameAt("pods", i, "node", rp.Node)
-		if pods[rp.Name] {
-			p.Addf("pods[%d]: pod %q listed twice", i, rp.Name)
-		}
-		pods[rp.Name] = true
-	}
-	if len(r.Claims) > MaxRecordClaims {
-		p.Addf("%d claims, over the limit of %d", len(r.Claims), MaxRecordClaims)
-	}
-	claims := map[string]bool{}
-	for i, c := range r.Claims {
-		p.nameAt("claims", i, "n", c.Name)
-		p.uidAt("claims", i, "u", c.UID)
-		users := make(map[string]bool, len(c.Pods))
-		for _, pod := range c.Pods {
-			switch {
-			case !pods[pod]:
-				p.Addf("claims[%d]: pod %q is not in the record", i, Shorten(pod, 64))
-			case users[pod]:
-				p.Addf("claims[%d]: pod %q listed twice", i, pod)
-			}
-			users[pod] = true
-		}
-		if c.Allocation != "" && !isFingerprint(c.Allocation) {
-			p.Addf("claims[%d].alloc %q is not a fingerprint", i, Shorten(c.Allocation, 40))
-		}
-		if claims[c.Name] {
-			p.Addf("claims[%d]: claim %q listed twice", i, c.Name)
-		}
-		claims[c.Name] = true
-	}
-	return p.Err()
-}
-
-// nameAt is Name for field f of entry i of a list; the field's name is
-// only formatted for a problem (a record lists up to 10,000 pods).
-func (p *Problems) nameAt(list string, i int, f, name string) {
-	if len(validation.IsDNS1123Subdomain(name)) > 0 {
-		p.Name(fmt.Sprintf("%s[%d].%s", list, i, f), name)
-	}
-}
-
-// uidAt is UID for field f of entry i of a list.
-func (p *Problems) uidAt(list string, i int, f string, uid types.UID) {
-	if !isUID(uid) {
-		p.UID(fmt.Sprintf("%s[%d].%s", list, i, f), uid)
-	}
-}
-
-func isFingerprint(s string) bool {
-	if len(s) != 32 {
-		return false
-	}
-	_, err := hex.DecodeString(s)
-	return err == nil
-}
-
 // isMember reports whether p is a member of pg that this scheduler places.
 func isMember(p *v1.Pod, pg *schedulingv1beta1.PodGroup) bool {
 	return p != nil && pg != nil && p.Namespace == pg.Namespace && podGroupName(p) == pg.Name && podstate.Ours(p)
@@ -195,8 +103,8 @@ func podGroupName(p *v1.Pod) string {
 	return *p.Spec.SchedulingGroup.PodGroupName
 }
 
-// recordSet holds the commit records this term knows of, by PodGroup UID:
-// those listed at the start of the term and those it wrote since. Only the
+// recordSet holds the commit records this term knows of, by root UID (a
+// flat gang's PodGroup, a tree's root CompositePodGroup): those listed at the start of the term and those it wrote since. Only the
 // leader writes records, so the set is exact while it leads. Safe for
 // concurrent use.
 type recordSet struct {
@@ -235,7 +143,7 @@ func (r *recordSet) all() []*v1.ConfigMap {
 	return out
 }
 
-// get returns the record of the PodGroup with uid, nil if none.
+// get returns the record of the root with uid, nil if none.
 func (r *recordSet) get(uid types.UID) *v1.ConfigMap {
 	r.mu.Lock()
 	defer r.mu.Unlock()

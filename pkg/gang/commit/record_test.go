@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/internal/objtest"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
@@ -46,7 +48,7 @@ func validRecord() *commitRecord {
 
 func encode(t testing.TB, rec *commitRecord) []byte {
 	t.Helper()
-	raw, err := encodeRecord(rec)
+	raw, err := recordwire.Encode(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if head.Name != "gpufabric-commit-uid-pg" || head.Labels[vocab.LabelCommitRecord] != "true" || len(parts) != 0 || head.Data[RecordPartsKey] != "" {
 		t.Errorf("object %s labels %v, %d parts", head.Name, head.Labels, len(parts))
 	}
-	got, err := decodeRecord(head.Name, []byte(head.Data[RecordKey]))
+	got, err := recordwire.Decode(head.Name, []byte(head.Data[RecordKey]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,101 +89,6 @@ func TestRecordRoundTrip(t *testing.T) {
 	if got.Claims[0].Allocation == "" || got.Claims[2].Allocation != "" {
 		t.Errorf("fingerprints %+v", got.Claims)
 	}
-}
-
-// TestRecordVersion1StillRead: a record an older scheduler left (version
-// 1: one pod per claim, node names inline) is recovered.
-func TestRecordVersion1StillRead(t *testing.T) {
-	raw := `{"v":1,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"dom","pods":[{"n":"p0","u":"uid-p0","node":"node-a"}],` +
-		`"claims":[{"n":"fabric","u":"uid-fabric","alloc":"0123456789abcdef0123456789abcdef"},{"n":"p0-gpus","u":"uid-p0-gpus","pod":"p0"}]}`
-	got, err := decodeRecord(validName, []byte(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := &commitRecord{Version: 1, PodGroup: recordGroup{Namespace: "ns", Name: "pg", UID: "uid-pg"}, Domain: "dom",
-		Pods:   []recordPod{{Name: "p0", UID: "uid-p0", Node: "node-a"}},
-		Claims: []recordClaim{{Name: "fabric", UID: "uid-fabric", Allocation: "0123456789abcdef0123456789abcdef"}, {Name: "p0-gpus", UID: "uid-p0-gpus", Pods: []string{"p0"}}}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("version 1 (-want +got):\n%s", diff)
-	}
-}
-
-// TestDecodeRecordRejects: every malformed or forged record is refused
-// with an error that names what is wrong.
-func TestDecodeRecordRejects(t *testing.T) {
-	mutate := func(f func(r *commitRecord)) string {
-		r := validRecord()
-		f(r)
-		return string(encode(t, r))
-	}
-	valid := mutate(func(*commitRecord) {})
-	tests := []struct {
-		name, raw, want string
-		objName         string
-	}{
-		{"not JSON", "{", "parse record", ""},
-		{"unknown field", strings.Replace(valid, `"v":2`, `"v":2,"release":["victim"]`, 1), `unknown field "release"`, ""},
-		{"unknown pod field", strings.Replace(valid, `"o":1`, `"o":1,"bind":"x"`, 1), `unknown field "bind"`, ""},
-		{"trailing data", valid + `{"v":2}`, "trailing data", ""},
-		{"version", strings.Replace(valid, `"v":2`, `"v":3`, 1), "version 3, want 1 or 2", ""},
-		{"version 1 with a node table", strings.Replace(valid, `"v":2`, `"v":1`, 1), "version 1 has no nodes", ""},
-		{"namespace", mutate(func(r *commitRecord) { r.PodGroup.Namespace = "Bad_NS" }), "podGroup.namespace", ""},
-		{"pod name", mutate(func(r *commitRecord) { r.Pods[0].Name = "../p"; r.Claims[1].Pods = nil }), "pods[0].n", ""},
-		{"node name", mutate(func(r *commitRecord) { r.Pods[1].Node = "" }), "pods[1].node", ""},
-		{"node index", strings.Replace(valid, `"o":1`, `"o":7`, 1), "pods[1].o: node 7 of 2", ""},
-		{"negative node index", strings.Replace(valid, `"o":1`, `"o":-1`, 1), "pods[1].o: node -1 of 2", ""},
-		{"no pods", mutate(func(r *commitRecord) { r.Pods = nil; r.Claims = r.Claims[:1] }), "0 pods", ""},
-		{"pod twice", mutate(func(r *commitRecord) { r.Pods[1].Name = "p0"; r.Claims = r.Claims[:2] }), `pod "p0" listed twice`, ""},
-		{"claim of a pod not in the record", strings.Replace(valid, `"p":[1,2]`, `"p":[1,9]`, 1), "claims[3].p: pod 9 of 3", ""},
-		{"claim's pod twice", strings.Replace(valid, `"p":[1,2]`, `"p":[2,2]`, 1), `claims[3]: pod "p2" listed twice`, ""},
-		{"claim twice", mutate(func(r *commitRecord) { r.Claims[2].Name = "fabric" }), `claim "fabric" listed twice`, ""},
-		{"claim uid", mutate(func(r *commitRecord) { r.Claims[0].UID = "" }), "claims[0].u", ""},
-		{"fingerprint", mutate(func(r *commitRecord) { r.Claims[0].Allocation = "all" }), `claims[0].alloc "all" is not a fingerprint`, ""},
-		{"record of another group", valid, "names podgroup UID", vocab.RecordName("uid-other")},
-		{"no pods key", `{"v":2,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":""}`, "parse record pods", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			name := validName
-			if tt.objName != "" {
-				name = tt.objName
-			}
-			_, err := decodeRecord(name, []byte(tt.raw))
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %v, want one containing %q", err, tt.want)
-			}
-		})
-	}
-}
-
-// FuzzDecodeRecord: any content either fails to decode or decodes to a
-// record that validates, belongs to the group its name says, and encodes to
-// a record that decodes to the same value.
-func FuzzDecodeRecord(f *testing.F) {
-	f.Add(string(encode(f, validRecord())))
-	f.Add(`{"v":1,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"","pods":[{"n":"a","u":"u","node":"n"}],"claims":[]}`)
-	f.Add(`{"v":2,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"","nodes":["n"],"pods":[{"n":"a","u":"u","o":0}],"claims":[{"n":"c","u":"v","p":[0]}]}`)
-	f.Add(`{"v":2,"pods":null}`)
-	f.Fuzz(func(t *testing.T, raw string) {
-		rec, err := decodeRecord(validName, []byte(raw))
-		if err != nil {
-			return
-		}
-		if err := rec.validate(); err != nil {
-			t.Fatalf("decoded record does not validate: %v", err)
-		}
-		if rec.PodGroup.UID != "uid-pg" {
-			t.Fatalf("record of group %q accepted under %s", rec.PodGroup.UID, validName)
-		}
-		again, err := decodeRecord(validName, encode(t, rec))
-		if err != nil {
-			t.Fatalf("re-decode: %v", err)
-		}
-		again.Version = rec.Version // re-encoded as the current version
-		if diff := cmp.Diff(rec, again); diff != "" {
-			t.Fatalf("re-decode differs (-first +second):\n%s", diff)
-		}
-	})
 }
 
 // rawRecordConfigMap is a one-object record holding raw.
@@ -240,5 +147,35 @@ func TestRecordBoundHolds(t *testing.T) {
 				t.Errorf("%d pods, shared %v: record %d bytes, bound %d", n, shared, len(raw), bound)
 			}
 		}
+	}
+}
+
+// TestFlatRecordStillVersion2: a flat gang's commit writes the record the
+// previous release wrote, byte for byte (it reads it back after a rolling
+// upgrade or a rollback), and that record is recovered: a gang killed in
+// its bindings is finished from it.
+func TestFlatRecordStillVersion2(t *testing.T) {
+	const previous = `{"v":2,"podGroup":{"namespace":"ns","name":"pg","uid":"uid-pg"},"domain":"dom","key":"gpufabric.dev/nvlinkDomain","nodes":["node-a","node-b"],` +
+		`"pods":[{"n":"p0","u":"uid-p0","o":0},{"n":"p1","u":"uid-p1","o":1},{"n":"p2","u":"uid-p2","o":0}],` +
+		`"claims":[{"n":"fabric","u":"uid-fabric","a":"0a945083b774b41a31aa4e56b9132850"},{"n":"p0-gpus","u":"uid-p0-gpus","p":[0],"a":"0a945083b774b41a31aa4e56b9132850"},` +
+		`{"n":"user","u":"uid-user","p":[1]},{"n":"pair","u":"uid-pair","p":[1,2],"a":"0a945083b774b41a31aa4e56b9132850"}]}`
+	if got := string(encode(t, validRecord())); got != previous {
+		t.Errorf("flat record\n%s\nwant the previous release's\n%s", got, previous)
+	}
+	w := jobGang(4, 1, false)
+	w.parallelism = 1
+	client := w.clientset()
+	err := w.committer(client, killAt(gate.StepBind, 2), nil).Begin(w.pg, w.g, w.d).Run(t.Context())
+	if !errors.Is(err, gate.ErrAborted) {
+		t.Fatalf("run ended with %v, want the kill", err)
+	}
+	head, err := client.CoreV1().ConfigMaps(recordNS).Get(t.Context(), vocab.RecordName(w.pg.UID), metav1.GetOptions{})
+	must(t, err)
+	if !strings.HasPrefix(head.Data[RecordKey], `{"v":2,"podGroup":{"namespace":"ns","name":"train","uid":"uid-pg"},"domain":"rack-1","nodes":`) {
+		t.Errorf("record %s, want version 2", Shorten(head.Data[RecordKey], 200))
+	}
+	must(t, w.committer(client, nil, nil).RecoverAll(t.Context()))
+	if got, want := w.state(t, client), (state{bound: 4, allocated: 4, reserved: 4}); got != want {
+		t.Errorf("after recovery %+v, want %+v", got, want)
 	}
 }

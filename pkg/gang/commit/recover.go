@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
@@ -27,7 +28,8 @@ import (
 // every decision is re-checked with live reads before it writes.
 //
 // Rules: a PodGroup commit is finished when any member its record names is
-// bound, else rolled back (RecoverRecord). A record that fails validation
+// bound, else rolled back (RecoverRecord); a tree's commit, when any
+// member of any of its leaves is bound. A record that fails validation
 // is reported on its PodGroup and removed, never acted on. Then every claim
 // reserved for an unbound pod of ours loses that reservation, and its
 // allocation when no reservation is left (a gang of one killed before its
@@ -64,11 +66,13 @@ func (c *Committer) listRecords(ctx context.Context) ([]*v1.ConfigMap, error) {
 
 // liveCommit is what the API holds for the objects a record names.
 type liveCommit struct {
-	pg *schedulingv1beta1.PodGroup // nil: gone or replaced
+	// pgs[g] is the live PodGroup of record group g; nil: gone or
+	// replaced (another UID).
+	pgs []*schedulingv1beta1.PodGroup
 	// members[i] is the live pod of record pod i when it is a member of
-	// the PodGroup with the record's UID; gone[i] when no pod of that
-	// name and UID exists any more. A pod that exists but is not a member
-	// is neither: it is never touched.
+	// its group's PodGroup with the record's UID; gone[i] when no pod of
+	// that name and UID exists any more. A pod that exists but is not a
+	// member is neither: it is never touched.
 	members []*v1.Pod
 	gone    []bool
 	// claims[i] is the live claim of record claim i with the record's UID.
@@ -103,7 +107,7 @@ func (c *Committer) readRecord(ctx context.Context, cm *v1.ConfigMap) (*commitRe
 	if err != nil {
 		return nil, err
 	}
-	rec, err := decodeRecord(cm.Name, raw)
+	rec, err := recordwire.Decode(cm.Name, raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRecord, err)
 	}
@@ -111,35 +115,44 @@ func (c *Committer) readRecord(ctx context.Context, cm *v1.ConfigMap) (*commitRe
 }
 
 // recoverRecorded finishes or rolls back the commit rec describes (stored
-// as cm), then deletes cm.
+// as cm), then deletes cm. A tree's commit is one: finished when a member
+// of any leaf is bound, else rolled back wholly.
 func (c *Committer) recoverRecorded(ctx context.Context, cm *v1.ConfigMap, rec *commitRecord) error {
 	live, err := c.readCommit(ctx, rec)
 	if err != nil {
 		return err
 	}
-	if live.pg != nil && live.anyBound() {
+	if live.anyBound() {
 		err = c.finishCommit(ctx, rec, live)
 	} else {
-		err = c.rollBack(ctx, rec, live)
+		err = c.rollBack(ctx, rec, live, nil)
 	}
 	if err != nil {
 		return err
 	}
-	return c.deleteRecord(ctx, cm, rec.PodGroup.Namespace+"/"+rec.PodGroup.Name)
+	return c.deleteRecord(ctx, cm, rec.Root.Key())
 }
 
-// readCommit reads the record's PodGroup, pods and claims live (pods and
-// claims in parallel) and keeps only what belongs to the commit.
+// readCommit reads the record's PodGroups, pods and claims live (each
+// kind in parallel) and keeps only what belongs to the commit.
 func (c *Committer) readCommit(ctx context.Context, rec *commitRecord) (*liveCommit, error) {
-	ns := rec.PodGroup.Namespace
-	live := &liveCommit{members: make([]*v1.Pod, len(rec.Pods)), gone: make([]bool, len(rec.Pods)), claims: make([]*resourceapi.ResourceClaim, len(rec.Claims))}
-	pg, err := c.cfg.Client.SchedulingV1beta1().PodGroups(ns).Get(ctx, rec.PodGroup.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil, fmt.Errorf("get podgroup %s/%s: %w", ns, rec.PodGroup.Name, err)
-	case pg.UID == rec.PodGroup.UID:
-		live.pg = pg
+	ns := rec.Root.Namespace
+	live := &liveCommit{pgs: make([]*schedulingv1beta1.PodGroup, len(rec.Groups)), members: make([]*v1.Pod, len(rec.Pods)),
+		gone: make([]bool, len(rec.Pods)), claims: make([]*resourceapi.ResourceClaim, len(rec.Claims))}
+	err := Parallel(ctx, c.cfg.Parallelism, len(rec.Groups), func(ctx context.Context, i int) error {
+		g := rec.Groups[i]
+		pg, err := c.cfg.Client.SchedulingV1beta1().PodGroups(g.Namespace).Get(ctx, g.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("get podgroup %s/%s: %w", g.Namespace, g.Name, err)
+		case pg.UID == g.UID:
+			live.pgs[i] = pg
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	err = Parallel(ctx, c.cfg.Parallelism, len(rec.Pods), func(ctx context.Context, i int) error {
 		p, err := c.cfg.Client.CoreV1().Pods(ns).Get(ctx, rec.Pods[i].Name, metav1.GetOptions{})
@@ -150,7 +163,7 @@ func (c *Committer) readCommit(ctx context.Context, rec *commitRecord) (*liveCom
 			return fmt.Errorf("get pod %s/%s: %w", ns, rec.Pods[i].Name, err)
 		case p.UID != rec.Pods[i].UID:
 			live.gone[i] = true
-		case isMember(p, live.pg):
+		case isMember(p, live.pgs[rec.Pods[i].Group]):
 			live.members[i] = p
 		}
 		return nil
@@ -175,49 +188,117 @@ func (c *Committer) readCommit(ctx context.Context, rec *commitRecord) (*liveCom
 	return live, nil
 }
 
-// rollBack removes the commit's reservations and the allocations it made.
-// Rules: only reservations of the PodGroup and of record pods that are its
-// unbound members (or gone) are removed; an allocation is cleared only when
-// no reservation is left and it is exactly the one the record says the
-// commit wrote.
-func (c *Committer) rollBack(ctx context.Context, rec *commitRecord, live *liveCommit) error {
-	consumers := map[types.UID]bool{rec.PodGroup.UID: true}
+// rollBack removes the commit's reservations and the allocations it made,
+// of every group (only nil) or of the groups only names (a finished tree's
+// leaves whose PodGroup is gone or none of whose pods could be bound).
+// Rules: only reservations of such a group's PodGroup (on the claims the
+// record reserves for it) and of its record pods that are unbound members
+// (or gone) are removed; an allocation is cleared only when no
+// reservation is left and it is exactly the one the record says the
+// commit wrote. A claim that fails does not stop the others; the errors
+// return joined (the record stays).
+func (c *Committer) rollBack(ctx context.Context, rec *commitRecord, live *liveCommit, only []bool) error {
+	rolled := func(g int) bool { return only == nil || only[g] }
+	pods := map[types.UID]bool{}
+	names := map[string]bool{} // of the pods, for a partial roll-back
 	for i, p := range rec.Pods {
-		if live.gone[i] || live.members[i] != nil {
-			consumers[p.UID] = true
+		if rolled(p.Group) && (live.gone[i] || live.members[i] != nil) {
+			pods[p.UID] = true
+			if only != nil {
+				names[p.Name] = true
+			}
 		}
 	}
+	var flat []types.UID // a flat record's PodGroup, on every claim
+	if !rec.Tree() && rolled(0) {
+		flat = []types.UID{rec.Groups[0].UID}
+	}
 	var released atomic.Int32
+	errs := make([]error, len(rec.Claims))
 	err := Parallel(ctx, c.cfg.Parallelism, len(rec.Claims), func(ctx context.Context, i int) error {
-		rc := live.claims[i]
-		if rc == nil {
-			return nil
+		rc, rcl := live.claims[i], rec.Claims[i]
+		groups := flat
+		for _, g := range rcl.Groups {
+			if rolled(g) {
+				groups = append(groups, rec.Groups[g].UID)
+			}
 		}
-		fp := rec.Claims[i].Allocation
-		changed, err := c.ReleaseClaim(ctx, rc.Namespace, rc.Name, rc.UID, consumers, func(a *resourceapi.AllocationResult) bool {
+		if rc == nil || (only != nil && len(groups) == 0 && !slices.ContainsFunc(rcl.Pods, func(name string) bool { return names[name] })) {
+			return nil // gone, or nothing of a rolled-back group's
+		}
+		drop := func(uid types.UID) bool { return pods[uid] || slices.Contains(groups, uid) }
+		fp := rcl.Allocation
+		changed, err := c.releaseClaim(ctx, rc.Namespace, rc.Name, rc.UID, drop, func(a *resourceapi.AllocationResult) bool {
 			return fp != "" && AllocationFingerprint(a) == fp
 		})
 		if changed {
 			released.Add(1)
+		}
+		if err != nil && !gate.Stops(err) {
+			errs[i] = err
+			return nil // the others are released all the same
 		}
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	c.cfg.Metrics.recovery(RecoveryRolledBack)
-	klog.FromContext(ctx).Info("Rolled back a half-done commit", "podgroup", klog.KRef(rec.PodGroup.Namespace, rec.PodGroup.Name), "domain", rec.Domain, "claimsReleased", released.Load())
-	if live.pg != nil {
-		c.cfg.Report.Event(live.pg, v1.EventTypeNormal, vocab.EventCommitRolledBack, "Recovering",
-			fmt.Sprintf("a half-done commit to %s was rolled back: %d of %d claims released, no pod was bound", Where(rec.TopologyKey, rec.Domain), released.Load(), len(rec.Claims)))
+	if err := firstErrors(errs); err != nil {
+		return err
 	}
+	c.reportRolledBack(ctx, rec, live, only, int(released.Load()))
 	return nil
+}
+
+// reportRolledBack counts, logs and reports a roll-back: an event on each
+// rolled-back group's PodGroup that still exists (none for the gone
+// leaves of a finished tree).
+func (c *Committer) reportRolledBack(ctx context.Context, rec *commitRecord, live *liveCommit, only []bool, released int) {
+	logger := klog.FromContext(ctx)
+	if only != nil {
+		logger.Info("Rolled back the leaves of a finished commit that are gone or could not be bound", "root", rec.Root.String(), "claimsReleased", released)
+		return
+	}
+	c.cfg.Metrics.recovery(RecoveryRolledBack)
+	if rec.Tree() {
+		logger.Info("Rolled back a half-done commit", "root", rec.Root.String(), "groups", len(rec.Groups), "claimsReleased", released)
+	} else {
+		logger.Info("Rolled back a half-done commit", "podgroup", klog.KRef(rec.Root.Namespace, rec.Root.Name), "domain", rec.Groups[0].Domain, "claimsReleased", released)
+	}
+	for g, pg := range live.pgs {
+		if pg == nil {
+			continue
+		}
+		what := "a half-done commit"
+		if rec.Tree() {
+			what += " of " + rec.Root.String()
+		}
+		c.cfg.Report.Event(pg, v1.EventTypeNormal, vocab.EventCommitRolledBack, "Recovering",
+			fmt.Sprintf("%s to %s was rolled back: %d of %d claims released, no pod was bound", what, Where(rec.Groups[g].TopologyKey, rec.Groups[g].Domain), released, len(rec.Claims)))
+	}
+}
+
+// firstErrors joins the non-nil errors of errs: the first eight, and how
+// many more.
+func firstErrors(errs []error) error {
+	var p Problems
+	for _, err := range errs {
+		if err != nil {
+			p = append(p, err)
+		}
+	}
+	return p.Err()
 }
 
 // ReleaseClaim removes the reservations of consumers from a claim with the
 // given UID, and its allocation when no reservation is left and clearAlloc
 // accepts it. Live read, conflict retries. It reports whether it wrote.
 func (c *Committer) ReleaseClaim(ctx context.Context, namespace, name string, uid types.UID, consumers map[types.UID]bool, clearAlloc func(*resourceapi.AllocationResult) bool) (bool, error) {
+	return c.releaseClaim(ctx, namespace, name, uid, func(u types.UID) bool { return consumers[u] }, clearAlloc)
+}
+
+// releaseClaim is ReleaseClaim for the consumers drop accepts.
+func (c *Committer) releaseClaim(ctx context.Context, namespace, name string, uid types.UID, drop func(types.UID) bool, clearAlloc func(*resourceapi.AllocationResult) bool) (bool, error) {
 	claims := c.cfg.Client.ResourceV1().ResourceClaims(namespace)
 	changed := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -225,7 +306,7 @@ func (c *Committer) ReleaseClaim(ctx context.Context, namespace, name string, ui
 		if err != nil || rc.UID != uid {
 			return err
 		}
-		kept := slices.DeleteFunc(slices.Clone(rc.Status.ReservedFor), func(r resourceapi.ResourceClaimConsumerReference) bool { return consumers[r.UID] })
+		kept := slices.DeleteFunc(slices.Clone(rc.Status.ReservedFor), func(r resourceapi.ResourceClaimConsumerReference) bool { return drop(r.UID) })
 		clear := len(kept) == 0 && rc.Status.Allocation != nil && clearAlloc(rc.Status.Allocation)
 		if len(kept) == len(rc.Status.ReservedFor) && !clear {
 			return nil

@@ -38,6 +38,8 @@ type world struct {
 	d       *placement.Decision
 	objects []runtime.Object
 	nodes   []*v1.Node
+	// parallelism of the committer's phases; 0: 16.
+	parallelism int
 }
 
 // jobGang builds a gang of n members with claims claims each, 8 members per
@@ -121,7 +123,11 @@ func (w *world) committer(client *fake.Clientset, hook gate.Hook, rep *report.Re
 		_ = nodes.Add(n)
 	}
 	fence := &gate.Gate{Hook: hook}
-	return New(Config{Client: client, RecordNamespace: recordNS, Parallelism: 16, Gate: fence, Report: rep,
+	parallelism := w.parallelism
+	if parallelism == 0 {
+		parallelism = 16
+	}
+	return New(Config{Client: client, RecordNamespace: recordNS, Parallelism: parallelism, Gate: fence, Report: rep,
 		Conditions: gatedConditions{client: client, gate: fence},
 		Pods:       corelisters.NewPodLister(pods), Claims: resourcelisters.NewResourceClaimLister(claims), Nodes: corelisters.NewNodeLister(nodes)})
 }

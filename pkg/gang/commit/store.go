@@ -2,7 +2,6 @@ package commit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -12,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/commit/recordwire"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
@@ -33,11 +32,13 @@ const (
 	// part of a commit record (MaxRecordChunks parts at most).
 	MaxRecordBytes = 900 << 10
 	// MaxRecordPods bounds the pods a record names.
-	MaxRecordPods = 10000
+	MaxRecordPods = recordwire.MaxPods
 	// MaxRecordClaims bounds the claims a record names.
-	MaxRecordClaims = 4 + 32*MaxRecordPods
+	MaxRecordClaims = recordwire.MaxClaims
+	// MaxRecordGroups bounds the leaf PodGroups a tree's record names.
+	MaxRecordGroups = recordwire.MaxGroups
 	// MaxRecordText bounds a record's free text (a domain, a topology key).
-	MaxRecordText = 256
+	MaxRecordText = recordwire.MaxText
 )
 
 // Kind is one kind of record: its name in errors and events, its label and
@@ -179,49 +180,12 @@ func Decode(cm *v1.ConfigMap, what string, v any) error {
 	if len(raw) > MaxRecordBytes {
 		return fmt.Errorf("record is %d bytes, over the limit of %d", len(raw), MaxRecordBytes)
 	}
-	return decodeStrict([]byte(raw), what, v)
+	return recordwire.DecodeStrict([]byte(raw), what, v)
 }
 
 // Problems collects what is wrong with a decoded record while it is
 // validated; Err names the first eight.
-type Problems []error
-
-// Addf adds a problem.
-func (p *Problems) Addf(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
-
-// Name adds a problem unless name is a valid Kubernetes object name (a DNS
-// subdomain).
-func (p *Problems) Name(field, name string) {
-	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-		p.Addf("%s %q: %s", field, Shorten(name, 64), strings.Join(msgs, "; "))
-	}
-}
-
-// UID adds a problem unless uid looks like a UID.
-func (p *Problems) UID(field string, uid types.UID) {
-	if !isUID(uid) {
-		p.Addf("%s %q is not a UID", field, Shorten(string(uid), 64))
-	}
-}
-
-func isUID(uid types.UID) bool {
-	return uid != "" && len(uid) <= 128 && !strings.ContainsAny(string(uid), "/\x00")
-}
-
-// Err joins the problems (the first eight, and how many more), nil for
-// none.
-func (p Problems) Err() error {
-	errs := []error(p)
-	if len(errs) > 8 {
-		errs = append(errs[:8], fmt.Errorf("and %d more", len(errs)-8))
-	}
-	return errors.Join(errs...)
-}
+type Problems = recordwire.Problems
 
 // Shorten cuts s to n bytes followed by "..." for logs and errors.
-func Shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
+func Shorten(s string, n int) string { return recordwire.Shorten(s, n) }

@@ -39,75 +39,112 @@ type claimWrite struct {
 	shared bool
 }
 
-// planWrites lists a commit's claim writes in protocol order: the shared
-// claims (reserved for the PodGroup, or for every placed member when the
-// members name the claim themselves: Gang.MemberShared), then each placed
-// member's claims (reserved for the member), skipping reservations that
-// exist. A claim several members use gets one write that reserves it for
-// all of them, as kube-scheduler reserves a claim for each pod sharing it.
+// planWrites lists a flat gang's claim writes (planLeafWrites of its one
+// leaf; pg nil for a gang of one).
 func planWrites(pg *schedulingv1beta1.PodGroup, g *placement.Gang, d *placement.Decision) []claimWrite {
-	allocs := map[string]*resourceapi.AllocationResult{}
-	for i := range d.Claims {
-		allocs[d.Claims[i].Name] = &d.Claims[i].Allocation
-	}
-	var out []claimWrite
-	at := map[types.UID]int{} // claim UID → its write in out
-	add := func(c *resourceapi.ResourceClaim, consumer resourceapi.ResourceClaimConsumerReference, shared bool) {
-		a := allocs[c.Name]
-		if a == nil && (c.Status.Allocation == nil || ReservedFor(c, consumer.UID)) {
-			return // the engine left it out, or nothing to add
+	return planLeafWrites([]Leaf{{PodGroup: pg, Gang: g, Decision: d}})
+}
+
+// planLeafWrites lists a commit's claim writes in protocol order: the
+// shared claims of every leaf (reserved for the leaf's PodGroup, or for
+// every placed member when the members name the claim themselves:
+// Gang.MemberShared), then each placed member's claims (reserved for the
+// member), skipping reservations that exist. A claim several members use,
+// of one leaf or of several, gets one write that reserves it for all of
+// them, as kube-scheduler reserves a claim for each pod sharing it; its
+// allocation is the one a leaf's decision holds (doubleAllocated refuses
+// a claim two hold).
+func planLeafWrites(leaves []Leaf) []claimWrite {
+	p := writePlan{allocs: map[string]*resourceapi.AllocationResult{}, at: map[types.UID]int{}}
+	for _, l := range leaves {
+		for i := range l.Decision.Claims {
+			p.allocs[l.Decision.Claims[i].Name] = &l.Decision.Claims[i].Allocation
 		}
-		if i, ok := at[c.UID]; ok {
-			if !slices.ContainsFunc(out[i].consumers, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == consumer.UID }) {
-				out[i].consumers = append(out[i].consumers, consumer)
+	}
+	members := make([][]placement.Member, len(leaves))
+	for i, l := range leaves {
+		members[i] = placedMembers(l.Gang, l.Decision)
+	}
+	for i, l := range leaves {
+		if pg := l.PodGroup; pg != nil {
+			ref := resourceapi.ResourceClaimConsumerReference{APIGroup: schedulingv1beta1.GroupName, Resource: "podgroups", Name: pg.Name, UID: pg.UID}
+			for _, c := range l.Gang.SharedClaims {
+				if !l.Gang.MemberShared[c.UID] {
+					p.add(c, ref, true)
+					continue
+				}
+				for _, m := range members[i] {
+					p.add(c, podRef(m.Pod), true)
+				}
 			}
-			return
 		}
-		at[c.UID] = len(out)
-		out = append(out, claimWrite{claim: c, alloc: a, consumers: []resourceapi.ResourceClaimConsumerReference{consumer}, shared: shared})
 	}
-	placed := map[types.UID]bool{}
+	for _, ms := range members {
+		for _, m := range ms {
+			for _, c := range m.Claims {
+				p.add(c, podRef(m.Pod), false)
+			}
+		}
+	}
+	return p.out
+}
+
+// writePlan collects a commit's claim writes, one per claim.
+type writePlan struct {
+	allocs map[string]*resourceapi.AllocationResult // by claim name
+	out    []claimWrite
+	at     map[types.UID]int // claim UID → its write in out
+}
+
+// add reserves claim c for consumer in the commit's write of c (a new one
+// unless c has one already), unless there is nothing to write: the engine
+// left c out, or it is allocated and already reserved for consumer.
+func (p *writePlan) add(c *resourceapi.ResourceClaim, consumer resourceapi.ResourceClaimConsumerReference, shared bool) {
+	a := p.allocs[c.Name]
+	if a == nil && (c.Status.Allocation == nil || ReservedFor(c, consumer.UID)) {
+		return // the engine left it out, or nothing to add
+	}
+	if i, ok := p.at[c.UID]; ok {
+		if !slices.ContainsFunc(p.out[i].consumers, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == consumer.UID }) {
+			p.out[i].consumers = append(p.out[i].consumers, consumer)
+		}
+		return
+	}
+	p.at[c.UID] = len(p.out)
+	p.out = append(p.out, claimWrite{claim: c, alloc: a, consumers: []resourceapi.ResourceClaimConsumerReference{consumer}, shared: shared})
+}
+
+// placedMembers are the members d places, in gang order; the others are
+// left for later (minCount below the gang's size).
+func placedMembers(g *placement.Gang, d *placement.Decision) []placement.Member {
+	placed := make(map[types.UID]bool, len(d.Pods))
 	for _, pp := range d.Pods {
 		placed[pp.UID] = true
 	}
-	var members []placement.Member // placed, in gang order
+	var out []placement.Member
 	for _, m := range g.Members {
 		if placed[m.Pod.UID] {
-			members = append(members, m) // the others are left for later (minCount below the gang's size)
-		}
-	}
-	podRef := func(p *v1.Pod) resourceapi.ResourceClaimConsumerReference {
-		return resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p.Name, UID: p.UID}
-	}
-	if pg != nil {
-		ref := resourceapi.ResourceClaimConsumerReference{APIGroup: schedulingv1beta1.GroupName, Resource: "podgroups", Name: pg.Name, UID: pg.UID}
-		for _, c := range g.SharedClaims {
-			if !g.MemberShared[c.UID] {
-				add(c, ref, true)
-				continue
-			}
-			for _, m := range members {
-				add(c, podRef(m.Pod), true)
-			}
-		}
-	}
-	for _, m := range members {
-		for _, c := range m.Claims {
-			add(c, podRef(m.Pod), false)
+			out = append(out, m)
 		}
 	}
 	return out
 }
 
-// doubleAllocated names a claim the decision allocates twice, "" when
-// none is: such a decision is refused before anything is written.
-func doubleAllocated(d *placement.Decision) string {
-	seen := make(map[string]bool, len(d.Claims))
-	for _, c := range d.Claims {
-		if seen[c.Name] {
-			return c.Namespace + "/" + c.Name
+func podRef(p *v1.Pod) resourceapi.ResourceClaimConsumerReference {
+	return resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p.Name, UID: p.UID}
+}
+
+// doubleAllocated names a claim the leaves' decisions allocate twice, ""
+// when none is: such a commit is refused before anything is written.
+func doubleAllocated(leaves []Leaf) string {
+	seen := map[string]bool{}
+	for _, l := range leaves {
+		for _, c := range l.Decision.Claims {
+			if seen[c.Name] {
+				return c.Namespace + "/" + c.Name
+			}
+			seen[c.Name] = true
 		}
-		seen[c.Name] = true
 	}
 	return ""
 }
@@ -118,14 +155,19 @@ func ReservedFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
 	return slices.ContainsFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == uid })
 }
 
-// Txn is one commit of a decision, as a transaction: Run writes it in
-// protocol order, phase by phase, and undoes it when a write fails; Undo
-// is that undo (the recovery of this one gang). A Txn is run once.
+// Txn is one commit, as a transaction: of a flat gang's decision, or of
+// the decisions of a tree's placed leaves (BeginTree). Run writes it in
+// protocol order, phase by phase over all its leaves, and undoes it when a
+// write fails; Undo is that undo (the recovery of this one gang or tree).
+// A Txn is run once.
 type Txn struct {
-	c      *Committer
-	pg     *schedulingv1beta1.PodGroup // nil for a gang of one
-	gang   *placement.Gang
-	d      *placement.Decision
+	c *Committer
+	// root names the record (the zero Root for a gang of one); leaves are
+	// the gangs committed, one for a flat gang (PodGroup nil for a gang of
+	// one).
+	root   Root
+	leaves []Leaf
+	pods   []placement.PodPlacement // every leaf's, in leaf order
 	writes []claimWrite
 	// rec and record: the commit record as planned and as created (nil
 	// before the record phase). Undo acts on rec for its own record: it
@@ -138,6 +180,10 @@ type Txn struct {
 	// by claim UID (the assume cache waits for the informers to reach it).
 	written map[types.UID]string
 }
+
+// single reports whether the Txn commits a gang of one (no record, no
+// condition).
+func (t *Txn) single() bool { return t.leaves[0].PodGroup == nil }
 
 func (t *Txn) wrote(claim *resourceapi.ResourceClaim) {
 	t.mu.Lock()
@@ -167,7 +213,7 @@ func (t *Txn) Run(ctx context.Context) error {
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
 		err = fmt.Errorf("%w: %w", ErrConflict, err)
 	}
-	klog.FromContext(ctx).V(2).Info("Commit failed, undoing it", "gang", t.d.Gang, "err", err)
+	klog.FromContext(ctx).V(2).Info("Commit failed, undoing it", "gang", gangKey(t.root, t.leaves), "err", err)
 	rerr := t.Undo(ctx)
 	if gate.Stops(rerr) {
 		return rerr
@@ -179,14 +225,14 @@ func (t *Txn) Run(ctx context.Context) error {
 }
 
 // Undo rolls back or finishes what Run wrote, by the recovery rules: a
-// PodGroup commit from its record (finished when a member is bound, else
-// rolled back; nothing to do without a record), a gang of one by releasing
-// its claims unless its pod got bound.
+// PodGroup or tree commit from its record (finished when a member of any
+// leaf is bound, else rolled back; nothing to do without a record), a gang
+// of one by releasing its claims unless its pod got bound.
 func (t *Txn) Undo(ctx context.Context) error {
-	if t.pg == nil {
-		return t.c.releasePodClaims(ctx, t.gang.Members[0].Pod, t.writes)
+	if t.single() {
+		return t.c.releasePodClaims(ctx, t.leaves[0].Gang.Members[0].Pod, t.writes)
 	}
-	cm := t.c.records.get(t.pg.UID)
+	cm := t.c.records.get(t.root.UID)
 	switch {
 	case cm == nil:
 		return nil
@@ -196,30 +242,33 @@ func (t *Txn) Undo(ctx context.Context) error {
 	return t.c.RecoverRecord(ctx, cm) // one an earlier term left (adoptRecord)
 }
 
-// writeAll writes a decision phase by phase: record, shared claims, per-pod
+// writeAll writes a commit phase by phase: record, shared claims, per-pod
 // claims, the pods' status.extendedResourceClaimStatus, bindings,
-// condition, clear record. The writes of one phase run in
-// parallel (Config.Parallelism); a phase starts only after every write of
-// the previous one succeeded, so "a member is bound" still implies "every
-// claim write is done".
+// conditions, clear record; each phase over every leaf. The writes of one
+// phase run in parallel (Config.Parallelism); a phase starts only after
+// every write of the previous one succeeded, so "a member (of any leaf) is
+// bound" still implies "every claim write is done".
 func (t *Txn) writeAll(ctx context.Context) error {
 	c := t.c
-	if name := doubleAllocated(t.d); name != "" {
+	if name := doubleAllocated(t.leaves); name != "" {
 		return fmt.Errorf("the decision allocates claim %s twice; nothing was written", name)
 	}
 	shared, perPod := splitShared(t.writes)
-	statuses := extendedStatuses(t.gang, t.d)
+	var statuses []statusWrite
+	for _, l := range t.leaves {
+		statuses = append(statuses, extendedStatuses(l.Gang, l.Decision)...)
+	}
 	phases := []struct {
 		name string
 		skip bool
 		run  func(ctx context.Context) error
 	}{
-		{phaseRecord, t.pg == nil, func(ctx context.Context) error {
-			t.rec = newRecord(t.pg, t.d, t.writes)
+		{phaseRecord, t.single(), func(ctx context.Context) error {
+			t.rec = newTreeRecord(t.root, t.leaves, t.writes)
 			var err error
 			t.record, err = c.createRecord(ctx, t.rec)
 			if apierrors.IsAlreadyExists(err) {
-				c.adoptRecord(ctx, t.pg.UID) // a record this term did not know of: recover it first
+				c.adoptRecord(ctx, t.root.UID) // a record this term did not know of: recover it first
 			}
 			return err
 		}},
@@ -227,16 +276,19 @@ func (t *Txn) writeAll(ctx context.Context) error {
 		{phasePodClaims, len(perPod) == 0, func(ctx context.Context) error { return t.writeClaims(ctx, perPod) }},
 		{phasePodStatus, len(statuses) == 0, func(ctx context.Context) error { return t.writeStatuses(ctx, statuses) }},
 		{phaseBind, false, func(ctx context.Context) error {
-			return Parallel(ctx, c.cfg.Parallelism, len(t.d.Pods), func(ctx context.Context, i int) error {
-				pp := t.d.Pods[i]
+			return Parallel(ctx, c.cfg.Parallelism, len(t.pods), func(ctx context.Context, i int) error {
+				pp := t.pods[i]
 				return c.bind(ctx, pp.Namespace, pp.Name, pp.UID, pp.Node)
 			})
 		}},
-		{phaseCondition, t.pg == nil, func(ctx context.Context) error {
-			return c.cfg.Conditions.SetInitiallyScheduled(ctx, t.pg, metav1.ConditionTrue, vocab.ReasonScheduled, PlacedMessage(t.gang, t.d))
+		{phaseCondition, t.single(), func(ctx context.Context) error {
+			return Parallel(ctx, c.cfg.Parallelism, len(t.leaves), func(ctx context.Context, i int) error {
+				l := t.leaves[i]
+				return c.cfg.Conditions.SetInitiallyScheduled(ctx, l.PodGroup, metav1.ConditionTrue, vocab.ReasonScheduled, PlacedMessage(l.Gang, l.Decision))
+			})
 		}},
-		{phaseClearRecord, t.pg == nil, func(ctx context.Context) error {
-			return c.deleteRecord(ctx, t.record, t.pg.Namespace+"/"+t.pg.Name)
+		{phaseClearRecord, t.single(), func(ctx context.Context) error {
+			return c.deleteRecord(ctx, t.record, t.root.Key())
 		}},
 	}
 	var took phaseTimes
@@ -252,8 +304,8 @@ func (t *Txn) writeAll(ctx context.Context) error {
 			return err
 		}
 	}
-	klog.FromContext(ctx).V(2).Info("Committed gang", "pods", len(t.d.Pods), "claimWrites", len(t.writes), "phases", took)
-	return c.cfg.Gate.Check(gate.StepDone, t.d.Gang)
+	klog.FromContext(ctx).V(2).Info("Committed gang", "pods", len(t.pods), "leaves", len(t.leaves), "claimWrites", len(t.writes), "phases", took)
+	return c.cfg.Gate.Check(gate.StepDone, gangKey(t.root, t.leaves))
 }
 
 // writeClaims runs one phase of claim writes in parallel.

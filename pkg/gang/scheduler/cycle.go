@@ -71,6 +71,15 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		s.queue.RetryAfter(key, time.Second)
 		return nil
 	}
+	if vocab.IsCompositeKey(key) {
+		if s.tree == nil {
+			s.forget(key) // composites off: their PodGroups are flat gangs
+			return nil
+		}
+		var err error
+		s.handedOff, err = s.tree.Run(ctx, key)
+		return err
+	}
 	isGroup, ns, name := queue.SplitKey(key)
 	if !isGroup {
 		pod, err := s.pods.Pods(ns).Get(name)
@@ -110,6 +119,9 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		s.status.podGroupDeleting(ctx, pg)
 		s.forget(key)
 		return s.evict.GangDone(ctx, key)
+	}
+	if s.tree != nil && pg.Spec.ParentCompositePodGroupName != nil {
+		return s.tree.Route(ctx, key, pg) // a tree's leaf is placed with its tree
 	}
 	if cm := s.commits.Record(pg.UID); cm != nil {
 		// A commit of this gang is half done (a crash, or a failed undo):

@@ -9,7 +9,9 @@
 // commit protocol, the records, recovery, pipelined commits),
 // pkg/gang/evict (preemption, nominations, reservations, whole-gang
 // restarts), pkg/gang/replace (lost members replaced in place, the
-// bound and the policy after it), pkg/gang/guard (the double-allocation guard and device holds,
+// bound and the policy after it), pkg/gang/trees (CompositePodGroup trees:
+// a tree key cpg:<namespace>/<name> and every PodGroup with a parent go
+// there, with Config.CompositePodGroups), pkg/gang/guard (the double-allocation guard and device holds,
 // a controller with its own goroutines) and pkg/gang/podstate (the pod
 // predicates every room shares).
 //

@@ -4,20 +4,26 @@ import (
 	"time"
 
 	corelisters "k8s.io/client-go/listers/core/v1"
+	schedulinglistersv1alpha3 "k8s.io/client-go/listers/scheduling/v1alpha3"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // rankOf returns the queue's rank function: a gang's rank from the
 // informers, a PodGroup at its effective priority (evict.Priorities:
-// never above its class's value or its pods'); unknown gangs (deleted, or
-// not seen yet) rank as priority 0, created now.
-func rankOf(pods corelisters.PodLister, podGroups schedulinglisters.PodGroupLister, prios *evict.Priorities) func(key string) queue.Rank {
+// never above its class's value or its pods'), a tree at its root's
+// (treeRank); unknown gangs (deleted, or not seen yet) rank as priority
+// 0, created now.
+func rankOf(pods corelisters.PodLister, podGroups schedulinglisters.PodGroupLister, composites schedulinglistersv1alpha3.CompositePodGroupLister, prios *evict.Priorities) func(key string) queue.Rank {
 	return func(key string) queue.Rank {
 		isGroup, ns, name := queue.SplitKey(key)
+		if vocab.IsCompositeKey(key) {
+			return treeRank(composites, ns, name)
+		}
 		if !isGroup {
 			p, err := pods.Pods(ns).Get(name)
 			if err != nil {
@@ -31,4 +37,21 @@ func rankOf(pods corelisters.PodLister, podGroups schedulinglisters.PodGroupList
 		}
 		return queue.Rank{Priority: prios.Rank(pg), Since: pg.CreationTimestamp.Time}
 	}
+}
+
+// treeRank is a tree's rank: its root CompositePodGroup's spec.priority
+// (as kube-scheduler orders trees; nil: 0) and creation.
+func treeRank(composites schedulinglistersv1alpha3.CompositePodGroupLister, ns, name string) queue.Rank {
+	if composites == nil {
+		return queue.Rank{Since: time.Now()}
+	}
+	c, err := composites.CompositePodGroups(ns).Get(name)
+	if err != nil {
+		return queue.Rank{Since: time.Now()}
+	}
+	var p int32
+	if c.Spec.Priority != nil {
+		p = *c.Spec.Priority
+	}
+	return queue.Rank{Priority: p, Since: c.CreationTimestamp.Time}
 }

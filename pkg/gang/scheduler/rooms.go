@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/trees"
 	"github.com/gpufabric/gpufabric/pkg/gang/volumepins"
 )
 
@@ -95,6 +98,42 @@ func (s *Scheduler) wireRooms() {
 	s.restarts = evict.NewRestarter(cfg)
 	s.snaps.trust = nodetrust.New(s.report, s.nodes.Get, nil)
 	s.extended = extres.New(extres.Config{Client: s.cfg.Client, Claims: s.claims, Classes: s.snaps.classes, Gate: s.gate, Parallelism: s.cfg.CommitParallelism})
+	if s.inf.composites != nil {
+		s.tree = s.newTreeCycle()
+	}
+}
+
+// newTreeCycle builds the tree attempts of this term (pkg/gang/trees) on
+// the loop's parts: the listers, the snapshots, the commit room, the
+// pipeline and the gang status.
+func (s *Scheduler) newTreeCycle() *trees.Cycle {
+	composites := s.inf.factory.Scheduling().V1alpha3().CompositePodGroups().Lister()
+	get := func(ns, name string) (*schedulingv1alpha3.CompositePodGroup, error) {
+		return composites.CompositePodGroups(ns).Get(name)
+	}
+	return trees.NewCycle(trees.Deps{
+		Reader: &trees.Reader{Composites: compositeGetter(get), CompositeChildren: s.inf.composites.GetIndexer(), PodGroupChildren: s.inf.podGroups.GetIndexer()},
+		Lister: get, Queue: s.queue, Assumed: s.assumed, Visible: s.snaps.shown.Visible,
+		Snapshot: func(ctx context.Context) (*index.Snapshot, error) { return s.snaps.snapshot(ctx, nil) },
+		Commits:  s.commits, Pipeline: s.pipe, Conditions: s.conditions, Report: s.report, Metrics: s.cfg.Metrics,
+		Members: func(pg *schedulingv1beta1.PodGroup) (trees.Members, error) {
+			ms, err := s.gangs.members(pg)
+			if err != nil {
+				return trees.Members{}, err
+			}
+			return trees.Members{Pending: ms.pending, Running: ms.running, Gated: ms.gated, AnyBound: ms.anyBound, BoundNodes: ms.boundNodes}, nil
+		},
+		SetPods: s.status.setPods, Pending: s.pending.set, GetClaim: s.getClaim,
+		Prepare: s.prepare, Forget: s.forget, Done: s.evict.GangDone,
+		Placement: s.cfg.Placement, PlacementTime: s.cfg.PlacementTime, PlaceCalls: s.cfg.TreePlaceCalls,
+	})
+}
+
+// compositeGetter serves trees.Composites from the lister.
+type compositeGetter func(namespace, name string) (*schedulingv1alpha3.CompositePodGroup, error)
+
+func (g compositeGetter) Get(namespace, name string) (*schedulingv1alpha3.CompositePodGroup, error) {
+	return g(namespace, name)
 }
 
 // prepare pins a built gang's members to their volumes' nodes, then gives

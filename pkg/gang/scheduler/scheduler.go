@@ -10,6 +10,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	schedulinglistersv1alpha3 "k8s.io/client-go/listers/scheduling/v1alpha3"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -27,6 +28,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
+	"github.com/gpufabric/gpufabric/pkg/gang/trees"
 	"github.com/gpufabric/gpufabric/pkg/gang/volumepins"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	resourceapi "k8s.io/api/resource/v1"
@@ -84,6 +86,9 @@ type Scheduler struct {
 	// write.
 	report *report.Reporter
 	gate   *gate.Gate
+	// tree runs the attempts of CompositePodGroup trees (nil unless
+	// Config.CompositePodGroups; pkg/gang/trees).
+	tree *trees.Cycle
 	// pipe runs commits beside the worker; handedOff: the worker's current
 	// key went to it (the pipeline marks the key done).
 	pipe      *commit.Pipeline
@@ -200,7 +205,11 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	context.AfterFunc(ctx, broadcaster.Shutdown)
 	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
 	s.wireRooms()
-	s.queue.SetRank(rankOf(s.pods, s.podGroups, s.prios))
+	var composites schedulinglistersv1alpha3.CompositePodGroupLister
+	if inf.composites != nil {
+		composites = factory.Scheduling().V1alpha3().CompositePodGroups().Lister()
+	}
+	s.queue.SetRank(rankOf(s.pods, s.podGroups, composites, s.prios))
 	s.guard = s.newGuard()
 	if err := s.guard.Watch(inf.claims); err != nil {
 		return err

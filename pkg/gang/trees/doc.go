@@ -1,12 +1,18 @@
-// Package trees reads CompositePodGroup trees (scheduling.k8s.io/v1alpha3,
-// KEP-6012) from the scheduler's informers: which tree a PodGroup or a
-// CompositePodGroup belongs to, the tree under a root, whether it is
-// ready to be placed, and the composite.Group the pure tree search
-// (pkg/gang/composite) places. It writes nothing.
+// Package trees is gpufabric-scheduler's room for CompositePodGroup trees
+// (scheduling.k8s.io/v1alpha3, KEP-6012): it reads them from the
+// scheduler's informers (which tree a PodGroup or a CompositePodGroup
+// belongs to, the tree under a root, whether it is ready to be placed, the
+// composite.Group the pure tree search places) and runs a tree's attempts
+// (Cycle: the tree placed as one decision by pkg/gang/composite, its
+// leaves committed as one transaction by the commit room, or refused).
+// The loop routes tree keys and leaf PodGroups here; the room never
+// imports the loop, which hands it what it needs in Deps.
 //
 // Files: reader.go (Reader: roots, reading a tree, its validation),
 // ready.go (readiness, as kube-scheduler's GangScheduling plugin counts
-// it, and the tree as a composite.Group).
+// it, and the tree as a composite.Group), cycle.go (Cycle, Deps: an
+// attempt read and built; Route for a leaf PodGroup), place.go (an
+// attempt placed and committed, or refused).
 //
 // Rules:
 //   - A tree is everything under a root CompositePodGroup of one
@@ -20,4 +26,12 @@
 //     the field named), never a crash or an unbounded walk.
 //   - A missing parent makes its subtree wait (ErrMissing), as
 //     kube-scheduler keeps pods whose root is unknown.
+//   - As kube-scheduler: a tree is placed when it places a pod; its
+//     refusal is written as PodGroupInitiallyScheduled=False on every
+//     leaf; CompositePodGroup status is not written (1.37.1 writes none),
+//     events name the root.
+//   - Not yet (docs/design/composite.md): a tree never preempts, lost
+//     members of a tree's leaves are re-placed by the tree's next attempt
+//     in their pinned domains (no replace-in-place policy per leaf), and
+//     a composite's disruptionMode is not read.
 package trees

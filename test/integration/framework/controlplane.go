@@ -54,10 +54,9 @@ type Options struct {
 	// ("Gate=true,…"), e.g. PodGroupPreemptionPolicy for the comparison
 	// with kube-scheduler's workload-aware preemption.
 	ExtraFeatureGates string
-	// ExtraRuntimeConfig is added to kube-apiserver's --runtime-config
-	// ("group/version=true,…"), e.g. scheduling.k8s.io/v1alpha3=true for
-	// CompositePodGroups (with the gate CompositePodGroup).
-	ExtraRuntimeConfig string
+	// CompositePodGroups turns the CompositePodGroup gate on for every
+	// component and serves scheduling.k8s.io/v1alpha3 (KEP-6012).
+	CompositePodGroups bool
 	// WithoutPodGroupAPI starts kube-apiserver without RuntimeConfig, as a
 	// cluster that never enabled scheduling.k8s.io/v1beta1: PodGroups are
 	// not served (the gates stay on).
@@ -115,8 +114,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if opts.WithoutPodGroupAPI {
 		cp.runtimeConfig = ""
 	}
-	if opts.ExtraRuntimeConfig != "" {
-		cp.runtimeConfig = strings.Trim(cp.runtimeConfig+","+opts.ExtraRuntimeConfig, ",")
+	if opts.CompositePodGroups {
+		cp.gates += ",CompositePodGroup=true"
+		cp.runtimeConfig += ",scheduling.k8s.io/v1alpha3=true"
 	}
 	if opts.ExtraFeatureGates != "" {
 		cp.gates += "," + opts.ExtraFeatureGates
