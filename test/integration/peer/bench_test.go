@@ -214,7 +214,7 @@ func peerCluster(b *testing.B, trees bool) *peerEnv {
 	nodes := envCount("GPUFABRIC_PEER_NODES", 1000)
 	opts := framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: peerSelected(b, peerSchedulers[1]), ControllerManagerQPS: 200}
 	if trees {
-		opts.ExtraFeatureGates, opts.ExtraRuntimeConfig = treeFeatureGates, treeRuntimeConfig
+		opts.CompositePodGroups = true
 	}
 	cp := framework.StartT(b, opts)
 	admin := cp.AdminClient(b)

@@ -46,7 +46,10 @@ func newPeerProfiler(b *testing.B, cp *framework.ControlPlane) *peerProfiler {
 	itest.Must(b, "profile dir", err)
 	itest.Must(b, "create profile dir", os.MkdirAll(abs, 0o755))
 	p := &peerProfiler{dir: abs, token: itest.EndpointToken(b, cp.AdminClient(b), "peer-profiler", "/debug/pprof/*"), addrs: map[string]string{}, logs: map[string]string{},
-		procs: []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler"}}
+		procs: []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager"}}
+	if peerSelected(b, peerSchedulers[1]) {
+		p.procs = append(p.procs, peerSchedulers[1].process)
+	}
 	b.Cleanup(func() {
 		for process, log := range p.logs {
 			data, err := os.ReadFile(log)

@@ -21,14 +21,10 @@ import (
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
 
-// The gates and API version the tree workloads need on every component
-// (kube-scheduler reads CompositePodGroups from scheduling.k8s.io/v1alpha3
-// only with the gate CompositePodGroup; GenericWorkload and
-// TopologyAwareWorkloadScheduling are in framework.FeatureGates), and
-// gpufabric-scheduler's flag that places CompositePodGroup trees.
+// gpufabric-scheduler's flag that places CompositePodGroup trees (true:
+// it fails to start when the apiserver does not serve them), and the
+// trees' layout.
 const (
-	treeFeatureGates   = "CompositePodGroup=true"
-	treeRuntimeConfig  = "scheduling.k8s.io/v1alpha3=true"
 	treeSchedulerFlag  = "--composite-pod-groups=true"
 	peerLeafNodes      = 128 // nodes per IB leaf in peerNodes
 	peerRackNodes      = 16  // nodes per rack = NVLink domain in peerNodes
