@@ -339,6 +339,7 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 		if trees.placed < w.gangs {
 			trees.why = treeWhy(b.Context(), admin, ns)
 		}
+		trees.warnings = treeWarnings(b.Context(), admin, ns, w, pw)
 	}
 	// Each run starts on an empty cluster: spread pods left behind would
 	// make the next run's gangs fit worse, whichever scheduler made them.

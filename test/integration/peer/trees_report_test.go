@@ -1,11 +1,17 @@
 package peer
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // trapCount is the number of trees of w in the trap's order.
@@ -35,8 +41,8 @@ func (r treeRun) describe(w peerWorkload, start time.Time) string {
 	if r.why != "" {
 		why = "; the leaves not scheduled say: " + r.why
 	}
-	return fmt.Sprintf("%d/%d trees placed%s, %d with every child in one NVLink domain and the tree in one leaf; per placed tree, s from the first create to its last pod bound: %s%s",
-		r.placed, w.gangs, trap, r.within, strings.Join(per, " "), why)
+	return fmt.Sprintf("%d/%d trees placed%s, %d with every child in one NVLink domain and the tree in one leaf; per placed tree, s from the first create to its last pod bound: %s; Warning events on their roots %v later: %s%s",
+		r.placed, w.gangs, trap, r.within, strings.Join(per, " "), treeWarningsAfter, r.warnings, why)
 }
 
 // lastBound is when the last placed tree's last pod was bound (zero when
@@ -129,4 +135,96 @@ func treeRatios(b *testing.B, w peerWorkload, schedulers []peerScheduler, result
 	if g := mean(gf, cpu); g > 0 {
 		b.Logf("%s: scheduler CPU over the run, kube-scheduler / gpufabric-scheduler = %.2f / %.2f s = %.1f×", w.name, mean(kube, cpu), g, mean(kube, cpu)/g)
 	}
+}
+
+// treeWhy is what the scheduler wrote on the leaf PodGroups of namespace
+// ns that are not scheduled: their PodGroupInitiallyScheduled conditions'
+// distinct reasons and messages (each cut at 300 bytes), with how many
+// leaves gave each; "" when every leaf is scheduled.
+func treeWhy(ctx context.Context, c kubernetes.Interface, ns string) string {
+	list, err := c.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Sprintf("list podgroups: %v", err)
+	}
+	seen := map[string]int{}
+	var order []string
+	for _, pg := range list.Items {
+		cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
+		msg := "no condition"
+		if cond != nil {
+			if cond.Status == metav1.ConditionTrue {
+				continue
+			}
+			msg = cond.Reason + ": " + cond.Message
+		}
+		if len(msg) > 300 {
+			msg = msg[:300] + "…"
+		}
+		if seen[msg] == 0 {
+			order = append(order, msg)
+		}
+		seen[msg]++
+	}
+	var out []string
+	for _, m := range order {
+		out = append(out, fmt.Sprintf("%d× %q", seen[m], m))
+	}
+	return strings.Join(out, "; ")
+}
+
+// treeWarningsAfter is how long treeWarnings lets a scheduler go on after
+// the trees are bound before it counts.
+const treeWarningsAfter = 5 * time.Second
+
+// treeWarnings counts the Warning events (with their counts) on the root
+// CompositePodGroups of placed trees in namespace ns, treeWarningsAfter
+// after the run (untimed), by reason and first message: a placed tree
+// should have none.
+func treeWarnings(ctx context.Context, c kubernetes.Interface, ns string, w peerWorkload, pw *podWatch) string {
+	placed := map[string]bool{}
+	for g := range w.gangs {
+		placed[peerGroupName(g)] = treePlaced(pw, w, g)
+	}
+	time.Sleep(treeWarningsAfter)
+	list, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=CompositePodGroup,type=Warning"})
+	if err != nil {
+		return fmt.Sprintf("list events: %v", err)
+	}
+	count, first := map[string]int32{}, map[string]string{}
+	var reasons []string
+	for _, e := range list.Items {
+		if !placed[e.InvolvedObject.Name] {
+			continue
+		}
+		if _, ok := count[e.Reason]; !ok {
+			reasons = append(reasons, e.Reason)
+			first[e.Reason] = e.Message
+		}
+		count[e.Reason] += max(1, e.Count)
+	}
+	var out []string
+	for _, r := range reasons {
+		msg := first[r]
+		if len(msg) > 120 {
+			msg = msg[:120] + "…"
+		}
+		out = append(out, fmt.Sprintf("%d× %s (%q)", count[r], r, msg))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
+}
+
+// treePlaced reports whether every pod of tree g is bound.
+func treePlaced(pw *podWatch, w peerWorkload, g int) bool {
+	name := peerGroupName(g)
+	for k, i := range w.tree.order(g) {
+		for j := range w.tree.children[i].pods {
+			if node, _ := pw.boundTo(treePodName(treeChildName(name, k), j)); node == "" {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -257,6 +256,9 @@ type treeRun struct {
 	boundAt []time.Time
 	// why: what the leaf PodGroups of trees not placed say (treeWhy).
 	why string
+	// warnings: Warning events on the roots of the placed trees
+	// (treeWarnings).
+	warnings string
 }
 
 // boundTo is the node pod name was observed bound to and when ("" and
@@ -371,39 +373,4 @@ func trapBackgroundPod(ctx context.Context, admin kubernetes.Interface, ns strin
 		return fmt.Errorf("bind %s: %w", name, err)
 	}
 	return nil
-}
-
-// treeWhy is what the scheduler wrote on the leaf PodGroups of namespace
-// ns that are not scheduled: their PodGroupInitiallyScheduled conditions'
-// distinct reasons and messages (each cut at 300 bytes), with how many
-// leaves gave each; "" when every leaf is scheduled.
-func treeWhy(ctx context.Context, c kubernetes.Interface, ns string) string {
-	list, err := c.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Sprintf("list podgroups: %v", err)
-	}
-	seen := map[string]int{}
-	var order []string
-	for _, pg := range list.Items {
-		cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
-		msg := "no condition"
-		if cond != nil {
-			if cond.Status == metav1.ConditionTrue {
-				continue
-			}
-			msg = cond.Reason + ": " + cond.Message
-		}
-		if len(msg) > 300 {
-			msg = msg[:300] + "…"
-		}
-		if seen[msg] == 0 {
-			order = append(order, msg)
-		}
-		seen[msg]++
-	}
-	var out []string
-	for _, m := range order {
-		out = append(out, fmt.Sprintf("%d× %q", seen[m], m))
-	}
-	return strings.Join(out, "; ")
 }
