@@ -53,18 +53,21 @@ unit:
 
 # integration runs against a real etcd + kube-apiserver v1.37.1: one test
 # package per subject under test/integration (scheduler, plugin, chart,
-# soak, faults, kubectl, framework; peer's benchmarks only with -bench), in
-# parallel as go test runs packages; hack/demo's test runs the whole demo;
-# the kubeletdra module drives the plugin with the real kubelet DRA manager.
-# The packages share the scheduler and plugin binaries of `make build`
-# (GPUFABRIC_SCHEDULER_BIN, GPUFABRIC_PLUGIN_BIN) instead of each building
-# its own. The longest package (scheduler, ~8 min) is named first so that
-# it starts first and the others run beside it (go test starts packages in
-# the order given, two at a time on 2 cores).
+# soak, faults, kubectl, workloads, framework; peer's benchmarks only with
+# -bench), in parallel as go test runs packages; hack/demo's test runs the
+# whole demo; the kubeletdra module drives the plugin with the real kubelet
+# DRA manager. The packages share the scheduler and plugin binaries of
+# `make build` (GPUFABRIC_SCHEDULER_BIN, GPUFABRIC_PLUGIN_BIN) instead of
+# each building its own; Kueue and the workload controllers (JobSet, LWS,
+# Trainer, KubeRay: hack/build-workload-controllers.sh) are built once
+# before the packages start. The longest package (scheduler, ~8 min) is
+# named first so that it starts first and the others run beside it (go
+# test starts packages in the order given, two at a time on 2 cores).
 INTEGRATION_BIN = GPUFABRIC_SCHEDULER_BIN=$(CURDIR)/bin/scheduler GPUFABRIC_PLUGIN_BIN=$(CURDIR)/bin/kubelet-plugin
 integration: build control-plane
 	@hack/install-tools.sh helm >/dev/null
 	@hack/build-kueue.sh >/dev/null
+	@hack/build-workload-controllers.sh >/dev/null
 	export GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) $(INTEGRATION_BIN); \
 	$(GO) test -timeout $(TEST_TIMEOUT) ./test/integration/scheduler/ ./test/integration/... ./hack/demo/... && \
 	cd test/kubeletdra && $(GO) test -timeout $(TEST_TIMEOUT) ./...

@@ -48,6 +48,8 @@ type options struct {
 	serving         servingOptions
 	// requireAdminLabels: --require-admin-topology-labels.
 	requireAdminLabels bool
+	// memberGuardOn: --member-guard.
+	memberGuardOn bool
 	// spares: --spare-nodes-per-domain, --spare-level,
 	// --spares-for-new-gangs.
 	spares spares.Policy
@@ -125,6 +127,7 @@ var envTwins = map[string]string{
 	"spare-nodes-per-domain":           "GPUFABRIC_SPARE_NODES_PER_DOMAIN",
 	"spare-level":                      "GPUFABRIC_SPARE_LEVEL",
 	"spares-for-new-gangs":             "GPUFABRIC_SPARES_FOR_NEW_GANGS",
+	"member-guard":                     "GPUFABRIC_MEMBER_GUARD",
 	"composite-pod-groups":             "GPUFABRIC_COMPOSITE_POD_GROUPS",
 	"tree-place-calls":                 "GPUFABRIC_TREE_PLACE_CALLS",
 }
@@ -167,6 +170,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.spares.PerDomain, "spare-nodes-per-domain", 0, fmt.Sprintf("wholly free nodes every domain of --spare-level keeps for replacements (late members of a placed gang, a gang restarting into its previous domain): a new gang never takes them; 0..%d, 0: off", spares.MaxPerDomain))
 	fs.StringVar(&o.spares.Level, "spare-level", topology.TopologyKeyNVLinkDomain, "the fabric level whose domains keep spare nodes: "+topology.TopologyKeyNVLinkDomain+" or one of --topology-levels (e.g. a rack label)")
 	fs.BoolVar(&o.spares.ForNewGangs, "spares-for-new-gangs", false, "let new gangs take spare nodes too: spares are still counted and shown (kubectl gpufabric status, the free-room view), not kept")
+	fs.BoolVar(&o.memberGuardOn, "member-guard", true, "place as members of a PodGroup gpufabric-grouper made only pods whose controllers (Job, StatefulSet, leader pod) lead to its workload; others get a NotGroupMember event (needs list/watch of jobs and statefulsets)")
 	fs.StringVar(&o.composites, "composite-pod-groups", compositesAuto, "place CompositePodGroup trees (scheduling.k8s.io/v1alpha3, gate CompositePodGroup) as one decision each: "+
 		"auto (when the apiserver serves the API), true (the API must be served) or false (a PodGroup with a parent is placed as a flat gang)")
 	fs.IntVar(&o.treePlaceCalls, "tree-place-calls", 0, "placement calls one CompositePodGroup tree's search may make (0: 64 plus 8 per PodGroup of the tree); past it the greedy order's placement stands")

@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# gpufabric-scheduler (gang scheduler + fabric-domain controller). Build from
+# gpufabric-scheduler (gang scheduler + fabric-domain controller) and
+# gpufabric-grouper (the gangs of JobSets, LeaderWorkerSets, RayClusters...). Build from
 # the repository root:
 #   docker build -f deployments/images/scheduler.Dockerfile -t gpufabric/scheduler:dev .
 # Pure Go (no cgo): cross-compiled on the build platform, static runtime.
@@ -22,11 +23,17 @@ COPY pkg/ pkg/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build \
       -ldflags="-s -w -X github.com/gpufabric/gpufabric/pkg/component/version.version=${VERSION} -X github.com/gpufabric/gpufabric/pkg/component/version.commit=${COMMIT}" \
-      -o /out/gpufabric-scheduler ./cmd/scheduler
+      -o /out/gpufabric-scheduler ./cmd/scheduler && \
+    GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build \
+      -ldflags="-s -w -X github.com/gpufabric/gpufabric/pkg/component/version.version=${VERSION} -X github.com/gpufabric/gpufabric/pkg/component/version.commit=${COMMIT}" \
+      -o /out/gpufabric-grouper ./cmd/grouper
 
 FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="gpufabric scheduler" \
       org.opencontainers.image.source="https://github.com/gpufabric/gpufabric"
 COPY --from=build /out/gpufabric-scheduler /usr/bin/gpufabric-scheduler
+# gpufabric-grouper runs from the same image (its own Deployment and
+# identity in the chart).
+COPY --from=build /out/gpufabric-grouper /usr/bin/gpufabric-grouper
 USER 65532:65532
 ENTRYPOINT ["/usr/bin/gpufabric-scheduler"]

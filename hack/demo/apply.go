@@ -36,14 +36,30 @@ func (d *demo) applyDir(ctx context.Context, dir string) error {
 		if filepath.Base(f) == "fabric.yaml" {
 			continue // the fabric file describes hardware, not API objects
 		}
-		objs, err := readObjects(f)
-		if err != nil {
+		if err := applyObjects(ctx, dyn, mapper, f); err != nil {
 			return err
 		}
-		for _, obj := range objs {
-			if err := create(ctx, dyn, mapper, obj); err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
+	}
+	return nil
+}
+
+// applyFile creates the objects of one manifest file.
+func (d *demo) applyFile(ctx context.Context, path string) error {
+	dyn, err := dynamic.NewForConfig(d.cp.AdminConfig())
+	if err != nil {
+		return fmt.Errorf("build dynamic client: %w", err)
+	}
+	return applyObjects(ctx, dyn, restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(d.client.Discovery())), path)
+}
+
+func applyObjects(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, path string) error {
+	objs, err := readObjects(path)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := create(ctx, dyn, mapper, obj); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	return nil

@@ -32,6 +32,8 @@ type demo struct {
 	opts   options
 	client kubernetes.Interface
 	nodes  []*corev1.Node
+	// workloads: the JobSet and LeaderWorkerSet were submitted.
+	workloads bool
 }
 
 func newDemo(ctx context.Context, cp *framework.ControlPlane, fabric *mock.Fabric, o options) (*demo, error) {
@@ -143,7 +145,7 @@ func (d *demo) startScheduler(ctx context.Context) error {
 	}
 	return d.cp.StartProcess("scheduler", bin, "--kubeconfig="+kubeconfig,
 		"--topology-levels="+rackLabel+","+leafLabel, "--leader-elect-namespace="+schedulerNamespace,
-		"--commit-record-namespace="+schedulerNamespace, "--metrics-address=127.0.0.1:0")
+		"--commit-record-namespace="+schedulerNamespace, "--metrics-address=127.0.0.1:0", "--composite-pod-groups=true")
 }
 
 func (d *demo) waitPublished(ctx context.Context) error {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/pkg/workloads/grouping"
 )
 
 const ns = "demo"
@@ -45,6 +47,9 @@ func (d *demo) waitSettled(ctx context.Context, timeout time.Duration) error {
 			}
 		}
 		pending = append(pending, d.jobsWithoutPods(ctx, pods.Items)...)
+		if d.workloads {
+			pending = append(pending, d.workloadsPending(ctx)...)
+		}
 		return len(pending) == 0, nil
 	})
 	if err != nil {
@@ -102,7 +107,7 @@ func (d *demo) report(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
-	domainOf, err := d.nodeDomains(ctx)
+	domainOf, railOf, err := d.nodeDomains(ctx)
 	if err != nil {
 		return err
 	}
@@ -113,24 +118,96 @@ func (d *demo) report(ctx context.Context, out io.Writer) error {
 	if err := d.printGroups(ctx, out); err != nil {
 		return err
 	}
+	if err := d.printRails(ctx, out, pods.Items, railOf); err != nil {
+		return err
+	}
 	return d.printCDI(ctx, out, pods.Items)
 }
 
-// nodeDomains maps each node to its NVLink domain, from the published slices.
-func (d *demo) nodeDomains(ctx context.Context) (map[string]string, error) {
+// nodeDomains maps each node to its NVLink domain and each device
+// ("pool/device") with an IB rail to it, from the published slices.
+func (d *demo) nodeDomains(ctx context.Context) (map[string]string, map[string]int64, error) {
 	list, err := d.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("list slices: %w", err)
+		return nil, nil, fmt.Errorf("list slices: %w", err)
 	}
-	out := map[string]string{}
+	out, rails := map[string]string{}, map[string]int64{}
 	for _, s := range list.Items {
 		for _, dev := range s.Spec.Devices {
 			if v := dev.Attributes[topology.AttrNVLinkDomain].StringValue; v != nil && s.Spec.NodeName != nil {
 				out[*s.Spec.NodeName] = *v
 			}
+			if r, ok := topology.DeviceIBRail(&dev); ok {
+				rails[s.Spec.Pool.Name+"/"+dev.Name] = r
+			}
 		}
 	}
-	return out, nil
+	return out, rails, nil
+}
+
+// printRails prints, per gang with bound pods on IB rails, the rails of
+// its pods' devices: one set when every pod uses the same ("{4,5,6,7}"),
+// else each pod's. Coupled roles of a CompositePodGroup show one set.
+func (d *demo) printRails(ctx context.Context, out io.Writer, pods []corev1.Pod, railOf map[string]int64) error {
+	claims, err := d.client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list claims: %w", err)
+	}
+	byName := map[string]*resourceapi.ResourceClaim{}
+	for i := range claims.Items {
+		byName[claims.Items[i].Name] = &claims.Items[i]
+	}
+	sets := map[string][]string{} // gang → each bound pod's rails
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		var rails []int64
+		for _, st := range p.Status.ResourceClaimStatuses {
+			c := byName[ptrOrEmpty(st.ResourceClaimName)]
+			if c == nil || c.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if rail, ok := railOf[r.Pool+"/"+r.Device]; ok && !slices.Contains(rails, rail) {
+					rails = append(rails, rail)
+				}
+			}
+		}
+		if len(rails) > 0 {
+			slices.Sort(rails)
+			g := groupLabel(&p)
+			sets[g] = append(sets[g], p.Name+" "+railSet(rails))
+		}
+	}
+	fmt.Fprintln(out)
+	step(out, "IB rails of each gang's pods")
+	for _, g := range sortedKeys(sets) {
+		one := strings.SplitN(sets[g][0], " ", 2)[1]
+		same := !slices.ContainsFunc(sets[g], func(s string) bool { return strings.SplitN(s, " ", 2)[1] != one })
+		if same {
+			fmt.Fprintf(out, "  %s: %s\n", g, one)
+			continue
+		}
+		fmt.Fprintf(out, "  %s: %s\n", g, strings.Join(sets[g], ", "))
+	}
+	return nil
+}
+
+func ptrOrEmpty(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// railSet is "{0,1,2,3}".
+func railSet(rails []int64) string {
+	parts := make([]string, len(rails))
+	for i, r := range rails {
+		parts[i] = fmt.Sprint(r)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 func (d *demo) printPods(out io.Writer, pods []corev1.Pod, domainOf map[string]string) {
@@ -152,21 +229,25 @@ func (d *demo) printPods(out io.Writer, pods []corev1.Pod, domainOf map[string]s
 			continue
 		}
 		fmt.Fprintf(out, "\n%s: %d/%d pods bound, in %d NVLink domain(s) %v\n", g, bound, len(byGroup[g]), len(domains), sortedKeys(domains))
-		fmt.Fprintf(out, "  %-20s %-16s %-10s %s\n", "POD", "NODE", "PHASE", "NVLINK DOMAIN")
+		fmt.Fprintf(out, "  %-24s %-16s %-10s %s\n", "POD", "NODE", "PHASE", "NVLINK DOMAIN")
 		for _, p := range byGroup[g] {
 			node := p.Spec.NodeName
 			if node == "" {
 				node = "<none>"
 			}
-			fmt.Fprintf(out, "  %-20s %-16s %-10s %s\n", p.Name, node, p.Status.Phase, domainOf[p.Spec.NodeName])
+			fmt.Fprintf(out, "  %-24s %-16s %-10s %s\n", p.Name, node, p.Status.Phase, domainOf[p.Spec.NodeName])
 		}
 	}
 }
 
-// groupLabel names a pod's gang for the report: "job <name>" for a Job's
-// pods (the Job controller names their PodGroup), else the PodGroup, else
-// the pod.
+// groupLabel names a pod's gang for the report: the PodGroup
+// gpufabric-grouper made for a JobSet or LeaderWorkerSet, "job <name>" for
+// a Job's pods (the Job controller names their PodGroup), else the
+// PodGroup, else the pod.
 func groupLabel(p *corev1.Pod) string {
+	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && (strings.HasPrefix(*g.PodGroupName, grouping.PrefixJobSet+".") || strings.HasPrefix(*g.PodGroupName, grouping.PrefixLWS+".")) {
+		return *g.PodGroupName
+	}
 	if job := p.Labels[batchv1.JobNameLabel]; job != "" {
 		return "job " + job
 	}

@@ -55,8 +55,12 @@ var rules = []struct {
 	{"pkg/gang/composite", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/placement/index"}},
 	{"pkg/gang/assume", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/podstate"}},
 	{"pkg/gang/metrics", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/ungate", "pkg/gang/commit", "pkg/gang/evict", "pkg/gang/replace"}},
+	// Trees read and place CompositePodGroup trees; their preemption is
+	// the evict room's (a plan by the pure pkg/gang/preemption, the tree
+	// search behind its Placer), and the evict room reads trees only
+	// through its own interface (evict.Trees), never this package.
 	{"pkg/gang/trees", []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/placement", "pkg/gang/assume", "pkg/gang/commit", "pkg/gang/gate",
-		"pkg/gang/metrics", "pkg/gang/report", "pkg/gang/vocab"}},
+		"pkg/gang/metrics", "pkg/gang/report", "pkg/gang/vocab", "pkg/gang/evict", "pkg/gang/preemption"}},
 	{"pkg/gang/domains", []string{"pkg/topology"}},
 	{"pkg/gang/freeroom", []string{"pkg/topology", "pkg/gang/placement/spares", "pkg/gang/placement/index"}},
 	{"pkg/gang/vocab", []string{"pkg/topology"}},
@@ -65,6 +69,9 @@ var rules = []struct {
 	{"pkg/gang/podstate", []string{"pkg/topology"}},
 	{"pkg/gang/ungate", []string{"pkg/gang/podstate"}},
 	{"pkg/gang/gangless", []string{"pkg/gang/report"}},
+	// Membership of gpufabric-grouper's PodGroups: owner chains from its
+	// own metadata informers; lone pods fall back to gangless.
+	{"pkg/gang/membership", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/report", "pkg/gang/gangless"}},
 	{"pkg/gang/volumepins", []string{"pkg/topology", "pkg/gang/placement"}},
 	// Extended resources backed by DRA: the special claims, made before a
 	// gang is placed; read by the engine and the commit room through the
@@ -85,7 +92,7 @@ var rules = []struct {
 		"pkg/gang/preemption", "pkg/gang/commit"}},
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
 		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless", "pkg/gang/extres",
-		"pkg/gang/assume", "pkg/gang/composite", "pkg/gang/metrics", "pkg/gang/trees"}},
+		"pkg/gang/assume", "pkg/gang/composite", "pkg/gang/metrics", "pkg/gang/trees", "pkg/gang/membership"}},
 	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
 	// The failure model is a leaf of the simulator: rates, the seeded
 	// schedule and checkpoint arithmetic, no cluster view.
@@ -97,11 +104,18 @@ var rules = []struct {
 	// the placement engine (dry runs); pkg/inspect itself does not.
 	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
 	{"pkg/component", nil},
+	// Workload grouping: the pure mapping (workload → gang plan, the pod
+	// rules its admission policy is generated from) reads the scheduler's
+	// vocabulary to validate annotations as the scheduler does; the
+	// grouper controller builds on it and reports through the bounded
+	// events of pkg/gang/report.
+	{"pkg/workloads/grouping", []string{"pkg/topology", "pkg/gang/vocab"}},
+	{"pkg/workloads/grouper", []string{"pkg/workloads/grouping", "pkg/gang/report", "pkg/gang/vocab", "pkg/topology"}},
 }
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config"}
+var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,7 +26,10 @@ type Cluster struct {
 	Claims    []resourceapi.ResourceClaim
 	Pods      []corev1.Pod
 	PodGroups []schedulingv1beta1.PodGroup
-	Events    []eventsv1.Event
+	// Composites are the CompositePodGroups (scheduling.k8s.io/v1alpha3),
+	// when served.
+	Composites []schedulingv1alpha3.CompositePodGroup
+	Events     []eventsv1.Event
 	// Warnings from loading (e.g. a list that was forbidden).
 	Warnings []string
 }

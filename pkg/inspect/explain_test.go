@@ -195,6 +195,8 @@ func TestRank(t *testing.T) {
 		{"leaderworkerset", "lws-2-1", map[string]string{LabelLWSGroupIndex: "2", LabelLWSWorkerIndex: "1"}, "2/1"},
 		{"kubeflow", "pt-worker-0", map[string]string{LabelKubeflowType: "Worker", LabelKubeflowIndex: "0"}, "worker/0"},
 		{"statefulset", "db-4", map[string]string{LabelPodIndex: "4"}, "4"},
+		{"ray head", "rc-head-x7k2p", map[string]string{LabelRayNodeType: "head"}, "0"},
+		{"ray worker", "rc-gpu-worker-q2z9w", map[string]string{LabelRayNodeType: "worker", LabelRayReplicaIndex: "3"}, "1/3"},
 		{"numeric name suffix", "train-12", nil, "12"},
 		{"no rank", "train-abcde", nil, ""},
 		{"worker index without group", "lws-x", map[string]string{LabelLWSWorkerIndex: "1"}, ""},

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,9 @@ type Need struct {
 	Claims         bool
 	Pods           bool
 	PodGroups      bool
+	// Composites lists CompositePodGroups, when served (a cluster without
+	// the API, or a user who may not list them, gets a warning).
+	Composites bool
 	// EventsAbout lists the events regarding the PodGroup of this name.
 	EventsAbout string
 }
@@ -49,6 +53,7 @@ func steps(need Need) []step {
 		{need.Claims, "resourceclaims", false, listClaims},
 		{need.Pods, "pods", false, listPods},
 		{need.PodGroups, "podgroups", false, listPodGroups},
+		{need.Composites, "compositepodgroups", true, listComposites},
 		{need.EventsAbout != "", "events", true, listEvents},
 	}
 }
@@ -67,6 +72,8 @@ func Load(ctx context.Context, c kubernetes.Interface, need Need) (*Cluster, err
 			logger.V(4).Info("Listed", "resource", s.what, "namespace", need.Namespace)
 		case s.optional && apierrors.IsForbidden(err):
 			out.Warnings = append(out.Warnings, fmt.Sprintf("cannot list %s (forbidden): left out", s.what))
+		case s.optional && apierrors.IsNotFound(err):
+			logger.V(4).Info("Not served", "resource", s.what) // e.g. CompositePodGroups without their gate
 		default:
 			return nil, fmt.Errorf("list %s: %w", s.what, err)
 		}
@@ -114,6 +121,16 @@ func listPodGroups(ctx context.Context, c kubernetes.Interface, need Need, out *
 	out.PodGroups, err = listAll(ctx, func(o metav1.ListOptions) ([]schedulingv1beta1.PodGroup, string, error) {
 		l, err := c.SchedulingV1beta1().PodGroups(need.Namespace).List(ctx, o)
 		return items(l, err, func(l *schedulingv1beta1.PodGroupList) ([]schedulingv1beta1.PodGroup, string) {
+			return l.Items, l.Continue
+		})
+	})
+	return err
+}
+
+func listComposites(ctx context.Context, c kubernetes.Interface, need Need, out *Cluster) (err error) {
+	out.Composites, err = listAll(ctx, func(o metav1.ListOptions) ([]schedulingv1alpha3.CompositePodGroup, string, error) {
+		l, err := c.SchedulingV1alpha3().CompositePodGroups(need.Namespace).List(ctx, o)
+		return items(l, err, func(l *schedulingv1alpha3.CompositePodGroupList) ([]schedulingv1alpha3.CompositePodGroup, string) {
 			return l.Items, l.Continue
 		})
 	})

@@ -168,6 +168,9 @@ type ExplainReport struct {
 	// Workload is the reference the PodGroup was found through
 	// ("job/llm-train"); "" when it was named directly.
 	Workload string `json:"workload,omitempty"`
+	// Tree outlines the CompositePodGroup tree the PodGroup was found
+	// through, a line per group.
+	Tree []string `json:"tree,omitempty"`
 	// Queue is the PodGroup's place among the waiting PodGroups of its
 	// namespace (state Waiting only).
 	Queue *QueuePlace `json:"queue,omitempty"`

@@ -17,6 +17,8 @@ const (
 	LabelKubeflowType       = "training.kubeflow.org/replica-type"
 	LabelKubeflowIndex      = "training.kubeflow.org/replica-index"
 	LabelPodIndex           = "apps.kubernetes.io/pod-index"
+	LabelRayNodeType        = "ray.io/node-type"
+	LabelRayReplicaIndex    = "ray.io/worker-group-replica-index"
 )
 
 var numericSuffix = regexp.MustCompile(`-([0-9]+)$`)
@@ -26,10 +28,20 @@ var numericSuffix = regexp.MustCompile(`-([0-9]+)$`)
 //   - Indexed Job: the completion index;
 //   - LeaderWorkerSet: "<group-index>/<worker-index>";
 //   - Kubeflow training operators: "<replica-type>/<replica-index>";
+//   - KubeRay: "0" for the head, "1/<worker-group-replica-index>" for a
+//     worker (the scheduler's order: the head first);
 //   - StatefulSet: the pod index;
 //   - otherwise the numeric suffix of the pod's name ("train-3": 3).
 func Rank(p *corev1.Pod) string {
 	l := p.Labels
+	switch l[LabelRayNodeType] {
+	case "head":
+		return "0"
+	case "worker":
+		if i, ok := l[LabelRayReplicaIndex]; ok {
+			return "1/" + i
+		}
+	}
 	pairs := []struct{ outer, inner string }{
 		{LabelJobSetGlobalIndex, LabelJobCompletionIndex},
 		{"", LabelJobCompletionIndex},

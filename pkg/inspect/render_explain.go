@@ -20,6 +20,9 @@ func RenderExplain(w io.Writer, r *ExplainReport, st Style) error {
 	if r.Workload != "" {
 		t.row("Found via:", r.Workload)
 	}
+	for i, line := range r.Tree {
+		t.row(map[bool]string{true: "Tree:"}[i == 0], line)
+	}
 	t.row("State:", r.State+": "+r.Summary)
 	if q := r.Queue; q != nil {
 		t.row("Queue:", fmt.Sprintf("%d of %d waiting (priority %d, waiting %s)", q.Position, q.Of, q.Priority, age(st.Now, q.Created)))

@@ -25,6 +25,9 @@ const (
 	LabelJobSetName = "jobset.sigs.k8s.io/jobset-name"
 	LabelLWSName    = "leaderworkerset.sigs.k8s.io/name"
 	LabelRayCluster = "ray.io/cluster"
+	// LabelRayJob is on a RayJob's RayCluster, and on the PodGroups
+	// gpufabric-grouper makes for it: the RayJob's name.
+	LabelRayJob = "ray.io/originated-from-cr-name"
 )
 
 // WorkloadKinds lists the workload kinds explain resolves, in the order a
@@ -35,6 +38,12 @@ func WorkloadKinds() []WorkloadKind {
 		{Prefixes: []string{"jobset", "jobsets", "jobset.jobset.x-k8s.io"}, Kind: "JobSet", Group: "jobset.x-k8s.io", PodLabel: LabelJobSetName},
 		{Prefixes: []string{"lws", "leaderworkerset", "leaderworkersets"}, Kind: "LeaderWorkerSet", Group: "leaderworkerset.x-k8s.io", PodLabel: LabelLWSName},
 		{Prefixes: []string{"raycluster", "rayclusters", "raycluster.ray.io"}, Kind: "RayCluster", Group: "ray.io", PodLabel: LabelRayCluster},
+		// A TrainJob's JobSet has its name: its pods carry it as the
+		// JobSet's, and so do the PodGroups gpufabric-grouper makes.
+		{Prefixes: []string{"trainjob", "trainjobs", "trainjob.trainer.kubeflow.org"}, Kind: "TrainJob", Group: "trainer.kubeflow.org", PodLabel: LabelJobSetName},
+		// A RayJob's groups are its RayCluster's, labelled with its name by
+		// gpufabric-grouper.
+		{Prefixes: []string{"rayjob", "rayjobs", "rayjob.ray.io"}, Kind: "RayJob", Group: "ray.io", PodLabel: LabelRayJob},
 	}
 }
 
@@ -44,11 +53,16 @@ type Resolved struct {
 	Groups []string
 	// Workload is "job/llm-train" when the groups were found through a Job.
 	Workload string
+	// Tree outlines the CompositePodGroup tree the groups were found
+	// through, a line per group.
+	Tree []string
 }
 
 // ResolveRef turns an explain reference into PodGroup names in namespace
 // ns:
 //   - "podgroup/NAME" (or "pg/NAME"): that PodGroup;
+//   - "compositepodgroup/NAME" (or "cpg/NAME"): the PodGroups of the
+//     CompositePodGroup tree under NAME (resolveTree);
 //   - "KIND/NAME" with a kind of WorkloadKinds: the PodGroups owned by the
 //     workload or named by its pods (spec.schedulingGroup.podGroupName of
 //     the pods labelled PodLabel=NAME); none is an error naming what was
@@ -70,15 +84,21 @@ func ResolveRef(c *Cluster, ns, ref string) (Resolved, error) {
 		if slices.Contains([]string{"podgroup", "podgroups", "pg"}, p) {
 			return Resolved{Groups: []string{name}}, nil
 		}
+		if slices.Contains(treePrefixes, p) {
+			return resolveTree(c, ns, name)
+		}
 		for _, k := range kinds {
 			if slices.Contains(k.Prefixes, p) {
 				return resolveKind(c, ns, k, name)
 			}
 		}
-		return Resolved{}, fmt.Errorf("explain %q: unknown kind %q; want podgroup or one of %s", ref, prefix, kindNames(kinds))
+		return Resolved{}, fmt.Errorf("explain %q: unknown kind %q; want podgroup, compositepodgroup or one of %s", ref, prefix, kindNames(kinds))
 	}
 	if findGroup(c.PodGroups, ns, name) != nil {
 		return Resolved{Groups: []string{name}}, nil
+	}
+	if findComposite(c.Composites, ns, name) != nil {
+		return resolveTree(c, ns, name)
 	}
 	for _, k := range kinds {
 		if groups := groupsOfWorkload(c, ns, k, name); len(groups) > 0 {

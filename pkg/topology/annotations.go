@@ -44,6 +44,20 @@ const (
 	// below the gang's own topology key when the PodGroup has one.
 	AnnotationSegmentTopologyKey = DriverName + "/segment-topology-key"
 
+	// AnnotationRailCoupling, on a CompositePodGroup, couples the IB rails
+	// of the PodGroups below it whose pods ask for GPUs (the roles of a
+	// disaggregated service: prefill rail i talks to decode rail i): every
+	// such PodGroup is rail-aligned and all of them use one set of rails.
+	// RailCouplingRequired refuses a tree where they cannot;
+	// RailCouplingPreferred places it uncoupled then; RailCouplingNone (also
+	// the only value a PodGroup may carry) leaves the subtree out of an
+	// ancestor's coupling. The nearest annotated ancestor decides.
+	AnnotationRailCoupling = DriverName + "/rail-coupling"
+
+	RailCouplingRequired  = "required"
+	RailCouplingPreferred = "preferred"
+	RailCouplingNone      = "none"
+
 	// MaxSegmentSize bounds AnnotationSegmentSize: more members than the
 	// largest NVLink domain (576 GPUs) has GPUs.
 	MaxSegmentSize = 1024
@@ -79,6 +93,19 @@ func ParseRailAlignment(v string) (required bool, err error) {
 	}
 	return false, fmt.Errorf("annotation %s: value %s is not one of %q, %q",
 		AnnotationRailAlignment, quoteValue(v), RailAlignmentPreferred, RailAlignmentRequired)
+}
+
+// ParseRailCoupling validates the value of AnnotationRailCoupling (call it
+// only when the annotation is set): RailCouplingRequired,
+// RailCouplingPreferred or RailCouplingNone, matched exactly; anything
+// else (also "") is an error naming the annotation and the allowed values.
+func ParseRailCoupling(v string) (string, error) {
+	switch v {
+	case RailCouplingRequired, RailCouplingPreferred, RailCouplingNone:
+		return v, nil
+	}
+	return "", fmt.Errorf("annotation %s: value %s is not one of %q, %q, %q",
+		AnnotationRailCoupling, quoteValue(v), RailCouplingRequired, RailCouplingPreferred, RailCouplingNone)
 }
 
 // ParsePreferredTopologyKey validates the value of

@@ -40,6 +40,37 @@ func TestParseRailAlignment(t *testing.T) {
 	}
 }
 
+func TestParseRailCoupling(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		want    string
+		wantErr bool
+	}{
+		"required":       {in: "required", want: RailCouplingRequired},
+		"preferred":      {in: "preferred", want: RailCouplingPreferred},
+		"none":           {in: "none", want: RailCouplingNone},
+		"empty":          {in: "", wantErr: true},
+		"capitalized":    {in: "Required", wantErr: true},
+		"trailing space": {in: "none ", wantErr: true},
+		"boolean":        {in: "true", wantErr: true},
+		"a list":         {in: "prefill,decode", wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseRailCoupling(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("ParseRailCoupling(%q) error = %v, want error %t", tc.in, err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("ParseRailCoupling(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+			if err != nil {
+				checkAnnotationError(t, err, AnnotationRailCoupling, tc.in, `"required"`, `"preferred"`, `"none"`)
+			}
+		})
+	}
+}
+
 func TestParseTopologySpread(t *testing.T) {
 	tests := map[string]struct {
 		in      string

@@ -18,14 +18,6 @@ import (
 
 var treeName = vocab.RecordName("uid-root")
 
-// validTreeRecord is the record of a tree of 3 leaves of 2 pods
-// (treeGang): a PodGroup claim per leaf, a claim per pod, and the dataset
-// the first pod of every leaf names.
-func validTreeRecord() *commitRecord {
-	tr := treeGang(3, 2)
-	return newTreeRecord(tr.root, tr.leaves, planLeafWrites(tr.leaves))
-}
-
 // TestTreeRecordRoundTrip: a tree's record is version 3: the root, the
 // leaves with their domains, each pod's leaf (left out for the first),
 // each claim's leaves (the PodGroup claims'); it decodes to itself.

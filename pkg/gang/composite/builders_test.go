@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/dynamic-resource-allocation/structured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/composite"
@@ -26,6 +27,8 @@ type treeSpec struct {
 	Min      int                `json:"minGroupCount,omitempty"` // default: all children
 	Children []treeSpec         `json:"children,omitempty"`
 	Gang     *scenario.GangSpec `json:"gang,omitempty"`
+	// Coupling is the annotation gpufabric.dev/rail-coupling.
+	Coupling string `json:"railCoupling,omitempty"`
 }
 
 // treeFile is a golden tree case: a cluster (its gangs are placed first,
@@ -33,6 +36,9 @@ type treeSpec struct {
 type treeFile struct {
 	scenario.Scenario `json:",inline"`
 	Trees             []treeSpec `json:"trees"`
+	// ShowRails writes each placed pod's IB rails (always for a tree with
+	// a rail coupling).
+	ShowRails bool `json:"showRails,omitempty"`
 }
 
 // build turns a spec into a Group; leaves' gangs come from
@@ -46,9 +52,9 @@ func (ts treeSpec) build(t *testing.T) *composite.Group {
 		if err != nil {
 			t.Fatalf("leaf %s: %v", ts.Name, err)
 		}
-		return &composite.Group{Name: "PodGroup/" + ts.Name, TopologyKey: ts.Key, Gang: g}
+		return &composite.Group{Name: "PodGroup/" + ts.Name, TopologyKey: ts.Key, Gang: g, RailCoupling: ts.Coupling}
 	}
-	g := &composite.Group{Name: "CompositePodGroup/" + ts.Name, TopologyKey: ts.Key, MinGroupCount: ts.Min}
+	g := &composite.Group{Name: "CompositePodGroup/" + ts.Name, TopologyKey: ts.Key, MinGroupCount: ts.Min, RailCoupling: ts.Coupling}
 	for _, c := range ts.Children {
 		g.Children = append(g.Children, c.build(t))
 	}
@@ -91,9 +97,13 @@ type treeOutcome struct {
 	Domains []string `json:"domains,omitempty"` // "<group>: <key> <domain>"
 	Refused string   `json:"refused,omitempty"`
 	Search  bool     `json:"search,omitempty"` // the joint search ran
+	// Coupled: the decision's rail couplings.
+	Coupled []string `json:"coupled,omitempty"`
 }
 
-func outcomeOf(name string, d *composite.Decision, u *composite.Unschedulable) treeOutcome {
+// outcomeOf is a tree's outcome; with s, each pod's IB rails too
+// ("pod@node{rails}").
+func outcomeOf(name string, s *index.Snapshot, d *composite.Decision, u *composite.Unschedulable) treeOutcome {
 	out := treeOutcome{Tree: name}
 	if u != nil {
 		out.Refused = u.Message
@@ -102,15 +112,83 @@ func outcomeOf(name string, d *composite.Decision, u *composite.Unschedulable) t
 	for _, l := range d.Leaves {
 		var pods []string
 		for _, p := range l.Decision.Pods {
-			pods = append(pods, p.Name+"@"+p.Node)
+			pod := p.Name + "@" + p.Node
+			if s != nil {
+				pod += fmt.Sprint(podRails(s, l.Decision, p.Name))
+			}
+			pods = append(pods, pod)
 		}
 		out.Placed = append(out.Placed, l.Group.Name+": "+strings.Join(pods, " "))
 	}
 	for _, gd := range d.Domains {
 		out.Domains = append(out.Domains, fmt.Sprintf("%s: %s %s", gd.Group, gd.TopologyKey, gd.Domain))
 	}
+	for _, c := range d.Coupled {
+		line := fmt.Sprintf("%s (%s): rails %v: %s", c.Group, c.Mode, c.Rails, strings.Join(c.Leaves, ", "))
+		if c.Unmet != "" {
+			line = fmt.Sprintf("%s (%s): unmet: %s", c.Group, c.Mode, c.Unmet)
+		}
+		out.Coupled = append(out.Coupled, line)
+	}
 	out.Search = d.Stats.Searches > 0
 	return out
+}
+
+// podRails is the sorted IB rails of the devices a pod's own claims get.
+func podRails(s *index.Snapshot, d *placement.Decision, pod string) []int64 {
+	var node string
+	for _, p := range d.Pods {
+		if p.Name == pod {
+			node = p.Node
+		}
+	}
+	var out []int64
+	for _, c := range d.Claims {
+		if c.Pod != pod || c.Shared {
+			continue
+		}
+		for _, r := range c.Allocation.Devices.Results {
+			dev := s.Node(node).Device(structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+			if rail, ok := topology.DeviceIBRail(dev); ok && !slices.Contains(out, rail) {
+				out = append(out, rail)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// hasCoupling reports whether a tree spec asks for a rail coupling.
+func (ts treeSpec) hasCoupling() bool {
+	return ts.Coupling != "" || slices.ContainsFunc(ts.Children, treeSpec.hasCoupling)
+}
+
+// checkCoupled checks a decision's couplings: every pod of a coupled leaf
+// uses rails of the coupling's set only, and the pods of a leaf one set.
+func checkCoupled(t *testing.T, s *index.Snapshot, d *composite.Decision) {
+	t.Helper()
+	of := map[string]*placement.Decision{}
+	for _, l := range d.Leaves {
+		of[l.Group.Name] = l.Decision
+	}
+	for _, c := range d.Coupled {
+		for _, name := range c.Leaves {
+			var first []int64
+			for i, p := range of[name].Pods {
+				got := podRails(s, of[name], p.Name)
+				for _, r := range got {
+					if !slices.Contains(c.Rails, r) {
+						t.Errorf("%s: pod %s on rails %v, outside the coupled set %v of %s", name, p.Name, got, c.Rails, c.Group)
+					}
+				}
+				if i == 0 {
+					first = got
+				} else if !slices.Equal(first, got) {
+					t.Errorf("%s: pods on rails %v and %v, not rail-aligned", name, first, got)
+				}
+			}
+		}
+	}
 }
 
 // runTrees places a file's trees in order on one snapshot, assuming each
@@ -125,11 +203,16 @@ func runTrees(ctx context.Context, t *testing.T, f treeFile) []treeOutcome {
 		if err != nil {
 			t.Fatalf("tree %s: %v", ts.Name, err)
 		}
-		out = append(out, outcomeOf(ts.Name, d, u))
+		var rs *index.Snapshot
+		if f.ShowRails || ts.hasCoupling() {
+			rs = s
+		}
+		out = append(out, outcomeOf(ts.Name, rs, d, u))
 		if d == nil {
 			continue
 		}
 		checkDecision(t, s, root, d)
+		checkCoupled(t, s, d)
 		for _, l := range d.Leaves {
 			if err := placement.Assume(ctx, s, l.Group.Gang, l.Decision); err != nil {
 				t.Fatal(err)

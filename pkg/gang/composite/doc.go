@@ -9,7 +9,8 @@
 // Files: group.go (Group, the tree and its validation), place.go (Place,
 // the search over the tree), scopes.go (the domains a child is tried in,
 // the running subtrees' pins), result.go (Decision, Unschedulable, the
-// refusal's words).
+// refusal's words), coupling.go (coupled roles: rail couplings across a
+// tree's leaves, coupler, Coupled).
 //
 // Rules:
 //   - Kubernetes 1.37's semantics where it defines them: a composite is
@@ -25,6 +26,10 @@
 //     order would; domains are chosen best-fit from free-device counts and
 //     every placement is verified by the engine; ties are broken by domain
 //     id, never at random.
+//   - Coupled roles (gpufabric.dev/rail-coupling on a composite): the
+//     leaves below it that ask for devices use one set of IB rails, fixed
+//     by the first of them placed (coupling.go has the rules); a required
+//     coupling that cannot hold refuses the tree, naming the set.
 //   - Deterministic: the same tree, snapshot and Options give the same
 //     result. The search is bounded by Options.PlaceCalls (Place calls of
 //     the engine per tree): when it runs out, the greedy order's result

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // MaxDepth is the deepest tree Kubernetes 1.37 makes from Workload
@@ -34,6 +35,11 @@ type Group struct {
 	// run) and BoundNodes where its members run. Its TopologyKey is the
 	// group's; Place sets its Within.
 	Gang *placement.Gang
+	// RailCoupling is the annotation gpufabric.dev/rail-coupling
+	// (topology.RailCoupling*; "": not set): on a composite, required or
+	// preferred couples the IB rails of the leaves below it (coupling.go),
+	// none leaves its subtree out of an ancestor's; on a leaf only none.
+	RailCoupling string
 }
 
 // Leaf reports whether g is a leaf PodGroup.
@@ -93,6 +99,9 @@ func Validate(root *Group) error {
 			return fmt.Errorf("%s: a PodGroup has no children", g.Name)
 		}
 		seen[g.Name] = true
+		if err := validCoupling(g); err != nil {
+			return err
+		}
 		if g.Leaf() {
 			return nil
 		}
@@ -112,4 +121,20 @@ func Validate(root *Group) error {
 		return nil
 	}
 	return walk(root, 1)
+}
+
+// validCoupling checks a group's RailCoupling: a value of the annotation,
+// and on a leaf only none (a PodGroup has no roles of its own to couple).
+func validCoupling(g *Group) error {
+	if g.RailCoupling == "" {
+		return nil
+	}
+	if _, err := topology.ParseRailCoupling(g.RailCoupling); err != nil {
+		return fmt.Errorf("%s: %w", g.Name, err)
+	}
+	if g.Leaf() && g.RailCoupling != topology.RailCouplingNone {
+		return fmt.Errorf("%s: annotation %s: %q on a PodGroup; it couples the PodGroups below a CompositePodGroup, a PodGroup may only opt out with %q",
+			g.Name, topology.AnnotationRailCoupling, g.RailCoupling, topology.RailCouplingNone)
+	}
+	return nil
 }

@@ -50,6 +50,8 @@ type searcher struct {
 	why   map[*Group]string
 	whyIn map[*Group][]string
 	stats Stats
+	// cp: the tree's rail couplings (coupling.go).
+	cp *coupler
 }
 
 // placed is one entry of the searcher's stack.
@@ -57,6 +59,8 @@ type placed struct {
 	g   *Group
 	d   *placement.Decision // a leaf's, nil for a domain
 	dom *topology.Domain    // a keyed group's domain, nil for a leaf's decision
+	// rails: a coupled leaf's IB rails (coupling.go).
+	rails []int64
 }
 
 // mark is a point to roll the search back to.
@@ -69,7 +73,8 @@ type mark struct {
 // or an Unschedulable that names the level and the child that did not
 // fit. It leaves s as it found it; the caller assumes the leaves'
 // decisions. An error means bad input (an invalid tree: ErrInvalid) or
-// the engine's error.
+// the engine's error. A tree with a preferred rail coupling that the
+// coupled search refuses is searched again uncoupled (coupling.go).
 func Place(ctx context.Context, cfg placement.Config, s *index.Snapshot, root *Group, opts Options) (*Decision, *Unschedulable, error) {
 	if err := Validate(root); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -77,11 +82,31 @@ func Place(ctx context.Context, cfg placement.Config, s *index.Snapshot, root *G
 	if why := sharedAcrossLeaves(root); why != "" {
 		return nil, &Unschedulable{Message: why, Stats: Stats{}}, nil
 	}
-	sr := &searcher{cfg: cfg, s: s, opts: opts.withDefaults(len(root.leaves())), demands: map[*Group]demand{},
+	opts = opts.withDefaults(len(root.leaves()))
+	sr := newSearcher(cfg, s, opts, opts.PlaceCalls, Stats{})
+	sr.cp = newCoupler(s, root, false, sr.classOf)
+	d, u, err := sr.run(ctx, root)
+	if err != nil || d != nil || sr.left <= 0 || !preferredIn(root) {
+		return d, u, err
+	}
+	loose := newSearcher(cfg, s, opts, sr.left, sr.stats)
+	loose.cp = newCoupler(s, root, true, loose.classOf)
+	d, lu, err := loose.run(ctx, root)
+	if d != nil {
+		d.Coupled = loose.cp.decided(root, loose.stack, u.Message)
+	}
+	return d, lu, err
+}
+
+func newSearcher(cfg placement.Config, s *index.Snapshot, opts Options, left int, stats Stats) *searcher {
+	return &searcher{cfg: cfg, s: s, opts: opts, left: left, stats: stats, demands: map[*Group]demand{},
 		nodeSets: map[*topology.Domain]map[string]bool{}, why: map[*Group]string{}, whyIn: map[*Group][]string{}, placedKids: map[*Group]int{}}
-	sr.left = sr.opts.PlaceCalls
+}
+
+// run is one search over the tree.
+func (sr *searcher) run(ctx context.Context, root *Group) (*Decision, *Unschedulable, error) {
 	start := sr.mark()
-	defer func() { _ = s.Rollback(ctx, start.snap) }() // Place changes nothing
+	defer func() { _ = sr.s.Rollback(ctx, start.snap) }() // Place changes nothing
 	top := &Group{Name: root.Name, MinGroupCount: 1, Children: []*Group{root}}
 	ok, err := sr.children(ctx, top, nil)
 	if err != nil {
@@ -129,18 +154,24 @@ func (sr *searcher) placeIn(ctx context.Context, g *Group, scope *topology.Domai
 	sr.stats.PlaceCalls++
 	gang := *g.Gang
 	gang.Within = scope
+	by := sr.cp.gang(g, &gang, sr.stack)
 	d, u, err := placement.Place(ctx, sr.cfg, sr.s, &gang)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", g.Name, err)
 	}
 	if d == nil {
 		sr.why[g] = u.Message
+		if by != nil {
+			if sr.why[g], err = sr.cp.why(ctx, g, by, scope, gang.Rails, u); err != nil {
+				return false, err
+			}
+		}
 		return false, nil
 	}
 	if err := placement.Assume(ctx, sr.s, g.Gang, d); err != nil {
 		return false, err
 	}
-	sr.stack = append(sr.stack, placed{g: g, d: d})
+	sr.stack = append(sr.stack, sr.cp.placed(g, d))
 	return true, nil
 }
 
@@ -279,7 +310,7 @@ func (sr *searcher) tryScopes(ctx context.Context, kid *Group, scope *topology.D
 		return false, nil
 	}
 	for _, dom := range doms {
-		ok, err := sr.tryIn(ctx, kid, dom, then)
+		ok, err := sr.tryIn(ctx, kid, dom, scope, then)
 		if err != nil || ok || sr.left <= 0 {
 			return ok, err
 		}
@@ -295,21 +326,29 @@ const maxLeafTries = 8
 // tryIn places kid in dom until then() accepts (nil: at once); what a
 // refused try assumed is rolled back. A leaf that fits but whose siblings
 // then do not is placed again on dom less a node one of its placements
-// used, so that the search reaches node choices, not only domains.
-func (sr *searcher) tryIn(ctx context.Context, kid *Group, dom *topology.Domain, then func() (bool, error)) (bool, error) {
-	tries := []*topology.Domain{dom}
+// used, so that the search reaches node choices, not only domains; a
+// coupled leaf that fixed its coupling's rail set, on other rail sets
+// first (coupler.tries, scope: its parent's).
+func (sr *searcher) tryIn(ctx context.Context, kid *Group, dom, scope *topology.Domain, then func() (bool, error)) (bool, error) {
+	tries, limit := []leafTry{{dom: dom}}, maxLeafTries
 	seen := map[string]bool{}
 	for i := 0; i < len(tries); i++ {
 		m := sr.mark()
-		fit, err := sr.placeIn(ctx, kid, tries[i])
+		sr.cp.force[kid] = tries[i].rails
+		fit, err := sr.placeIn(ctx, kid, tries[i].dom)
+		delete(sr.cp.force, kid)
 		ok := fit
 		var used []string
+		var sets [][]int64
 		if err == nil && fit {
 			used = sr.usedBy(kid, m)
+			if i == 0 {
+				sets, err = sr.cp.tries(ctx, kid, scope, sr.stack, m.stack)
+			}
 			if kid.TopologyKey != "" {
 				sr.stack = append(sr.stack, placed{g: kid, dom: dom})
 			}
-			if then != nil {
+			if then != nil && err == nil {
 				ok, err = then()
 			}
 		}
@@ -326,14 +365,24 @@ func (sr *searcher) tryIn(ctx context.Context, kid *Group, dom *topology.Domain,
 		if sr.left <= 0 {
 			break
 		}
+		for _, set := range sets {
+			tries, limit = append(tries, leafTry{dom: dom, rails: set}), limit+2
+		}
 		for _, n := range used {
-			if t := sr.without(tries[i], n); len(tries) < maxLeafTries && !seen[t.key] {
-				seen[t.key] = true
-				tries = append(tries, t.dom)
+			if t := sr.without(tries[i].dom, n); len(tries) < limit && !seen[t.key+railsKey(tries[i].rails)] {
+				seen[t.key+railsKey(tries[i].rails)] = true
+				tries = append(tries, leafTry{dom: t.dom, rails: tries[i].rails})
 			}
 		}
 	}
 	return false, nil
+}
+
+// leafTry is one placement of a leaf in tryIn: in dom, on the rails
+// (nil: as its coupling says).
+type leafTry struct {
+	dom   *topology.Domain
+	rails []int64
 }
 
 // noteWhy keeps a group's refusal in dom for the message.

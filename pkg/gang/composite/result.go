@@ -22,6 +22,8 @@ type Decision struct {
 	// Domains: the domain each group with a topology key is in (running
 	// ones included).
 	Domains []GroupDomain
+	// Coupled: the tree's rail couplings (coupling.go).
+	Coupled []Coupled
 	Stats   Stats
 }
 
@@ -48,7 +50,8 @@ func (d *Decision) Pods() int {
 }
 
 // Summary says where the tree goes, for conditions and events: "<group>
-// in <key> <domain>, …" (at most 8 groups named).
+// in <key> <domain>, …" (at most 8 groups named), then each coupling's
+// rails.
 func (d *Decision) Summary() string {
 	var parts []string
 	for i, gd := range d.Domains {
@@ -57,6 +60,9 @@ func (d *Decision) Summary() string {
 			break
 		}
 		parts = append(parts, fmt.Sprintf("%s in %s %s", gd.Group, gd.TopologyKey, gd.Domain))
+	}
+	for _, c := range d.Coupled {
+		parts = append(parts, c.summary())
 	}
 	return strings.Join(parts, ", ")
 }
@@ -96,6 +102,7 @@ func (sr *searcher) decision(root *Group) *Decision {
 			d.Leaves = append(d.Leaves, LeafDecision{Group: l, Decision: pd})
 		}
 	}
+	d.Coupled = sr.cp.decided(root, sr.stack, "")
 	return d
 }
 
@@ -137,7 +144,13 @@ func (sr *searcher) said(g *Group) string {
 func (sr *searcher) childrenWhy(g *Group, kids []*Group, n int, scope *topology.Domain) string {
 	var out []string
 	for _, k := range kids {
-		if sr.why[k] != "" || len(sr.whyIn[k]) > 0 {
+		if sr.cp.missed[k] != "" { // the rail coupling first: a cause the engine cannot name
+			out = append(out, fmt.Sprintf("%s: %s", k.Name, cut(sr.cp.missed[k])))
+			break
+		}
+	}
+	for _, k := range kids {
+		if (sr.why[k] != "" || len(sr.whyIn[k]) > 0) && (len(out) == 0 || sr.said(k) != sr.cp.missed[k]) {
 			out = append(out, fmt.Sprintf("%s: %s", k.Name, cut(sr.said(k))))
 			break
 		}

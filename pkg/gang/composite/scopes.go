@@ -56,6 +56,15 @@ func (sr *searcher) demandOf(g *Group) (demand, error) {
 	return d, nil
 }
 
+// classOf is a leaf's main class, "" when its pending members ask for no
+// device (or the engine will report its error).
+func (sr *searcher) classOf(g *Group) string {
+	if d, err := sr.demandOf(g); err == nil && d.least > 0 {
+		return d.class
+	}
+	return ""
+}
+
 // scopes returns the domains to try g in, inside scope (nil: the whole
 // cluster), best fit first, at most Options.Alternatives of them; none
 // and why when there is none. A group without a topology key is tried in

@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -92,6 +93,9 @@ type Config struct {
 	// PriorityClasses resolves the classes PodGroups name (priority.go);
 	// nil: PodGroups are capped by their pods only.
 	PriorityClasses schedulingv1listers.PriorityClassLister
+	// Trees reads the CompositePodGroup trees above PodGroups (trees.go);
+	// nil: CompositePodGroups are off, every PodGroup stands alone.
+	Trees Trees
 	// Placement configures the engine the preemption plans with.
 	Placement placement.Config
 	// DisablePreemption, NominationTimeout, PreemptionBudget and
@@ -113,43 +117,58 @@ type Config struct {
 	Clock clock.PassiveClock
 }
 
-// Attempt is the loop's scheduling attempt of a gang, as the evict room
-// sees it.
+// Attempt is the loop's scheduling attempt of a gang, or of a
+// CompositePodGroup tree, as the evict room sees it.
 type Attempt struct {
-	// Key is the gang's key (vocab.PodGroupKey or vocab.PodKey).
+	// Key is the gang's key (vocab.PodGroupKey or vocab.PodKey), or the
+	// tree's (vocab.CompositeKey).
 	Key      string
-	PodGroup *schedulingv1beta1.PodGroup // nil for a gang of one
+	PodGroup *schedulingv1beta1.PodGroup // nil for a gang of one or a tree
 	Pod      *v1.Pod                     // the pod of a gang of one
-	// Priority is the gang's effective priority (Priorities.Group).
+	// Root is a tree's root CompositePodGroup.
+	Root *schedulingv1alpha3.CompositePodGroup
+	// Priority is the gang's effective priority (Priorities.Group, or
+	// Priorities.Tree).
 	Priority int32
 	// NoPreemption says why the gang may not preempt ("" when it may), and
 	// Capped why its priority is below what it asks for ("" when it is
 	// not): preemption.Effective's.
 	NoPreemption, Capped string
-	// Members are the gang's pods to place.
+	// Members are the gang's pods to place (a tree's: of all its leaves).
 	Members []*v1.Pod
 }
 
-// uid is the UID of the PodGroup, or of the pod of a gang of one.
+// uid is the UID of the PodGroup, of the tree's root, or of the pod of a
+// gang of one.
 func (a *Attempt) uid() types.UID {
-	if a.PodGroup != nil {
+	switch {
+	case a.PodGroup != nil:
 		return a.PodGroup.UID
+	case a.Root != nil:
+		return a.Root.UID
 	}
 	return a.Pod.UID
 }
 
-// describe names the gang for messages: "PodGroup ns/name" or "pod ns/name".
+// describe names the gang for messages: "PodGroup ns/name",
+// "CompositePodGroup ns/name" (a tree's root) or "pod ns/name".
 func (a *Attempt) describe() string {
-	if a.PodGroup != nil {
+	switch {
+	case a.PodGroup != nil:
 		return "PodGroup " + a.PodGroup.Namespace + "/" + a.PodGroup.Name
+	case a.Root != nil:
+		return "CompositePodGroup " + a.Root.Namespace + "/" + a.Root.Name
 	}
 	return "pod " + a.Pod.Namespace + "/" + a.Pod.Name
 }
 
 // namespace is the gang's namespace.
 func (a *Attempt) namespace() string {
-	if a.PodGroup != nil {
+	switch {
+	case a.PodGroup != nil:
 		return a.PodGroup.Namespace
+	case a.Root != nil:
+		return a.Root.Namespace
 	}
 	return a.Pod.Namespace
 }
@@ -166,8 +185,11 @@ func (a *Attempt) describeTo(ns string) string {
 
 // about is the object events are about.
 func (a *Attempt) about() runtime.Object {
-	if a.PodGroup != nil {
+	switch {
+	case a.PodGroup != nil:
 		return a.PodGroup
+	case a.Root != nil:
+		return a.Root
 	}
 	return a.Pod
 }

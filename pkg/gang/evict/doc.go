@@ -14,7 +14,7 @@
 // evict.go (evicting a nomination's victims, nominatedNodeName; writer: the
 // Eviction API and pod status), nomination.go (the nomination record in
 // the commit room's record Store), victims.go (preemption units, budgets),
-// starve.go (reservations of starving gangs), restart.go (Restarter,
+// trees.go (Trees: victims in CompositePodGroup trees), starve.go (reservations of starving gangs), restart.go (Restarter,
 // Disruptions), metrics.go (preemption metrics), priority.go (Priorities:
 // gangs' effective priorities from their PriorityClass and pods).
 //
@@ -28,6 +28,19 @@
 //     one pod; only running units of lower (effective) priority than the
 //     preemptor are candidates, with the claims only they hold and the
 //     PodDisruptionBudgets that cover them.
+//   - In a CompositePodGroup tree (Config.Trees), as kube-scheduler 1.37:
+//     a pod goes with the highest group above or at its PodGroup whose
+//     disruptionMode is All (every running pod of every leaf PodGroup
+//     under it is one unit), alone when there is none, and every unit of
+//     a tree is valued at its root's effective priority (capped by the
+//     root's class and the tree's pods, Priorities.Tree). A tree that
+//     cannot be read (a cycle, past a tree's bounds) leaves its PodGroups
+//     standing alone.
+//   - A refused tree preempts as a gang does (AfterTreeRefusal): the plan
+//     places it with its own placer (the tree search) in the domains of
+//     its root's level; the nomination is keyed by the tree's key and its
+//     root's UID, events name the root CompositePodGroup; a starving tree
+//     reserves no domain.
 //   - A plan is carried out in order: the nomination record first (the
 //     victims, their claims, the domain, the held nodes), then the
 //     evictions through the Eviction API with each victim's grace period

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -29,13 +30,14 @@ import (
 func (e *Evictor) evictNominated(ctx context.Context, a *Attempt, nm *nomination) (map[types.UID]bool, int, error) {
 	live := map[types.UID]bool{}
 	var first, rest []*v1.Pod
+	groups := map[string]*victimGroup{}
 	for _, vp := range nm.rec.Victims {
 		p, err := e.cfg.Pods.Pods(vp.Namespace).Get(vp.Name)
 		if err != nil || p.UID != vp.UID || podstate.Terminated(p) {
 			continue
 		}
 		live[p.UID] = true
-		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" || e.victims.priority(p) >= nm.rec.Priority {
+		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" || e.victims.priority(p, groups) >= nm.rec.Priority {
 			continue // going already, or no longer a victim: never evicted
 		}
 		if covered, _ := e.victims.coveredByBudget(p); covered {
@@ -44,12 +46,12 @@ func (e *Evictor) evictNominated(ctx context.Context, a *Attempt, nm *nomination
 			rest = append(rest, p)
 		}
 	}
-	marked := map[string]bool{}
+	marked, all := map[string]bool{}, slices.Concat(first, rest)
 	for _, batch := range [][]*v1.Pod{first, rest} {
 		for _, p := range batch {
 			if unit := nm.rec.unitOf(p.UID); unit != "" && !marked[unit] {
 				marked[unit] = true
-				e.markVictimUnit(ctx, a, nm, unit)
+				e.markVictimUnit(ctx, a, nm, unit, all)
 			}
 		}
 		err := commit.Parallel(ctx, e.cfg.Parallelism, len(batch), func(ctx context.Context, i int) error {
@@ -62,14 +64,38 @@ func (e *Evictor) evictNominated(ctx context.Context, a *Attempt, nm *nomination
 	return live, len(live), nil
 }
 
-// markVictimUnit reports a victim unit: the event once per unit, and for a
-// whole PodGroup its DisruptionTarget condition.
-func (e *Evictor) markVictimUnit(ctx context.Context, a *Attempt, nm *nomination, unit string) {
+// markVictimUnit reports a victim unit: the event once per unit; for a
+// whole PodGroup its DisruptionTarget condition; for a CompositePodGroup's
+// subtree the event on the CompositePodGroup and DisruptionTarget on each
+// of its PodGroups that pods (the victims being evicted) name.
+func (e *Evictor) markVictimUnit(ctx context.Context, a *Attempt, nm *nomination, unit string, pods []*v1.Pod) {
 	isGroup, ns, name := vocab.SplitKey(unit)
-	e.cfg.Metrics.victim(isGroup)
-	if !isGroup {
-		return
+	composite := vocab.IsCompositeKey(unit)
+	e.cfg.Metrics.victim(isGroup || composite)
+	var names []string
+	switch {
+	case isGroup:
+		names = []string{name}
+	case composite:
+		if c := e.victims.composite(ns, name); c != nil {
+			e.cfg.Report.Event(c, v1.EventTypeWarning, vocab.EventPreempted, "Preempting", preemptedMessage(a, nm, ns))
+		}
+		seen := map[string]bool{}
+		for _, p := range pods {
+			if g := podGroupName(p); g != "" && !seen[g] && nm.rec.unitOf(p.UID) == unit {
+				seen[g] = true
+				names = append(names, g)
+			}
+		}
 	}
+	for _, g := range names {
+		e.markVictimGroup(ctx, a, nm, ns, g)
+	}
+}
+
+// markVictimGroup gives a victim PodGroup the Preempted event and its
+// DisruptionTarget condition.
+func (e *Evictor) markVictimGroup(ctx context.Context, a *Attempt, nm *nomination, ns, name string) {
 	pg, err := e.cfg.PodGroups.PodGroups(ns).Get(name)
 	if err != nil {
 		return
@@ -126,8 +152,15 @@ func (e *Evictor) evictVictim(ctx context.Context, a *Attempt, nm *nomination, p
 // pods are all gone: nothing else frees a claim reserved for a PodGroup
 // that still exists. The group gets them again when it is placed again.
 func (e *Evictor) releaseGroupClaims(ctx context.Context, rec *nominationRecord, live map[types.UID]bool) error {
+	var running map[types.UID]bool
 	for _, c := range rec.Claims {
-		if c.Group == "" || e.groupRunning(rec, c.Group, live) {
+		if c.Group == "" {
+			continue
+		}
+		if running == nil {
+			running = e.victims.groupsRunning(rec, live)
+		}
+		if running[c.Group] {
 			continue
 		}
 		if _, err := e.cfg.Releaser.ReleaseClaim(ctx, c.Namespace, c.Name, c.UID, map[types.UID]bool{c.Group: true}, everyAllocation); err != nil {
@@ -138,16 +171,6 @@ func (e *Evictor) releaseGroupClaims(ctx context.Context, rec *nominationRecord,
 }
 
 func everyAllocation(*resourceapi.AllocationResult) bool { return true }
-
-// groupRunning reports whether a victim PodGroup still has a recorded pod.
-func (e *Evictor) groupRunning(rec *nominationRecord, group types.UID, live map[types.UID]bool) bool {
-	for _, v := range rec.Victims {
-		if live[v.UID] && e.victims.podGroupUID(v.Unit) == group {
-			return true
-		}
-	}
-	return false
-}
 
 // victimClaimsLeft counts the record's claims still allocated.
 func (e *Evictor) victimClaimsLeft(rec *nominationRecord) int {
@@ -173,10 +196,14 @@ func (e *Evictor) nominatePods(ctx context.Context, d *placement.Decision) {
 	}
 }
 
-// unnominatePods clears nominatedNodeName on the gang's waiting pods.
+// unnominatePods clears nominatedNodeName on the gang's waiting pods (a
+// tree's: those of its attempt).
 func (e *Evictor) unnominatePods(ctx context.Context, a *Attempt) {
 	pods := []*v1.Pod{a.Pod}
-	if a.PodGroup != nil {
+	switch {
+	case a.Root != nil:
+		pods = a.Members
+	case a.PodGroup != nil:
 		waiting, err := e.cfg.Gangs.Waiting(a.PodGroup)
 		if err != nil {
 			return

@@ -42,7 +42,7 @@ func TestMessagesNameNoOtherNamespace(t *testing.T) {
 	}
 	a := &Attempt{Key: "pg:tenant-a/prod", PodGroup: &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "prod"}}, Priority: 1000}
 	plan := &preemption.Plan{Domain: "dom-a", Victims: []*preemption.Unit{{Key: "pg:tenant-b/secret-train"}, {Key: "pod:tenant-a/mine"}}}
-	summary := preemptionSummary("tenant-a", plan)
+	summary := preemptionSummary("tenant-a", "gang", plan)
 	leaks(t, "tenant-a", summary)
 	if !strings.Contains(summary, "tenant-a/mine") || !strings.Contains(summary, "1 of other namespaces") {
 		t.Errorf("summary %q: want its own victim named and the other counted", summary)

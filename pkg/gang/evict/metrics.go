@@ -34,7 +34,7 @@ func NewMetrics(buckets []float64) *Metrics {
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts(opts("preemptions_total",
 			"Preemption evaluations and their outcome: planned (victims being evicted), no_plan, eviction_refused (a PodDisruptionBudget refused an eviction), expired (the gang was not placed in time).")), []string{"result"}),
 		victims: prometheus.NewCounterVec(prometheus.CounterOpts(opts("preemption_victims_total",
-			"Workloads evicted by preemption, by unit: group (a PodGroup with disruptionMode All) or pod.")), []string{"unit"}),
+			"Workloads evicted by preemption, by unit: group (a PodGroup with disruptionMode All, or a CompositePodGroup's subtree) or pod.")), []string{"unit"}),
 		evaluation: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, Buckets: buckets}),
 		nominations: prometheus.NewGauge(prometheus.GaugeOpts(opts("nominations",
 			"Gangs preempting now: their victims are going and nodes are held for them."))),

@@ -40,8 +40,8 @@ var nominationRecords = commit.Kind{
 // nominationRecord is the JSON of a nomination record.
 type nominationRecord struct {
 	Version int `json:"v"`
-	// Gang is the preemptor's queue key (pg:<ns>/<name> or pod:<ns>/<name>)
-	// and UID.
+	// Gang is the preemptor's queue key (pg:<ns>/<name>, pod:<ns>/<name>,
+	// or a tree's cpg:<ns>/<root>) and UID (a tree's: its root's).
 	Gang     string    `json:"gang"`
 	UID      types.UID `json:"uid"`
 	Priority int32     `json:"priority"`
@@ -158,9 +158,11 @@ func (r *nominationRecord) validate() error {
 	return p.Err()
 }
 
-// checkKey validates a queue key: pg:<namespace>/<name> or pod:<namespace>/<name>.
+// checkKey validates a queue key: pg:<namespace>/<name>,
+// pod:<namespace>/<name> or cpg:<namespace>/<name> (a tree, or a victim
+// CompositePodGroup's subtree).
 func checkKey(p *commit.Problems, field, key string) {
-	if !strings.HasPrefix(key, vocab.PodGroupKeyPrefix) && !strings.HasPrefix(key, vocab.PodKeyPrefix) {
+	if !strings.HasPrefix(key, vocab.PodGroupKeyPrefix) && !strings.HasPrefix(key, vocab.PodKeyPrefix) && !vocab.IsCompositeKey(key) {
 		p.Addf("%s %q is not a gang key", field, commit.Shorten(key, 64))
 		return
 	}

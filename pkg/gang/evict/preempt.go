@@ -67,6 +67,19 @@ func New(cfg Config) *Evictor {
 // against it). It returns a sentence for the refusal message ("" when
 // there is nothing to say).
 func (e *Evictor) AfterRefusal(ctx context.Context, a *Attempt, g *placement.Gang, in index.SnapshotInput) (string, error) {
+	return e.afterRefusal(ctx, a, preemption.Request{Gang: g}, in)
+}
+
+// AfterTreeRefusal is AfterRefusal for a CompositePodGroup tree that did
+// not fit (a.Root): the plan places the tree with its own placer (the
+// tree search) in the domains of its root's level, and the victims are
+// evicted as for a gang. A starving tree reserves no domain.
+func (e *Evictor) AfterTreeRefusal(ctx context.Context, a *Attempt, t *preemption.Tree, in index.SnapshotInput) (string, error) {
+	return e.afterRefusal(ctx, a, preemption.Request{Tree: t}, in)
+}
+
+// afterRefusal is AfterRefusal for req's preemptor (its Gang or Tree).
+func (e *Evictor) afterRefusal(ctx context.Context, a *Attempt, req preemption.Request, in index.SnapshotInput) (string, error) {
 	if nm := e.nominations.get(a.Key); nm != nil {
 		msg, waiting, err := e.advanceNomination(ctx, a, nm)
 		if err != nil || waiting {
@@ -82,27 +95,30 @@ func (e *Evictor) AfterRefusal(ctx context.Context, a *Attempt, g *placement.Gan
 	case a.NoPreemption != "":
 		msgs = append(msgs, "preemption not allowed: "+a.NoPreemption)
 	case preemption.MayPreempt(a.PodGroup, a.Members):
-		msg, planned, err := e.preempt(ctx, a, g, in)
+		msg, planned, err := e.preempt(ctx, a, req, in)
 		if err != nil || planned {
 			return msg, err
 		}
 		msgs = append(msgs, msg)
 	}
-	msg, err := e.starving.reserve(ctx, a, g, in)
-	if err != nil {
-		return "", err
+	if req.Gang != nil {
+		msg, err := e.starving.reserve(ctx, a, req.Gang, in)
+		if err != nil {
+			return "", err
+		}
+		msgs = append(msgs, msg)
 	}
-	msgs = slices.DeleteFunc(append(msgs, msg), func(m string) bool { return m == "" })
+	msgs = slices.DeleteFunc(msgs, func(m string) bool { return m == "" })
 	return strings.Join(msgs, "\n"), nil
 }
 
-// preempt evaluates a preemption for the gang and, when a plan exists,
-// records the nomination and evicts the victims.
+// preempt evaluates a preemption for req's preemptor and, when a plan
+// exists, records the nomination and evicts the victims.
 //
 // The scan of what may be evicted (pods, claims, budgets) and the
 // evaluation share one budget, Config.PreemptionBudget: a scan that uses
 // it up ends the preemption without a plan, and says so.
-func (e *Evictor) preempt(ctx context.Context, a *Attempt, g *placement.Gang, in index.SnapshotInput) (string, bool, error) {
+func (e *Evictor) preempt(ctx context.Context, a *Attempt, req preemption.Request, in index.SnapshotInput) (string, bool, error) {
 	start := time.Now()
 	b := &budget{clock: e.clock(), deadline: e.clock().Now().Add(e.cfg.PreemptionBudget)}
 	vs, err := e.victims.gather(a.Priority, b)
@@ -114,10 +130,9 @@ func (e *Evictor) preempt(ctx context.Context, a *Attempt, g *placement.Gang, in
 	if err != nil || len(vs.units) == 0 {
 		return "", false, err // nothing runs below it: nothing to say
 	}
-	plan, why, err := preemption.Evaluate(ctx, e.cfg.Placement, preemption.Request{
-		Gang: g, Priority: a.Priority, Input: in, Units: vs.units, Budgets: vs.budgets,
-		Now: time.Now(), Budget: b.left(),
-	})
+	req.Priority, req.Input, req.Units, req.Budgets = a.Priority, in, vs.units, vs.budgets
+	req.Now, req.Budget = time.Now(), b.left()
+	plan, why, err := preemption.Evaluate(ctx, e.cfg.Placement, req)
 	if err != nil {
 		return "", false, fmt.Errorf("evaluate preemption: %w", err)
 	}
@@ -132,7 +147,11 @@ func (e *Evictor) preempt(ctx context.Context, a *Attempt, g *placement.Gang, in
 	if err != nil {
 		return "", false, err
 	}
-	summary := preemptionSummary(a.namespace(), plan)
+	what := "gang"
+	if a.Root != nil {
+		what = "tree"
+	}
+	summary := preemptionSummary(a.namespace(), what, plan)
 	e.cfg.Report.Event(a.about(), v1.EventTypeNormal, vocab.EventPreempting, "Preempting", summary)
 	e.nominatePods(ctx, plan.Decision)
 	if _, _, err := e.advanceNomination(ctx, a, nm); err != nil {
@@ -157,18 +176,14 @@ func (e *Evictor) nominationOf(a *Attempt, plan *preemption.Plan, in index.Snaps
 		claimsByUID[c.UID] = &nominatedClaim{Namespace: c.Namespace, Name: c.Name, UID: c.UID}
 	}
 	for _, u := range plan.Victims {
-		var group types.UID
-		if u.Group {
-			group = e.victims.podGroupUID(u.Key)
-		}
 		for _, p := range u.Pods {
 			rec.Victims = append(rec.Victims, nominatedPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Unit: u.Key})
 		}
 		for _, uid := range u.Claims {
 			if c := claimsByUID[uid]; c != nil {
 				nc := *c
-				if group != "" && e.victims.sharedClaimOf(c.Namespace, c.Name, group) {
-					nc.Group = group
+				if u.Group { // a whole group's: its PodGroups' shared claims are released by the scheduler
+					nc.Group = e.victims.sharedClaimGroup(c.Namespace, c.Name)
 				}
 				rec.Claims = append(rec.Claims, nc)
 			}
@@ -178,22 +193,24 @@ func (e *Evictor) nominationOf(a *Attempt, plan *preemption.Plan, in index.Snaps
 }
 
 // preemptionSummary says what a plan evicts, for the event and condition
-// of a gang of namespace ns: the victims of ns by name, the others counted.
-func preemptionSummary(ns string, plan *preemption.Plan) string {
+// of a gang (what: "gang" or "tree") of namespace ns: the victims of ns by
+// name, the others counted.
+func preemptionSummary(ns, what string, plan *preemption.Plan) string {
 	names := make([]string, 0, len(plan.Victims))
 	others := 0
 	for _, u := range plan.Victims {
-		if _, vns, _ := vocab.SplitKey(u.Key); vns != ns {
+		_, vns, name := vocab.SplitKey(u.Key)
+		if vns != ns {
 			others++
 			continue
 		}
-		names = append(names, strings.TrimPrefix(strings.TrimPrefix(u.Key, vocab.PodGroupKeyPrefix), vocab.PodKeyPrefix))
+		names = append(names, ns+"/"+name)
 	}
 	if others > 0 {
 		names = append(names, fmt.Sprintf("%d of other namespaces", others))
 	}
-	return fmt.Sprintf("preempting %d workloads of priority %d or lower (%d pods, %d devices) to place the gang in %s: %s",
-		len(plan.Victims), plan.Cost.MaxPriority, plan.Cost.Pods, plan.Cost.Devices, commit.Where(plan.TopologyKey, plan.Domain), shortNames(names, 8))
+	return fmt.Sprintf("preempting %d workloads of priority %d or lower (%d pods, %d devices) to place the %s in %s: %s",
+		len(plan.Victims), plan.Cost.MaxPriority, plan.Cost.Pods, plan.Cost.Devices, what, commit.Where(plan.TopologyKey, plan.Domain), shortNames(names, 8))
 }
 
 func shortNames(names []string, n int) string {
@@ -336,8 +353,9 @@ func (e *Evictor) endNominationOf(ctx context.Context, key string) error {
 	if err := e.releaseGroupClaims(ctx, nm.rec, live); err != nil {
 		return err
 	}
+	running := e.victims.groupsRunning(nm.rec, live)
 	for _, c := range nm.rec.Claims {
-		if c.Group != "" && e.groupRunning(nm.rec, c.Group, live) {
+		if c.Group != "" && running[c.Group] {
 			nm.done.Store(true)
 			return nil
 		}

@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -51,6 +52,14 @@ func (p *Priorities) Group(pg *schedulingv1beta1.PodGroup) preemption.Effective 
 	e := resolveGroup(p.cfg, pg)
 	p.remember(vocab.PodGroupKey(pg.Namespace, pg.Name), rankEntry{uid: pg.UID, at: time.Now(), priority: e.Priority})
 	return e
+}
+
+// Tree resolves a CompositePodGroup tree from the informers now: its
+// root's priority and policy, capped by the root's PriorityClass and by
+// every pod of its leaves (preemption.ResolveTree). A tree is valued so
+// both as a preemptor and as a victim.
+func (p *Priorities) Tree(root *schedulingv1alpha3.CompositePodGroup, leaves []*schedulingv1beta1.PodGroup) preemption.Effective {
+	return resolveTree(p.cfg, root, leaves)
 }
 
 // Rank is a PodGroup's priority for the queue's order: Group's, resolved
@@ -115,4 +124,21 @@ func resolveGroup(cfg *Config, pg *schedulingv1beta1.PodGroup) preemption.Effect
 		pods, _ = cfg.Gangs.GroupPods(pg.Namespace, pg.Name)
 	}
 	return preemption.Resolve(pg, class, pods)
+}
+
+// resolveTree resolves a tree with its root's PriorityClass and all the
+// pods naming its leaves.
+func resolveTree(cfg *Config, root *schedulingv1alpha3.CompositePodGroup, leaves []*schedulingv1beta1.PodGroup) preemption.Effective {
+	var class *schedulingv1.PriorityClass
+	if cfg.PriorityClasses != nil && root.Spec.PriorityClassName != "" {
+		class, _ = cfg.PriorityClasses.Get(root.Spec.PriorityClassName)
+	}
+	var pods []*v1.Pod
+	if cfg.Gangs != nil {
+		for _, pg := range leaves {
+			members, _ := cfg.Gangs.GroupPods(pg.Namespace, pg.Name)
+			pods = append(pods, members...)
+		}
+	}
+	return preemption.ResolveTree(root, class, pods)
 }

@@ -168,7 +168,7 @@ func TestVictimPriorityCapped(t *testing.T) {
 	if len(vs.units) != 1 || vs.units[0].Key != vocab.PodGroupKey("ns", "quota") || vs.units[0].Priority != 0 || len(vs.units[0].Pods) != 2 {
 		t.Fatalf("units %+v, want the quota group whole at priority 0", vs.units)
 	}
-	if got := v.priority(w.pods[0]); got != 0 {
+	if got := v.priority(w.pods[0], map[string]*victimGroup{}); got != 0 {
 		t.Errorf("a quota member's victim priority %d, want 0", got)
 	}
 }

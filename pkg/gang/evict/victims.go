@@ -8,13 +8,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
-	"github.com/gpufabric/gpufabric/pkg/gang/commit"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
@@ -66,10 +64,11 @@ func (b *budget) spent() bool {
 func (b *budget) left() time.Duration { return max(b.deadline.Sub(b.clock.Now()), time.Nanosecond) }
 
 // gather returns every running workload of priority below `below`:
-// bound, not terminating, not finished, not a mirror pod; a PodGroup with
-// disruptionMode All is one unit (all its running pods, any scheduler's),
-// any other pod is a unit of its own. Each unit gets the allocated claims
-// that only it holds, and the PodDisruptionBudgets that cover its pods.
+// bound, not terminating, not finished, not a mirror pod; the pods of a
+// whole (groupOf: a PodGroup with disruptionMode All, or every leaf
+// PodGroup under a tree's group with All) are one unit, any other pod is a
+// unit of its own. Each unit gets the allocated claims that only it holds,
+// and the PodDisruptionBudgets that cover its pods.
 // The scan is part of the preemption's budget: it stops with
 // errOutOfBudget once the deadline passed (checked every
 // budgetCheckEvery objects), before the claims and budgets are read when
@@ -81,6 +80,9 @@ func (v *victims) gather(below int32, b *budget) (*victimSet, error) {
 	}
 	byKey := map[string]*preemption.Unit{}
 	unitOfPod := map[types.UID]string{}
+	// unitOfGroup: the unit of each PodGroup whose pods go as a whole
+	// (its shared claims go with them).
+	unitOfGroup := map[string]string{}
 	groups := map[string]*victimGroup{}
 	for _, p := range pods {
 		if b.spent() {
@@ -89,25 +91,28 @@ func (v *victims) gather(below int32, b *budget) (*victimSet, error) {
 		if p.Spec.NodeName == "" || podstate.Terminated(p) || p.DeletionTimestamp != nil || p.Annotations[mirrorAnnotation] != "" {
 			continue
 		}
-		key, prio, whole := v.unitOf(p, groups)
-		if prio >= below {
+		ref := v.unitOf(p, groups)
+		if ref.priority >= below {
 			continue
 		}
-		u := byKey[key]
+		u := byKey[ref.key]
 		if u == nil {
-			u = &preemption.Unit{Key: key, Priority: prio, Group: whole}
-			byKey[key] = u
+			u = &preemption.Unit{Key: ref.key, Priority: ref.priority, Group: ref.group, Composite: vocab.IsCompositeKey(ref.key)}
+			byKey[ref.key] = u
 		}
 		u.Pods = append(u.Pods, p)
 		if t := startOf(p); !t.IsZero() && (u.Start.IsZero() || t.Before(u.Start)) {
 			u.Start = t
 		}
-		unitOfPod[p.UID] = key
+		unitOfPod[p.UID] = ref.key
+		if ref.group {
+			unitOfGroup[vocab.PodGroupKey(p.Namespace, podGroupName(p))] = ref.key
+		}
 	}
 	if len(byKey) == 0 {
 		return &victimSet{}, nil // nothing runs below it: no claim or budget to read
 	}
-	if err := v.assignClaims(byKey, unitOfPod, b); err != nil {
+	if err := v.assignClaims(byKey, unitOfPod, unitOfGroup, b); err != nil {
 		return nil, err
 	}
 	budgets, err := v.assignBudgets(byKey, b)
@@ -123,37 +128,36 @@ func (v *victims) gather(below int32, b *budget) (*victimSet, error) {
 	return vs, nil
 }
 
-// victimGroup is a PodGroup of running pods and its effective priority.
-type victimGroup struct {
-	pg       *schedulingv1beta1.PodGroup // nil: gone
+// unitRef is the unit a running pod is evicted with: its key, its
+// priority, and whether it is a whole group (a PodGroup, or a
+// CompositePodGroup's subtree).
+type unitRef struct {
+	key      string
 	priority int32
+	group    bool
 }
 
-// unitOf returns a running pod's unit key, its priority, and whether the
-// unit is a whole PodGroup. A member's priority is its PodGroup's
-// effective one (resolveGroup: capped by the class and by its pods, the
-// same for every member), read once per group into groups.
-func (v *victims) unitOf(p *v1.Pod, groups map[string]*victimGroup) (string, int32, bool) {
+// unitOf returns a running pod's unit. A member's priority is its
+// PodGroup's effective one, or its tree's (groupOf), the same for every
+// pod of a unit, read once per group into groups.
+func (v *victims) unitOf(p *v1.Pod, groups map[string]*victimGroup) unitRef {
 	name := podGroupName(p)
 	if name == "" {
-		return vocab.PodKey(p.Namespace, p.Name), preemption.PodPriority(p), false
+		return unitRef{key: vocab.PodKey(p.Namespace, p.Name), priority: preemption.PodPriority(p)}
 	}
 	key := vocab.PodGroupKey(p.Namespace, name)
 	g, seen := groups[key]
 	if !seen {
-		g = &victimGroup{}
-		if g.pg, _ = v.cfg.PodGroups.PodGroups(p.Namespace).Get(name); g.pg != nil {
-			g.priority = resolveGroup(v.cfg, g.pg).Priority
-		}
+		g = v.groupOf(p.Namespace, name, groups)
 		groups[key] = g
 	}
-	if g.pg == nil {
-		return vocab.PodKey(p.Namespace, p.Name), preemption.PodPriority(p), false
+	switch {
+	case g.pg == nil:
+		return unitRef{key: vocab.PodKey(p.Namespace, p.Name), priority: preemption.PodPriority(p)}
+	case g.unit == "":
+		return unitRef{key: vocab.PodKey(p.Namespace, p.Name), priority: g.priority}
 	}
-	if dm := g.pg.Spec.DisruptionMode; dm != nil && dm.All != nil {
-		return key, g.priority, true
-	}
-	return vocab.PodKey(p.Namespace, p.Name), g.priority, false
+	return unitRef{key: g.unit, priority: g.priority, group: true}
 }
 
 func startOf(p *v1.Pod) time.Time {
@@ -164,8 +168,9 @@ func startOf(p *v1.Pod) time.Time {
 }
 
 // assignClaims gives each unit the allocated claims all of whose
-// consumers are in it.
-func (v *victims) assignClaims(byKey map[string]*preemption.Unit, unitOfPod map[types.UID]string, b *budget) error {
+// consumers are in it: its pods, and the PodGroups whose pods it takes
+// whole.
+func (v *victims) assignClaims(byKey map[string]*preemption.Unit, unitOfPod map[types.UID]string, unitOfGroup map[string]string, b *budget) error {
 	claims, err := v.cfg.Claims.List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("list resource claims: %w", err)
@@ -179,7 +184,7 @@ func (v *victims) assignClaims(byKey map[string]*preemption.Unit, unitOfPod map[
 		}
 		owner := ""
 		for _, ref := range c.Status.ReservedFor {
-			key := consumerUnit(c.Namespace, ref, unitOfPod, byKey)
+			key := consumerUnit(c.Namespace, ref, unitOfPod, unitOfGroup)
 			if key == "" || owner != "" && key != owner {
 				owner = ""
 				break
@@ -193,14 +198,12 @@ func (v *victims) assignClaims(byKey map[string]*preemption.Unit, unitOfPod map[
 	return nil
 }
 
-func consumerUnit(ns string, ref resourceapi.ResourceClaimConsumerReference, unitOfPod map[types.UID]string, byKey map[string]*preemption.Unit) string {
+func consumerUnit(ns string, ref resourceapi.ResourceClaimConsumerReference, unitOfPod map[types.UID]string, unitOfGroup map[string]string) string {
 	switch {
 	case ref.APIGroup == "" && ref.Resource == "pods":
 		return unitOfPod[ref.UID]
 	case ref.Resource == "podgroups":
-		if u := byKey[vocab.PodGroupKey(ns, ref.Name)]; u != nil && u.Group {
-			return u.Key
-		}
+		return unitOfGroup[vocab.PodGroupKey(ns, ref.Name)]
 	}
 	return ""
 }
@@ -250,15 +253,14 @@ func (v *victims) assignBudgets(byKey map[string]*preemption.Unit, b *budget) (m
 	return budgets, nil
 }
 
-// priority is a running pod's priority as a preemption victim.
-func (v *victims) priority(p *v1.Pod) int32 {
-	_, prio, _ := v.unitOf(p, map[string]*victimGroup{})
-	return prio
+// priority is a running pod's priority as a preemption victim; groups
+// caches what was read of its group (and tree) for the next pods.
+func (v *victims) priority(p *v1.Pod, groups map[string]*victimGroup) int32 {
+	return v.unitOf(p, groups).priority
 }
 
-// podGroupUID returns the UID of the PodGroup of a unit key, "" if gone.
-func (v *victims) podGroupUID(key string) types.UID {
-	_, ns, name := vocab.SplitKey(key)
+// podGroupUID returns the UID of PodGroup ns/name, "" if gone.
+func (v *victims) podGroupUID(ns, name string) types.UID {
 	pg, err := v.cfg.PodGroups.PodGroups(ns).Get(name)
 	if err != nil {
 		return ""
@@ -266,10 +268,43 @@ func (v *victims) podGroupUID(key string) types.UID {
 	return pg.UID
 }
 
-// sharedClaimOf reports whether a claim is reserved for the PodGroup uid.
-func (v *victims) sharedClaimOf(ns, name string, group types.UID) bool {
+// sharedClaimGroup returns the UID of the PodGroup a claim is reserved
+// for when that PodGroup still exists with that UID (its shared claim),
+// "" otherwise.
+func (v *victims) sharedClaimGroup(ns, name string) types.UID {
 	c, err := v.cfg.Claims.ResourceClaims(ns).Get(name)
-	return err == nil && commit.ReservedFor(c, group)
+	if err != nil {
+		return ""
+	}
+	for _, ref := range c.Status.ReservedFor {
+		if ref.Resource == "podgroups" && ref.UID != "" && v.podGroupUID(ns, ref.Name) == ref.UID {
+			return ref.UID
+		}
+	}
+	return ""
+}
+
+// groupsRunning returns the UIDs of the PodGroups that still have a pod a
+// nomination record names (live: those still there).
+func (v *victims) groupsRunning(rec *nominationRecord, live map[types.UID]bool) map[types.UID]bool {
+	out := map[types.UID]bool{}
+	seen := map[string]bool{}
+	for _, vp := range rec.Victims {
+		if !live[vp.UID] {
+			continue
+		}
+		p, err := v.cfg.Pods.Pods(vp.Namespace).Get(vp.Name)
+		if err != nil || p.UID != vp.UID {
+			continue
+		}
+		if g := podGroupName(p); g != "" && !seen[p.Namespace+"/"+g] {
+			seen[p.Namespace+"/"+g] = true
+			if uid := v.podGroupUID(p.Namespace, g); uid != "" {
+				out[uid] = true
+			}
+		}
+	}
+	return out
 }
 
 // coveredByBudget reports whether a PodDisruptionBudget selects the pod.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 )
 
 // scanListers are the evict room's listers over namespaces ns-0..ns-(n-1),
@@ -126,7 +127,7 @@ func TestPreemptionScanInsideBudget(t *testing.T) {
 			l.step = tc.step
 			e := l.evictor(2 * time.Second)
 			a := &Attempt{Key: "pod:hi/p", Pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "hi", Name: "p"}}, Priority: 1000}
-			msg, planned, err := e.preempt(t.Context(), a, &placement.Gang{Namespace: "hi", Name: "p", MinCount: 1}, index.SnapshotInput{})
+			msg, planned, err := e.preempt(t.Context(), a, preemption.Request{Gang: &placement.Gang{Namespace: "hi", Name: "p", MinCount: 1}}, index.SnapshotInput{})
 			if err != nil || planned {
 				t.Fatalf("preempt: planned %v, err %v", planned, err)
 			}

@@ -6,6 +6,9 @@
 // Job past its first index). The scheduler then records a Warning event on
 // the pod that says what it saw and what to change, before it places it;
 // a pod is never placed alone silently when it looks like part of a gang.
+// With gpufabric-grouper and its admission policy (pkg/workloads/grouping)
+// such pods name their gang at creation; the hint is for what remains
+// ungrouped (the policy not installed, a pod that opted out).
 //
 // Rules:
 //   - Pure: a pod in, a hint out; no client, no clock.

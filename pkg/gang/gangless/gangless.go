@@ -17,7 +17,7 @@ type Hint struct {
 }
 
 // fix is what every hint ends with: how a pod joins a gpufabric gang.
-const fix = "gpufabric-scheduler places it alone: to place the group all-or-nothing in one fabric domain, create a scheduling.k8s.io/v1beta1 PodGroup and name it in each pod's spec.schedulingGroup.podGroupName (docs/user-guide.md)"
+const fix = "gpufabric-scheduler places it alone: to place the group all-or-nothing in one fabric domain, run gpufabric-grouper with its pod-group admission policy (chart values grouper.*), which gives JobSet, LeaderWorkerSet, RayCluster, Indexed Job, scheduler-plugins and Volcano pods their group unless they opted out (annotation gpufabric.dev/gang: \"false\"), or create a scheduling.k8s.io/v1beta1 PodGroup and name it in each pod's spec.schedulingGroup.podGroupName (docs/user-guide.md)"
 
 // rule matches a pod by one label or annotation key.
 type rule struct {
@@ -33,9 +33,9 @@ type rule struct {
 
 // rules in order: gang APIs, then controllers.
 var rules = []rule{
-	{source: "scheduler-plugins", key: "scheduling.x-k8s.io/pod-group", what: "names scheduler-plugins PodGroup %s, which gpufabric does not read"},
-	{source: "scheduler-plugins", key: "pod-group.scheduling.sigs.k8s.io", what: "names scheduler-plugins PodGroup %s, which gpufabric does not read"},
-	{source: "Volcano", key: "scheduling.k8s.io/group-name", annotation: true, what: "names Volcano PodGroup %s, which gpufabric does not read"},
+	{source: "scheduler-plugins", key: "scheduling.x-k8s.io/pod-group", what: "names scheduler-plugins PodGroup %s, which gpufabric-grouper translates into a gpufabric gang"},
+	{source: "scheduler-plugins", key: "pod-group.scheduling.sigs.k8s.io", what: "names scheduler-plugins PodGroup %s, which gpufabric-grouper translates into a gpufabric gang"},
+	{source: "Volcano", key: "scheduling.k8s.io/group-name", annotation: true, what: "names Volcano PodGroup %s, which gpufabric-grouper translates into a gpufabric gang"},
 	{source: "KAI", key: "pod-group-name", annotation: true, what: "names KAI pod group %s, which gpufabric does not read"},
 	{source: "Kueue", key: "kueue.x-k8s.io/pod-group-name", what: "is in Kueue pod group %s, which gpufabric does not read"},
 	{source: "JobSet", key: "jobset.sigs.k8s.io/jobset-name", what: "belongs to JobSet %s"},

@@ -73,6 +73,12 @@ type Gang struct {
 	// RailAlignmentRequired rejects placements whose members' GPUs are on
 	// different sets of IB rails.
 	RailAlignmentRequired bool
+	// Rails, when set, are the only IB rails the members' devices may use
+	// (a coupled role of a CompositePodGroup, pkg/gang/composite): their
+	// claims are limited to them, a device on every one for a member that
+	// asks as many of the main class (rails.Copies); devices without a
+	// rail stay allowed.
+	Rails []int64
 	// Balanced splits a gang that spans several domains of the level below
 	// its own evenly over the fewest of them (annotation
 	// gpufabric.dev/topology-spread: balanced); otherwise they are filled

@@ -174,6 +174,11 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 	if err != nil {
 		return nil, err
 	}
+	for _, sh := range m.per { // a coupled role's rails (Gang.Rails)
+		if len(g.Rails) > 0 && sh.need[m.class] > 0 {
+			sh.claims = rails.NewCopies(m.class).Limit(sh.claims, g.Rails, true)
+		}
+	}
 	shared, pins, err := sharedOf(g)
 	if err != nil {
 		return nil, err
@@ -205,6 +210,7 @@ func newPlacer(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang) (*pl
 func newFiller(ctx context.Context, cfg Config, s *index.Snapshot, g *Gang, fit *fits, alloc allocator, refused refusals, shared sharedClaims) *filler {
 	m, logger, stats := fit.members, klog.FromContext(ctx), alloc.stats
 	rm, rstats := railMembers(m), rails.Stats{Cutoffs: &stats.RailCutoffs, FollowCalls: &stats.RailFollowCalls}
+	rm.Within = g.Rails
 	copies := rails.NewCopies(m.class)
 	follow := rails.NewFollower(rm, s, copies, alloc, rstats, g.RailAlignmentRequired, cfg.oldRails)
 	search := &searcher{members: m, s: s, fit: fit, follow: follow, copies: copies, alloc: alloc, stats: stats, refused: refused, logger: logger,

@@ -164,3 +164,88 @@ func TestSplitRequestsRenamedBack(t *testing.T) {
 func runtimeRaw(s string) runtime.RawExtension { return runtime.RawExtension{Raw: []byte(s)} }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestGangRailsLimitsMembers: Gang.Rails (a coupled role's rail set)
+// keeps every member's devices on the set, with a device on every rail of
+// it for a member that asks as many (its request split and renamed back:
+// the decision names only the claim's own requests), and refuses a gang
+// that has no room on the set.
+func TestGangRailsLimitsMembers(t *testing.T) {
+	hgx := scenario.DomainSpec{ID: "a", Nodes: 2, GPUsPerNode: 8, NICsPerNode: 8}
+	twoPerRail := scenario.DomainSpec{ID: "m", Nodes: 2, GPUsPerNode: 8, Rails: []int64{0, 0, 1, 1, 2, 2, 3, 3}, NICsPerNode: 4}
+	tests := map[string]struct {
+		domain  scenario.DomainSpec
+		load    []scenario.LoadSpec
+		gang    scenario.GangSpec
+		rails   []int64
+		refused bool
+		// devices: per member, its devices (by name, in result order).
+		devices [][]string
+	}{
+		"four GPUs and NICs on rails 4-7": {domain: hgx, gang: scenario.GangSpec{Pods: 2, GPUsPerPod: 4, NICsPerPod: 4}, rails: []int64{4, 5, 6, 7},
+			devices: [][]string{
+				{"gpu-4", "gpu-5", "gpu-6", "gpu-7", "nic-mlx5-4", "nic-mlx5-5", "nic-mlx5-6", "nic-mlx5-7"},
+				{"gpu-4", "gpu-5", "gpu-6", "gpu-7", "nic-mlx5-4", "nic-mlx5-5", "nic-mlx5-6", "nic-mlx5-7"}}},
+		"a GPU on each rail where a rail has two": {domain: twoPerRail, gang: scenario.GangSpec{Pods: 2, GPUsPerPod: 2}, rails: []int64{1, 3},
+			devices: [][]string{{"gpu-2", "gpu-6"}, {"gpu-3", "gpu-7"}}},
+		"fewer GPUs than rails: on one rail of the set": {domain: hgx, gang: scenario.GangSpec{Pods: 2, GPUsPerPod: 1}, rails: []int64{5, 6},
+			load:    []scenario.LoadSpec{{Node: "a-n00", GPUs: []int{5}}},
+			devices: [][]string{{"gpu-6"}, {"gpu-6"}}},
+		"no room on the set": {domain: hgx, gang: scenario.GangSpec{Pods: 2, GPUsPerPod: 4}, rails: []int64{2, 3, 4, 5},
+			load:    []scenario.LoadSpec{{Node: "a-n00", GPUs: []int{3}}},
+			refused: true},
+		"more GPUs than the set has devices on a node": {domain: hgx, gang: scenario.GangSpec{Pods: 1, GPUsPerPod: 4}, rails: []int64{0, 1}, refused: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			gs := tc.gang
+			gs.Name, gs.TopologyKey, gs.RailAlignment = "g", topology.TopologyKeyNVLinkDomain, topology.RailAlignmentRequired
+			b, err := scenario.Build(scenario.Scenario{Domains: []scenario.DomainSpec{tc.domain}, Load: tc.load, Gangs: []scenario.GangSpec{gs}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := b.Gangs[0]
+			g.Rails = tc.rails
+			snap, err := index.NewSnapshot(ctx, b.Config.Index, b.Input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, u, err := placement.Place(ctx, b.Config, snap, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.refused {
+				if d != nil {
+					t.Fatalf("placed %+v, want refused", d.Pods)
+				}
+				return
+			}
+			if d == nil {
+				t.Fatalf("refused: %s", u.Message)
+			}
+			if err := placementtest.NewChecker(b.Input).Check(g, d); err != nil {
+				t.Fatalf("invalid decision: %v", err)
+			}
+			var got [][]string
+			for _, p := range d.Pods {
+				var devs []string
+				for _, c := range d.Claims {
+					if c.Pod != p.Name {
+						continue
+					}
+					for _, r := range c.Allocation.Devices.Results {
+						if r.Request != "req" && r.Request != "nics" {
+							t.Errorf("%s: result for request %q, not one of the claim's own", p.Name, r.Request)
+						}
+						devs = append(devs, r.Device)
+					}
+				}
+				got = append(got, devs)
+			}
+			if diff := cmp.Diff(tc.devices, got); diff != "" {
+				t.Errorf("devices per member (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

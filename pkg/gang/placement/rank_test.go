@@ -21,8 +21,9 @@ import (
 // consecutive ranks share a node: 16 one-GPU pods on 4 nodes of 4 GPUs put
 // ranks 4k..4k+3 on one node, for every way controllers number pods (an
 // Indexed Job's completion index, JobSet's global job index then
-// completion index, LeaderWorkerSet's group then worker index, a numeric
-// name suffix). Sorting names as strings would put ranks 10–15 before 2.
+// completion index, LeaderWorkerSet's group then worker index, a
+// RayCluster's head then its workers' replica index, a numeric name
+// suffix). Sorting names as strings would put ranks 10–15 before 2.
 func TestRankOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -40,6 +41,15 @@ func TestRankOrder(t *testing.T) {
 				"leaderworkerset.sigs.k8s.io/group-index": fmt.Sprint(r / 4), "leaderworkerset.sigs.k8s.io/worker-index": fmt.Sprint(r % 4)}
 		}},
 		{"numeric name suffix", func(r int) (string, map[string]string) { return fmt.Sprintf("worker-%d", r), nil }},
+		{"raycluster", func(r int) (string, map[string]string) {
+			if r == 0 {
+				return "rc-head-zq7xk", map[string]string{"ray.io/node-type": "head", "ray.io/group": "headgroup"}
+			}
+			// Name suffixes in scrambled order (KubeRay's are random):
+			// only the replica index orders workers.
+			return fmt.Sprintf("rc-gpu-worker-%c", 'a'+r*7%16), map[string]string{"ray.io/node-type": "worker", "ray.io/group": "gpu",
+				"ray.io/worker-group-replica-index": fmt.Sprint(r - 1)}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)

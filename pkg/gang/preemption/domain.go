@@ -18,16 +18,12 @@ import (
 func (e *evaluator) domain(ctx context.Context, l *topology.Level, d *topology.Domain, victims []*Unit) (*Plan, string, error) {
 	e.plan.Evaluated++
 	sub := restrict(e.req.Input, sets.New(d.Nodes...))
-	dec, u, err := e.try(ctx, sub, victims)
+	dec, msg, err := e.try(ctx, sub, victims)
 	if err != nil {
 		return nil, "", err
 	}
 	if dec == nil {
-		msg := "no placement"
-		if u != nil {
-			msg = firstLine(u.Message)
-		}
-		return nil, fmt.Sprintf("%s %s: the gang does not fit even without its %d workloads of lower priority (%s)", l.Key, d.ID, len(victims), msg), nil
+		return nil, fmt.Sprintf("%s %s: the %s does not fit even without its %d workloads of lower priority (%s)", l.Key, d.ID, e.who.what, len(victims), msg), nil
 	}
 	want := len(dec.Pods)
 	kept := map[*Unit]bool{}
@@ -84,18 +80,19 @@ func (e *evaluator) domain(ctx context.Context, l *topology.Level, d *topology.D
 	return &Plan{TopologyKey: l.Key, Domain: d.ID, Victims: evict, Decision: dec, Cost: e.cost(evict)}, "", nil
 }
 
-// try places the gang on sub without the given units.
-func (e *evaluator) try(ctx context.Context, sub index.SnapshotInput, gone []*Unit) (*placement.Decision, *placement.Unschedulable, error) {
+// try places the preemptor on sub without the given units: the engine
+// a gang, a tree's Placer the tree.
+func (e *evaluator) try(ctx context.Context, sub index.SnapshotInput, gone []*Unit) (*placement.Decision, string, error) {
 	e.plan.Placements++
 	snap, err := index.NewSnapshot(ctx, e.cfg.Index, without(sub, gone))
 	if err != nil {
-		return nil, nil, fmt.Errorf("preemption snapshot: %w", err)
+		return nil, "", fmt.Errorf("preemption snapshot: %w", err)
 	}
-	return placement.Place(ctx, e.cfg, snap, e.req.Gang)
+	return e.who.placer.Place(ctx, e.cfg, snap)
 }
 
 // overBudget says which PodDisruptionBudget evicting units would exceed,
-// naming only those of the gang's namespace.
+// naming only those of the preemptor's namespace.
 func (e *evaluator) overBudget(units []*Unit) string {
 	use := map[string]int{}
 	for _, u := range units {
@@ -107,10 +104,10 @@ func (e *evaluator) overBudget(units []*Unit) string {
 	for b, n := range use {
 		if allowed := e.req.Budgets[b]; n > allowed {
 			name := "a PodDisruptionBudget of another namespace"
-			if ns, _, _ := strings.Cut(b, "/"); e.req.Gang == nil || ns == e.req.Gang.Namespace {
+			if ns, _, _ := strings.Cut(b, "/"); ns == e.who.namespace {
 				name = "PodDisruptionBudget " + b
 			}
-			over = append(over, fmt.Sprintf("%s allows %d disruptions, the gang needs %d", name, allowed, n))
+			over = append(over, fmt.Sprintf("%s allows %d disruptions, the %s needs %d", name, allowed, e.who.what, n))
 		}
 	}
 	sort.Strings(over)

@@ -20,9 +20,12 @@ import (
 const DefaultMaxDomains = 16
 
 // Request is one preemption question: where, and by evicting what, does
-// Gang fit?
+// the preemptor fit? The preemptor is Gang, placed by the engine, or Tree,
+// placed by its own Placer.
 type Request struct {
-	Gang     *placement.Gang
+	Gang *placement.Gang
+	Tree *Tree
+	// Priority is the preemptor's.
 	Priority int32
 	// Input is the cluster as the gang's placement saw it.
 	Input index.SnapshotInput
@@ -49,8 +52,8 @@ type Plan struct {
 	// Victims in eviction order: those covered by a PodDisruptionBudget
 	// first (a refusal then stops the preemption before the others go).
 	Victims []*Unit
-	// Decision is the placement the engine found with the victims gone;
-	// its nodes are the ones to nominate.
+	// Decision is the placement found with the victims gone (a tree's:
+	// every leaf's pods); its nodes are the ones to nominate.
 	Decision *placement.Decision
 	Cost     Cost
 	// Evaluated counts the domains evaluated; Placements the engine runs.
@@ -62,6 +65,10 @@ type Plan struct {
 func Evaluate(ctx context.Context, cfg placement.Config, req Request) (*Plan, string, error) {
 	if req.MaxDomains <= 0 {
 		req.MaxDomains = DefaultMaxDomains
+	}
+	who, err := preemptorOf(req)
+	if err != nil {
+		return nil, "", err
 	}
 	var units []*Unit
 	for _, u := range req.Units {
@@ -76,9 +83,9 @@ func Evaluate(ctx context.Context, cfg placement.Config, req Request) (*Plan, st
 	if err != nil {
 		return nil, "", fmt.Errorf("build fabric tree: %w", err)
 	}
-	e := newEvaluator(cfg, req, units)
+	e := newEvaluator(cfg, req, who, units)
 	why := ""
-	for _, l := range candidateLevels(tree, req) {
+	for _, l := range candidateLevels(tree, who.topologyKey, req.Input) {
 		best, reason, err := e.level(ctx, l)
 		if err != nil || best != nil {
 			return best, "", err
@@ -96,14 +103,14 @@ func Evaluate(ctx context.Context, cfg placement.Config, req Request) (*Plan, st
 	return nil, why, nil
 }
 
-// candidateLevels: the gang's required level, or every level from the
-// smallest.
-func candidateLevels(tree *topology.Tree, req Request) []*topology.Level {
-	if key := req.Gang.TopologyKey; key != "" {
+// candidateLevels: the preemptor's required level (key), or every level
+// from the smallest.
+func candidateLevels(tree *topology.Tree, key string, in index.SnapshotInput) []*topology.Level {
+	if key != "" {
 		if l := tree.Level(key); l != nil {
 			return []*topology.Level{l}
 		}
-		return []*topology.Level{tree.NewLabelLevel(key, req.Input.Nodes)}
+		return []*topology.Level{tree.NewLabelLevel(key, in.Nodes)}
 	}
 	return tree.Levels
 }
@@ -112,6 +119,7 @@ func candidateLevels(tree *topology.Tree, req Request) []*topology.Level {
 type evaluator struct {
 	cfg    placement.Config
 	req    Request
+	who    preemptor
 	start  time.Time
 	byNode map[string][]*Unit
 	// devices each unit frees; freeOn: unallocated node-local devices per
@@ -121,8 +129,8 @@ type evaluator struct {
 	plan    Plan
 }
 
-func newEvaluator(cfg placement.Config, req Request, units []*Unit) *evaluator {
-	e := &evaluator{cfg: cfg, req: req, start: time.Now(), byNode: map[string][]*Unit{}, devices: map[*Unit]int{}}
+func newEvaluator(cfg placement.Config, req Request, who preemptor, units []*Unit) *evaluator {
+	e := &evaluator{cfg: cfg, req: req, who: who, start: time.Now(), byNode: map[string][]*Unit{}, devices: map[*Unit]int{}}
 	claims := make(map[types.UID]*resourceapi.ResourceClaim, len(req.Input.ResourceClaims))
 	for _, c := range req.Input.ResourceClaims {
 		claims[c.UID] = c
@@ -184,7 +192,7 @@ func (e *evaluator) level(ctx context.Context, l *topology.Level) (*Plan, string
 	}
 	var cands []cand
 	for _, d := range l.Domains {
-		if !containsAll(d.Nodes, e.req.Gang.BoundNodes) {
+		if !containsAll(d.Nodes, e.who.boundNodes) {
 			continue
 		}
 		c := cand{dom: d}

@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 )
 
@@ -84,8 +85,36 @@ type Effective struct {
 //   - NoPreemption is set when the PodGroup's preemptionPolicy, its
 //     class's or a member's is Never.
 func Resolve(pg *schedulingv1beta1.PodGroup, class *schedulingv1.PriorityClass, members []*v1.Pod) Effective {
-	e := Effective{Requested: PodGroupPriority(pg, members)}
-	e.Priority = e.Requested
+	e := capped("PodGroup", PodGroupPriority(pg, members), class, members)
+	e.NoPreemption = neverReason(pg, class, members)
+	return e
+}
+
+// ResolveTree returns a CompositePodGroup tree's effective priority and
+// policy by Resolve's rules, the root standing for the PodGroup (as
+// kube-scheduler, a tree's priority and policy are its root's): class is
+// the root's PriorityClass, members every pod of the tree's leaves.
+func ResolveTree(root *schedulingv1alpha3.CompositePodGroup, class *schedulingv1.PriorityClass, members []*v1.Pod) Effective {
+	requested := int32(0)
+	switch {
+	case root.Spec.Priority != nil:
+		requested = *root.Spec.Priority
+	case len(members) > 0:
+		requested = lowest(members)
+	}
+	e := capped("CompositePodGroup", requested, class, members)
+	if p := root.Spec.PreemptionPolicy; p != nil && *p == schedulingv1alpha3.PreemptNever {
+		e.NoPreemption = "the root CompositePodGroup's preemptionPolicy is Never"
+	} else {
+		e.NoPreemption = neverReason(nil, class, members)
+	}
+	return e
+}
+
+// capped caps what a group (kind) requests by its class's value and its
+// members' lowest priority.
+func capped(kind string, requested int32, class *schedulingv1.PriorityClass, members []*v1.Pod) Effective {
+	e := Effective{Requested: requested, Priority: requested}
 	if class != nil && class.Value < e.Priority {
 		e.Priority = class.Value
 		e.Capped = fmt.Sprintf("PriorityClass %s has value %d", class.Name, class.Value)
@@ -97,9 +126,8 @@ func Resolve(pg *schedulingv1beta1.PodGroup, class *schedulingv1.PriorityClass, 
 		}
 	}
 	if e.Capped != "" {
-		e.Capped = fmt.Sprintf("priority capped at %d (the PodGroup asks for %d; %s)", e.Priority, e.Requested, e.Capped)
+		e.Capped = fmt.Sprintf("priority capped at %d (the %s asks for %d; %s)", e.Priority, kind, e.Requested, e.Capped)
 	}
-	e.NoPreemption = neverReason(pg, class, members)
 	return e
 }
 

@@ -46,7 +46,7 @@ func ClosestDomain(ctx context.Context, cfg placement.Config, in index.SnapshotI
 		return nil, fmt.Errorf("build fabric tree: %w", err)
 	}
 	free := FreeDevices(in)
-	for _, l := range candidateLevels(tree, Request{Gang: g, Input: in}) {
+	for _, l := range candidateLevels(tree, g.TopologyKey, in) {
 		type cand struct {
 			d    *topology.Domain
 			free int

@@ -11,11 +11,14 @@ import (
 // Unit is what one preemption evicts as a whole.
 type Unit struct {
 	// Key: "pg:<namespace>/<name>" for a PodGroup with disruptionMode All,
-	// "pod:<namespace>/<name>" for a single pod.
+	// "cpg:<namespace>/<name>" for a CompositePodGroup with disruptionMode
+	// All (every leaf PodGroup under it), "pod:<namespace>/<name>" for a
+	// single pod.
 	Key      string
 	Priority int32
-	// Group: the unit is a whole PodGroup.
-	Group bool
+	// Group: the unit is a whole PodGroup, or with Composite a whole
+	// CompositePodGroup's subtree.
+	Group, Composite bool
 	// Pods are the unit's running pods, on any node.
 	Pods []*v1.Pod
 	// Claims are the allocated claims whose devices are freed when the unit
@@ -30,15 +33,15 @@ type Unit struct {
 	Budgets map[string]int
 }
 
-// moreImportant orders victims: higher priority, then whole groups, then
-// more pods, then the earlier start, then the key (kube-scheduler's
-// MoreImportantVictim, made total).
+// moreImportant orders victims: higher priority, then whole composites
+// over whole PodGroups over pods, then more pods, then the earlier start,
+// then the key (kube-scheduler's MoreImportantVictim, made total).
 func moreImportant(a, b *Unit) bool {
 	if a.Priority != b.Priority {
 		return a.Priority > b.Priority
 	}
-	if a.Group != b.Group {
-		return a.Group
+	if ra, rb := a.rank(), b.rank(); ra != rb {
+		return ra > rb
 	}
 	if len(a.Pods) != len(b.Pods) {
 		return len(a.Pods) > len(b.Pods)
@@ -47,6 +50,18 @@ func moreImportant(a, b *Unit) bool {
 		return !a.Start.IsZero() && (b.Start.IsZero() || a.Start.Before(b.Start))
 	}
 	return a.Key < b.Key
+}
+
+// rank is a unit's kind as kube-scheduler ranks victims: a
+// CompositePodGroup 3, a PodGroup 2, a pod 1.
+func (u *Unit) rank() int {
+	switch {
+	case u.Composite:
+		return 3
+	case u.Group:
+		return 2
+	}
+	return 1
 }
 
 // reprieveOrder is the order victims are given back in: units covered by a

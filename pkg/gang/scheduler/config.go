@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/membership"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/replace"
@@ -102,6 +103,9 @@ type Config struct {
 	// namespace that hold a domain at once; the others wait without one.
 	// Default DefaultStarvationReservationsPerNamespace.
 	StarvationReservationsPerNamespace int
+	// Members checks the members of gpufabric-grouper's PodGroups and
+	// explains lone pods (pkg/gang/membership); nil admits every pod.
+	Members *membership.Guard
 	// Replace: how lost members are replaced in place (pkg/gang/replace;
 	// zero fields: its defaults).
 	Replace replace.Config

@@ -93,7 +93,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		if err != nil {
 			return fmt.Errorf("get pod: %w", err)
 		}
-		if h, ok := gangless.Of(pod); ok && gangless.Untried(pod) {
+		if h, ok := s.cfg.Members.Hint(pod); ok && gangless.Untried(pod) {
 			s.report.Event(pod, v1.EventTypeWarning, vocab.EventPlacedWithoutGang, "Scheduling", h.Message)
 		}
 		g, err := placement.NewPodGang(pod, s.getClaim)

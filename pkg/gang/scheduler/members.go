@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/evict"
+	"github.com/gpufabric/gpufabric/pkg/gang/membership"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/replace"
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -29,6 +30,7 @@ type gangPods struct {
 	// classify says whether a bound member is lost to a trigger
 	// (replace.Replacer.Classify); nil: never.
 	classify func(*v1.Pod, *v1.Node) (*replace.Loss, time.Duration)
+	guard    *membership.Guard // a grouper's PodGroup's members (nil: all)
 }
 
 // memberSet is what a PodGroup's pods say about its gang.
@@ -63,7 +65,7 @@ func (g *gangPods) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
 	nodes := map[string]bool{}
 	for _, o := range objs {
 		p, ok := o.(*v1.Pod)
-		if !ok || !podstate.Ours(p) {
+		if !ok || !podstate.Ours(p) || !g.guard.Admit(pg, p) {
 			continue
 		}
 		switch {

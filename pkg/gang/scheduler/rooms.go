@@ -42,7 +42,7 @@ func (s *Scheduler) wireLoop(factory informers.SharedInformerFactory) {
 	s.claims = factory.Resource().V1().ResourceClaims().Lister()
 	s.nodes = factory.Core().V1().Nodes().Lister()
 	s.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
-	s.gangs = &gangPods{pods: s.inf.pods.GetIndexer(), nodes: s.nodes}
+	s.gangs = &gangPods{pods: s.inf.pods.GetIndexer(), nodes: s.nodes, guard: s.cfg.Members}
 	s.snaps = &snapshots{
 		index: s.cfg.Placement.Index, recordNamespace: s.cfg.RecordNamespace, metrics: s.cfg.Metrics, assumed: s.assumed,
 		pods: s.pods, nodes: s.nodes, claims: s.claims,
@@ -93,6 +93,9 @@ func (s *Scheduler) wireRooms() {
 		Tree: listerTree(s).Tree}) // a whole gang's previous domain, by id over a restart
 	s.gangs.classify, s.inf.lost = s.status.replacer.Classify, s.status.replacer.Disrupted
 	cfg.NodeLost = s.gangs.nodeLost
+	if s.inf.composites != nil {
+		cfg.Trees = s.treeReader() // victims valued and grouped by their trees
+	}
 	s.evict = evict.New(cfg)
 	s.prios = evict.NewPriorities(cfg)
 	s.restarts = evict.NewRestarter(cfg)
@@ -103,19 +106,24 @@ func (s *Scheduler) wireRooms() {
 	}
 }
 
-// newTreeCycle builds the tree attempts of this term (pkg/gang/trees) on
-// the loop's parts: the listers, the snapshots, the commit room, the
-// pipeline and the gang status.
-func (s *Scheduler) newTreeCycle() *trees.Cycle {
+// treeReader reads trees from this term's informers.
+func (s *Scheduler) treeReader() *trees.Reader {
 	composites := s.inf.factory.Scheduling().V1alpha3().CompositePodGroups().Lister()
 	get := func(ns, name string) (*schedulingv1alpha3.CompositePodGroup, error) {
 		return composites.CompositePodGroups(ns).Get(name)
 	}
+	return &trees.Reader{Composites: compositeGetter(get), CompositeChildren: s.inf.composites.GetIndexer(), PodGroupChildren: s.inf.podGroups.GetIndexer()}
+}
+
+// newTreeCycle builds the tree attempts of this term (pkg/gang/trees) on
+// the loop's parts: the listers, the snapshots, the commit and evict
+// rooms, the pipeline and the gang status.
+func (s *Scheduler) newTreeCycle() *trees.Cycle {
+	r := s.treeReader()
 	return trees.NewCycle(trees.Deps{
-		Reader: &trees.Reader{Composites: compositeGetter(get), CompositeChildren: s.inf.composites.GetIndexer(), PodGroupChildren: s.inf.podGroups.GetIndexer()},
-		Lister: get, Queue: s.queue, Assumed: s.assumed, Visible: s.snaps.shown.Visible,
-		Snapshot: func(ctx context.Context) (*index.Snapshot, error) { return s.snaps.snapshot(ctx, nil) },
-		Commits:  s.commits, Pipeline: s.pipe, Conditions: s.conditions, Report: s.report, Metrics: s.cfg.Metrics,
+		Reader: r, Lister: r.Composites.Get, Queue: s.queue, Assumed: s.assumed, Visible: s.snaps.shown.Visible,
+		Snapshot: s.snaps.snapshot, Input: s.snaps.inputFor, Evictor: s.evict, Priorities: s.prios, DisablePreemption: s.cfg.DisablePreemption,
+		Commits: s.commits, Pipeline: s.pipe, Conditions: s.conditions, Report: s.report, Metrics: s.cfg.Metrics,
 		Members: func(pg *schedulingv1beta1.PodGroup) (trees.Members, error) {
 			ms, err := s.gangs.members(pg)
 			if err != nil {

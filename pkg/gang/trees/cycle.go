@@ -12,10 +12,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
+	"github.com/gpufabric/gpufabric/pkg/gang/evict"
 	"github.com/gpufabric/gpufabric/pkg/gang/gate"
 	"github.com/gpufabric/gpufabric/pkg/gang/metrics"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
@@ -35,6 +37,7 @@ type Queue interface {
 	Wait(key, namespace string, cycle uint64)
 	RetryAfter(key string, d time.Duration)
 	RetryConflict(key string) time.Duration
+	ParkShort(key string, cycle uint64) time.Duration
 }
 
 // Members is what the loop knows of one PodGroup's pods: those waiting
@@ -59,12 +62,15 @@ var _ Metrics = (*metrics.Metrics)(nil)
 
 // Deps is what a Cycle needs; the loop fills it each leadership term.
 type Deps struct {
-	Reader   *Reader
-	Lister   func(namespace, name string) (*schedulingv1alpha3.CompositePodGroup, error)
-	Queue    Queue
-	Assumed  *assume.Cache
-	Visible  func(*assume.Entry) bool
-	Snapshot func(ctx context.Context) (*index.Snapshot, error)
+	Reader  *Reader
+	Lister  func(namespace, name string) (*schedulingv1alpha3.CompositePodGroup, error)
+	Queue   Queue
+	Assumed *assume.Cache
+	Visible func(*assume.Entry) bool
+	// Snapshot is the cluster less the held nodes; Input the same as the
+	// snapshot's input, which a preemption plans on.
+	Snapshot func(ctx context.Context, held sets.Set[string]) (*index.Snapshot, error)
+	Input    func(held sets.Set[string]) (index.SnapshotInput, error)
 	Commits  *commit.Committer
 	Pipeline *commit.Pipeline
 	// Conditions writes the leaves' InitiallyScheduled condition.
@@ -85,6 +91,12 @@ type Deps struct {
 	Prepare func(ctx context.Context, g *placement.Gang) error
 	Forget  func(key string)
 	Done    func(ctx context.Context, key string) error
+	// Evictor is the evict room (nil: no nodes held, no preemption);
+	// Priorities resolves a tree's effective priority (nil: 0).
+	// DisablePreemption is the scheduler's flag.
+	Evictor           Evictor
+	Priorities        Priorities
+	DisablePreemption bool
 	// Placement and PlacementTime are the engine's config and time budget;
 	// PlaceCalls bounds a tree's search (composite.Options).
 	Placement     placement.Config
@@ -150,6 +162,13 @@ func (c *Cycle) Run(ctx context.Context, key string) (handedOff bool, err error)
 	if a.leaves, err = c.read(ctx, tree); err != nil {
 		return false, err
 	}
+	c.resolve(a, tree)
+	if a.pods() == 0 {
+		// Nothing waits (a placed tree's pods changed): nothing to try until
+		// a member arrives, as for a flat gang.
+		c.d.Forget(key)
+		return false, c.d.Done(ctx, key)
+	}
 	if ok, why := tree.Ready(func(pg *schedulingv1beta1.PodGroup) Count {
 		ms := a.leaves[pg.UID].ms
 		return Count{All: len(ms.Pending) + len(ms.Running) + len(ms.Gated), Gated: len(ms.Gated)}
@@ -175,6 +194,9 @@ type attempt struct {
 	begin  time.Time
 	root   *schedulingv1alpha3.CompositePodGroup
 	leaves map[types.UID]*leafState
+	// pre is the attempt as the evict room sees it, with the tree's
+	// effective priority (resolve); nil until the leaves are read.
+	pre *evict.Attempt
 }
 
 // read reads each leaf's members, and says why gated pods wait.

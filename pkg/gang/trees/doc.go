@@ -12,7 +12,11 @@
 // ready.go (readiness, as kube-scheduler's GangScheduling plugin counts
 // it, and the tree as a composite.Group), cycle.go (Cycle, Deps: an
 // attempt read and built; Route for a leaf PodGroup), place.go (an
-// attempt placed and committed, or refused).
+// attempt placed and committed, or refused), preempt.go (a refused
+// tree's preemption through the evict room: its priority, held nodes, the
+// tree search as the plan's placer), units.go (the evict room's view of
+// trees, evict.Trees: the highest group with disruptionMode All above a
+// running PodGroup, the leaves under a composite).
 //
 // Rules:
 //   - A tree is everything under a root CompositePodGroup of one
@@ -30,8 +34,16 @@
 //     refusal is written as PodGroupInitiallyScheduled=False on every
 //     leaf; CompositePodGroup status is not written (1.37.1 writes none),
 //     events name the root.
-//   - Not yet (docs/design/composite.md): a tree never preempts, lost
-//     members of a tree's leaves are re-placed by the tree's next attempt
-//     in their pinned domains (no replace-in-place policy per leaf), and
-//     a composite's disruptionMode is not read.
+//   - Priority and preemption (docs/design/preemption.md, "Trees"): a
+//     tree's priority and policy are its root's (capped as a PodGroup's:
+//     evict.Priorities.Tree); a tree the search refuses preempts as one
+//     gang (the evict room, with the tree search planning in the domains
+//     of its root's level), and does not see the nodes other gangs hold
+//     against it. As a victim, a running leaf goes with the highest group
+//     above it whose disruptionMode is All (Reader.Above), within the
+//     same bounds as Read.
+//   - Not yet (docs/design/composite.md): lost members of a tree's leaves
+//     are re-placed by the tree's next attempt in their pinned domains (no
+//     replace-in-place policy per leaf), and a starving tree reserves no
+//     domain.
 package trees

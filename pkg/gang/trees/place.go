@@ -22,7 +22,7 @@ import (
 // place places the tree on a snapshot and commits it, or refuses it.
 func (c *Cycle) place(ctx context.Context, a *attempt, group *composite.Group) (bool, error) {
 	start := time.Now()
-	snap, err := c.d.Snapshot(ctx)
+	snap, err := c.d.Snapshot(ctx, c.held(a))
 	var d *composite.Decision
 	var u *composite.Unschedulable
 	if err == nil {
@@ -35,7 +35,11 @@ func (c *Cycle) place(ctx context.Context, a *attempt, group *composite.Group) (
 	case err != nil:
 		return false, c.refuse(ctx, a, metrics.ReasonSchedulerError, vocab.ReasonSchedulerError, err.Error())
 	case u != nil:
-		return false, c.refuse(ctx, a, metrics.ReasonUnschedulable, vocab.ReasonUnschedulable, u.Message)
+		msg, err := c.afterRefusal(ctx, a, group, u.Message)
+		if err != nil {
+			return false, err
+		}
+		return false, c.refuse(ctx, a, metrics.ReasonUnschedulable, vocab.ReasonUnschedulable, msg)
 	}
 	byName := make(map[string]*leafState, len(a.leaves))
 	for _, l := range a.leaves {
@@ -126,9 +130,12 @@ func (c *Cycle) refuse(ctx context.Context, a *attempt, metricReason, conditionR
 	c.d.Pending(a.key, metricReason)
 	c.d.Metrics.GangRefused(metricReason)
 	var backoff time.Duration
-	if metricReason == metrics.ReasonSchedulerError {
+	switch {
+	case metricReason == metrics.ReasonSchedulerError:
 		backoff = c.d.Queue.ParkError(a.key, a.cycle)
-	} else {
+	case c.d.Evictor != nil && c.d.Evictor.Nominated(a.key):
+		backoff = c.d.Queue.ParkShort(a.key, a.cycle) // its victims are going
+	default:
 		backoff = c.d.Queue.Park(a.key, a.cycle)
 	}
 	klog.FromContext(ctx).V(2).Info("Tree not placed", "reason", conditionReason, "message", message, "backoff", backoff)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/composite"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // Count is what the loop knows of a leaf's pods: All that exist (placed,
@@ -88,20 +89,31 @@ func podGroupKey(pg *schedulingv1beta1.PodGroup) string {
 
 // Group is the tree as the search places it: each leaf's gang from leaf
 // (nil gang: the leaf is left out, it is not ready); a composite left with
-// fewer than minGroupCount children is left out too.
+// fewer than minGroupCount children is left out too. Each group carries
+// its annotation gpufabric.dev/rail-coupling (the search validates it); a
+// PodGroup that says rail-alignment: preferred under a required coupling
+// makes the tree invalid (ErrInvalid).
 func (t *Tree) Group(leaf func(*schedulingv1beta1.PodGroup) (*placement.Gang, error)) (*composite.Group, error) {
-	var build func(n *Node) (*composite.Group, error)
-	build = func(n *Node) (*composite.Group, error) {
+	var build func(n *Node, coupling string) (*composite.Group, error)
+	build = func(n *Node, coupling string) (*composite.Group, error) {
 		if n.PodGroup != nil {
+			if err := loosenedAlignment(n, coupling); err != nil {
+				return nil, err
+			}
 			g, err := leaf(n.PodGroup)
 			if err != nil || g == nil {
 				return nil, err
 			}
-			return &composite.Group{Name: n.Name(), TopologyKey: podGroupKey(n.PodGroup), Gang: g}, nil
+			return &composite.Group{Name: n.Name(), TopologyKey: podGroupKey(n.PodGroup), Gang: g,
+				RailCoupling: n.PodGroup.Annotations[topology.AnnotationRailCoupling]}, nil
 		}
-		out := &composite.Group{Name: n.Name(), TopologyKey: compositeKey(n.Composite), MinGroupCount: MinGroupCount(n.Composite)}
+		out := &composite.Group{Name: n.Name(), TopologyKey: compositeKey(n.Composite), MinGroupCount: MinGroupCount(n.Composite),
+			RailCoupling: n.Composite.Annotations[topology.AnnotationRailCoupling]}
+		if out.RailCoupling != "" {
+			coupling = out.RailCoupling
+		}
 		for _, c := range n.Children {
-			g, err := build(c)
+			g, err := build(c, coupling)
 			if err != nil {
 				return nil, err
 			}
@@ -114,9 +126,25 @@ func (t *Tree) Group(leaf func(*schedulingv1beta1.PodGroup) (*placement.Gang, er
 		}
 		return out, nil
 	}
-	g, err := build(t.Root)
+	g, err := build(t.Root, "")
 	if err == nil && g == nil {
 		err = fmt.Errorf("%s: no PodGroup of the tree can be placed", t.Root.Name())
 	}
 	return g, err
+}
+
+// loosenedAlignment refuses a PodGroup whose rail-alignment: preferred
+// contradicts the required rail coupling it is under (its own
+// rail-coupling: none takes it out).
+func loosenedAlignment(n *Node, coupling string) error {
+	a := n.PodGroup.Annotations
+	if v, ok := a[topology.AnnotationRailCoupling]; ok {
+		coupling = v
+	}
+	if coupling != topology.RailCouplingRequired || a[topology.AnnotationRailAlignment] != topology.RailAlignmentPreferred {
+		return nil
+	}
+	return fmt.Errorf("%w: %s/%s: annotation %s: %s contradicts %s: %s above it (coupled PodGroups are rail-aligned): remove it, or set %s: %s on the PodGroup",
+		ErrInvalid, n.PodGroup.Namespace, n.Name(), topology.AnnotationRailAlignment, topology.RailAlignmentPreferred,
+		topology.AnnotationRailCoupling, topology.RailCouplingRequired, topology.AnnotationRailCoupling, topology.RailCouplingNone)
 }

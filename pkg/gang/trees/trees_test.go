@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // world builds a Reader over composites and PodGroups.
@@ -186,5 +187,60 @@ func TestReady(t *testing.T) {
 	})
 	if err != nil || len(g.Children) != 2 || g.MinGroupCount != 2 {
 		t.Fatalf("group %+v, %v: want the two ready children, minGroupCount 2", g, err)
+	}
+}
+
+// TestGroupRailCoupling: Group carries each object's
+// gpufabric.dev/rail-coupling (the search validates the value), and a
+// PodGroup that says rail-alignment: preferred under a required coupling
+// (its own none takes it out) makes the tree invalid, naming both
+// annotations.
+func TestGroupRailCoupling(t *testing.T) {
+	tests := map[string]struct {
+		root, inner, pg map[string]string // annotations
+		wantErr         bool
+		want            [3]string // RailCoupling of root, inner, leaf
+	}{
+		"carried": {root: map[string]string{topology.AnnotationRailCoupling: "required"}, inner: map[string]string{topology.AnnotationRailCoupling: "none"},
+			want: [3]string{"required", "none", ""}},
+		"a bad value is carried for the search to refuse": {root: map[string]string{topology.AnnotationRailCoupling: "yes"}, want: [3]string{"yes", "", ""}},
+		"preferred alignment under required coupling": {root: map[string]string{topology.AnnotationRailCoupling: "required"},
+			pg: map[string]string{topology.AnnotationRailAlignment: "preferred"}, wantErr: true},
+		"preferred alignment, opted out": {root: map[string]string{topology.AnnotationRailCoupling: "required"},
+			pg:   map[string]string{topology.AnnotationRailAlignment: "preferred", topology.AnnotationRailCoupling: "none"},
+			want: [3]string{"required", "", "none"}},
+		"preferred alignment under a composite that opted out": {root: map[string]string{topology.AnnotationRailCoupling: "required"},
+			inner: map[string]string{topology.AnnotationRailCoupling: "none"}, pg: map[string]string{topology.AnnotationRailAlignment: "preferred"},
+			want: [3]string{"required", "none", ""}},
+		"preferred alignment under preferred coupling": {root: map[string]string{topology.AnnotationRailCoupling: "preferred"},
+			pg: map[string]string{topology.AnnotationRailAlignment: "preferred"}, want: [3]string{"preferred", "", ""}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld()
+			root := w.composite("job", "", "wl", 1)
+			root.Annotations = tc.root
+			w.composite("inner", "job", "wl", 1).Annotations = tc.inner
+			w.podGroup("pg", "inner", "wl", 1).Annotations = tc.pg
+			tr, err := w.reader().Read(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := tr.Group(func(pg *schedulingv1beta1.PodGroup) (*placement.Gang, error) {
+				return &placement.Gang{Name: pg.Name}, nil
+			})
+			if tc.wantErr {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), topology.AnnotationRailAlignment) || !strings.Contains(err.Error(), topology.AnnotationRailCoupling) {
+					t.Errorf("error %v, want ErrInvalid naming both annotations", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := [3]string{g.RailCoupling, g.Children[0].RailCoupling, g.Children[0].Children[0].RailCoupling}; got != tc.want {
+				t.Errorf("couplings %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

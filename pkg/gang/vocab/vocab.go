@@ -176,6 +176,24 @@ const (
 	// multi-pod controller made it): it is placed alone, and the event
 	// says what to change (pkg/gang/gangless).
 	EventPlacedWithoutGang = "PlacedWithoutGang"
+	// EventNotGroupMember: a Warning on a pod that names a PodGroup
+	// gpufabric-grouper made for a workload, but whose controller chain
+	// does not lead to that workload: it is not placed as a member
+	// (pkg/gang/membership).
+	EventNotGroupMember = "NotGroupMember"
+)
+
+// The marks of the groups gpufabric-grouper makes (pkg/workloads/grouping
+// writes them, pkg/gang/membership reads them).
+const (
+	// LabelManagedBy = ManagedByGrouper on its Workloads, PodGroups and
+	// CompositePodGroups.
+	LabelManagedBy   = "app.kubernetes.io/managed-by"
+	ManagedByGrouper = "gpufabric-grouper"
+	// AnnotationMemberOwnerUID on such a PodGroup: the UID every member's
+	// controller chain must lead to (the workload, or a scheduler-plugins or
+	// Volcano PodGroup's controller).
+	AnnotationMemberOwnerUID = topology.DriverName + "/member-owner-uid"
 )
 
 // The objects the scheduler keeps in its record namespace.

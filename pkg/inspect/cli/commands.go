@@ -153,10 +153,11 @@ domains, devices and rails, why unplaced members wait (PodScheduled reason and
 message, scheduling gates), its shared claims and their channel, and the last
 events about it.
 
-With KIND/NAME of a workload (job/, jobset/, lws/, raycluster/): the same for
-each PodGroup behind it: those the workload owns, and those its pods (labelled
-batch.kubernetes.io/job-name, jobset.sigs.k8s.io/jobset-name,
-leaderworkerset.sigs.k8s.io/name or ray.io/cluster = NAME) name. A bare name
+With KIND/NAME of a workload (job/, jobset/, lws/, raycluster/, trainjob/,
+rayjob/): the same for each PodGroup behind it: those the workload owns or
+labels, and those its pods (labelled batch.kubernetes.io/job-name,
+jobset.sigs.k8s.io/jobset-name, leaderworkerset.sigs.k8s.io/name or
+ray.io/cluster = NAME) name. A bare name
 that is no PodGroup is tried as each of these kinds in that order; when
 nothing matches, the PodGroup is reported NotFound with the pods that name it.
 
@@ -193,7 +194,7 @@ func (o *options) explain(cmd *cobra.Command, ref string, events int) error {
 	if err != nil {
 		return err
 	}
-	need := inspect.Need{Namespace: ns, Fabric: true, FabricOptional: true, Claims: true, Pods: true, PodGroups: true}
+	need := inspect.Need{Namespace: ns, Fabric: true, FabricOptional: true, Claims: true, Pods: true, PodGroups: true, Composites: true}
 	cl, err := inspect.Load(cmd.Context(), c, need)
 	if err != nil {
 		return err
@@ -214,7 +215,7 @@ func (o *options) explain(cmd *cobra.Command, ref string, events int) error {
 		if err != nil {
 			return err
 		}
-		rep.Workload = res.Workload
+		rep.Workload, rep.Tree = res.Workload, res.Tree
 		reps = append(reps, rep)
 	}
 	st := o.style()

@@ -49,6 +49,9 @@ func TestChartOnAPIServer(t *testing.T) {
 	t.Run("others cannot write what the scheduler trusts", func(t *testing.T) {
 		testOthers(t, cp, admin)
 	})
+	t.Run("grouper writes only its groups, nobody else changes them", func(t *testing.T) {
+		testGrouperIdentity(t, cp, admin)
+	})
 	t.Run("mock profile is accepted", func(t *testing.T) {
 		// Another release in another namespace: no name clashes except the
 		// DeviceClasses, which are the same.

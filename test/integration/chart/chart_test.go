@@ -135,7 +135,7 @@ scheduler:
 // checkRBAC: each identity gets exactly the rules of its files/rbac file;
 // the scheduler's Role renews only the configured Lease.
 func checkRBAC(t *testing.T, r *itest.Rendered, lease string) {
-	for _, c := range []struct{ name, file string }{{itest.ChartPluginName, pluginRulesFile}, {itest.ChartSchedulerName, framework.SchedulerRulesFile}} {
+	for _, c := range []struct{ name, file string }{{itest.ChartPluginName, pluginRulesFile}, {itest.ChartSchedulerName, framework.SchedulerRulesFile}, {itest.ChartGrouperName, grouperRulesFile}} {
 		want, err := framework.LoadRules(c.file)
 		if err != nil {
 			t.Fatal(err)
@@ -167,6 +167,13 @@ func checkRBAC(t *testing.T, r *itest.Rendered, lease string) {
 	binding := get[*rbacv1.RoleBinding](t, r, "RoleBinding", itest.ChartSchedulerName)
 	if binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != itest.ChartSchedulerName || len(binding.Subjects) != 1 || binding.Subjects[0].Name != itest.ChartSchedulerName {
 		t.Errorf("RoleBinding %s: %+v %+v", itest.ChartSchedulerName, binding.RoleRef, binding.Subjects)
+	}
+	want, err = framework.LoadRules(grouperNamespaceRulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if role := get[*rbacv1.Role](t, r, "Role", itest.ChartGrouperName); !cmp.Equal(want, role.Rules) {
+		t.Errorf("Role %s rules differ from %s: %s", itest.ChartGrouperName, grouperNamespaceRulesFile, cmp.Diff(want, role.Rules))
 	}
 }
 

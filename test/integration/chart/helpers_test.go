@@ -16,9 +16,12 @@ import (
 const (
 	mockValuesFile  = itest.ChartDir + "/values-mock.yaml"
 	pluginRulesFile = itest.ChartDir + "/files/rbac/kubelet-plugin.yaml"
-	kindConfigFile  = "deployments/kind/kind-config.yaml"
-	kindExampleDir  = "deployments/kind/example"
-	kindUpScript    = "hack/kind-up.sh"
+	// The grouper's rules (cluster, release namespace).
+	grouperRulesFile          = itest.ChartDir + "/files/rbac/grouper.yaml"
+	grouperNamespaceRulesFile = itest.ChartDir + "/files/rbac/grouper-namespace.yaml"
+	kindConfigFile            = "deployments/kind/kind-config.yaml"
+	kindExampleDir            = "deployments/kind/example"
+	kindUpScript              = "hack/kind-up.sh"
 )
 
 // get returns the rendered object kind/name as T, failing the test when it

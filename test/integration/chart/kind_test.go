@@ -105,6 +105,7 @@ func TestKindQuickstart(t *testing.T) {
 	for _, d := range []struct{ file, cmd, binary string }{
 		{"deployments/images/kubelet-plugin.Dockerfile", "./cmd/kubelet-plugin", "/usr/bin/gpufabric-kubelet-plugin"},
 		{"deployments/images/scheduler.Dockerfile", "./cmd/scheduler", "/usr/bin/gpufabric-scheduler"},
+		{"deployments/images/scheduler.Dockerfile", "./cmd/grouper", "/usr/bin/gpufabric-grouper"},
 	} {
 		if err := checkDockerfile(t.Context(), root, d.file, d.cmd, d.binary); err != nil {
 			t.Error(err)

@@ -65,6 +65,12 @@ func greedyDeadEnd(t *testing.T, admin kubernetes.Interface) {
 		}
 		return eventOn(ctx, admin, tr.ns, tr.name, vocab.EventScheduled, rackLabel+" r0")
 	})
+	// Its pods' later events find nothing waiting: the tree is not tried
+	// (and refused) again.
+	time.Sleep(2 * time.Second)
+	if err := eventOn(t.Context(), admin, tr.ns, tr.name, vocab.EventFailedScheduling, ""); err == nil {
+		t.Error("the placed tree was refused afterwards")
+	}
 }
 
 // waitsForMembers: a tree of two leaves of minCount 2, only one pod each

@@ -342,18 +342,7 @@ func insecureClient() *http.Client {
 // later Start stops it if this process dies, and Stop ends it. Names must be
 // unique within the control plane.
 func (cp *ControlPlane) StartProcess(name, binaryPath string, args ...string) error {
-	abs, err := filepath.EvalSymlinks(binaryPath)
-	if err != nil {
-		return fmt.Errorf("find %s: %w", binaryPath, err)
-	}
-	p, err := startProcess(cp.dir, name, abs, args, nil)
-	if err != nil {
-		return err
-	}
-	cp.mu.Lock()
-	cp.procs = append(cp.procs, p)
-	cp.mu.Unlock()
-	return nil
+	return cp.StartProcessEnv(name, binaryPath, nil, args...)
 }
 
 // Signal sends sig to the process group of the process started as name.

@@ -49,6 +49,7 @@ const (
 const (
 	ChartPluginName    = "gpufabric-kubelet-plugin"
 	ChartSchedulerName = "gpufabric-scheduler"
+	ChartGrouperName   = "gpufabric-grouper"
 )
 
 // HelmTool returns the helm binary built from the module proxy by

@@ -10,7 +10,8 @@
 // (helm, the chart rendered and applied, its service accounts' tokens),
 // endpoints.go (tokens for the components' metrics ports, and requests to
 // them), plugin.go (the mock fabrics and the kubelet plugin's identity),
-// testing.go (Must, Poll).
+// grouper.go (workload grouping: the pod-group policy, the grouper with the
+// chart's rules, the scheduler's membership guard), testing.go (Must, Poll).
 //
 // Rules: test code only; no production binary links it (pkg/archtest).
 // Helpers that set something up fail the test; reads and requests that

@@ -25,6 +25,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/pkg/sim"
 	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/pkg/workloads/grouping"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
@@ -212,7 +213,9 @@ func checkGuideNames(t *testing.T, guide string) {
 		topology.TopologyKeyNVLinkDomain, topology.TaintNVLinkDegraded, claims.EnvVisibleDevices, claims.EnvGPUUUIDs, claims.EnvIBDevices,
 		claims.EnvNCCLIBHCA, claims.EnvFabricDomain, claims.EnvFabricKind, claims.EnvFabricChannel, claims.EnvIMEXChannel,
 		claims.EnvNCCLMNNVLEnable, claims.EnvNCCLNVLSEnable, "GPUFABRIC_DEVICE", claimsconfig.APIVersion,
-		vocab.ConditionMembersLost, vocab.ConditionFailed, vocab.AnnotationOnMemberLoss, vocab.AnnotationReplacementTimeout} {
+		vocab.ConditionMembersLost, vocab.ConditionFailed, vocab.AnnotationOnMemberLoss, vocab.AnnotationReplacementTimeout,
+		grouping.AnnotationGang, grouping.AnnotationMinCount, grouping.AnnotationTopologyKey, grouping.AnnotationGroupClaims,
+		grouping.AnnotationDisruptionMode, grouping.LabelNamespaceDefault} {
 		known[n] = true
 	}
 	for _, n := range regexp.MustCompile(`gpufabric\.dev/[A-Za-z0-9-]+`).FindAllString(guide, -1) {
@@ -242,7 +245,7 @@ func checkWorkloadRefs(t *testing.T, cp *framework.ControlPlane) {
 	}
 	for _, tc := range []struct{ ref, wantErr string }{
 		{"job/llm-eval", "Job team-a/llm-eval has no PodGroup: none in team-a is owned by a Job named llm-eval or carries batch.kubernetes.io/job-name=llm-eval"},
-		{"deployment/web", `unknown kind "deployment"; want podgroup or one of job, jobset, lws, raycluster`},
+		{"deployment/web", `unknown kind "deployment"; want podgroup, compositepodgroup or one of job, jobset, lws, raycluster, trainjob, rayjob`},
 	} {
 		if _, _, err := runPluginErr(t, cp, "explain", tc.ref, "-n", "team-a"); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("explain %s: error %v, want one containing %q", tc.ref, err, tc.wantErr)

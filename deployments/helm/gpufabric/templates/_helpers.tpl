@@ -85,3 +85,16 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- define "gpufabric.driverName" -}}
 gpufabric.dev
 {{- end }}
+
+{{- define "gpufabric.grouper.fullname" -}}
+{{- printf "%s-grouper" (include "gpufabric.fullname" .) }}
+{{- end }}
+
+{{- define "gpufabric.grouper.serviceAccountName" -}}
+{{- default (include "gpufabric.grouper.fullname" .) .Values.grouper.serviceAccount.name }}
+{{- end }}
+
+{{/* The user name the grouper's service account authenticates as. */}}
+{{- define "gpufabric.grouper.userName" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "gpufabric.grouper.serviceAccountName" .) }}
+{{- end }}

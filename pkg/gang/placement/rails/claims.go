@@ -2,6 +2,7 @@ package rails
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,18 @@ import (
 // claim); constraints and configs that name the request name the pieces
 // too, and Unsplit renames the results back, so that a Decision only ever
 // names the claim's own requests. firstAvailable requests are never split.
+// A split copy carries its pieces' original names (splitAnnotation), so
+// that any Copies renames back the results of a copy made by another one,
+// of a DeepCopy of it, or of a copy of it limited again (a coupled role's
+// claims are limited to its rail set before the engine limits them
+// further, Gang.Rails).
+
+// splitAnnotation, on a copy whose requests were split (never written to
+// the API: copies live in one Place call), maps each piece to the
+// claim's own request: "piece=request,...", sorted. Its key has a space,
+// which no object of the API can carry (an annotation key is a qualified
+// name), so that a tenant cannot write it on a claim.
+const splitAnnotation = "gpufabric.dev/rails split requests"
 
 // Selector is the selector of the devices on one of the rails, or on
 // none.
@@ -52,9 +65,9 @@ func pinSelector(rail int64) resourceapi.DeviceSelector {
 type Copies struct {
 	// class is the gang's main class.
 	class string
-	// byKey: the copies, by claims, rail set and cover; splits: for a copy
-	// with a split request, each piece's original request. Made on first
-	// use.
+	// byKey: the copies, by claims, rail set and cover; splits: per claim
+	// read, its pieces' original requests (splitAnnotation; nil: none).
+	// Made on first use.
 	byKey  map[string][]*resourceapi.ResourceClaim
 	splits map[*resourceapi.ResourceClaim]map[string]string
 }
@@ -75,18 +88,19 @@ func (cp *Copies) Limit(claims []*resourceapi.ResourceClaim, rails []int64, cove
 		return v
 	}
 	if cp.byKey == nil {
-		cp.byKey, cp.splits = map[string][]*resourceapi.ResourceClaim{}, map[*resourceapi.ResourceClaim]map[string]string{}
+		cp.byKey = map[string][]*resourceapi.ResourceClaim{}
 	}
 	split := cover && len(rails) > 1 && cp.mainRequests(claims) == 1
 	out := make([]*resourceapi.ResourceClaim, len(claims))
 	for i, c := range claims {
+		prev := cp.renamesOf(c)
 		c = c.DeepCopy()
 		sel := Selector(rails)
 		var reqs []resourceapi.DeviceRequest
 		for _, r := range c.Spec.Devices.Requests {
 			if split && cp.splittable(r, len(rails)) {
 				pieces := splitRequest(c, r, rails, sel)
-				cp.splits[c] = pieces.renames
+				setRenames(c, prev, pieces.renames)
 				reqs = append(reqs, pieces.requests...)
 				continue
 			}
@@ -200,11 +214,8 @@ func renameList(list []string, name string, names []string) []string {
 // Unsplit renames the results of split claims (claims[i] gave res[i])
 // back to the original requests, in place.
 func (cp *Copies) Unsplit(claims []*resourceapi.ResourceClaim, res []resourceapi.AllocationResult) []resourceapi.AllocationResult {
-	if len(cp.splits) == 0 {
-		return res
-	}
 	for i, c := range claims {
-		renames := cp.splits[c]
+		renames := cp.renamesOf(c)
 		if renames == nil || i >= len(res) {
 			continue
 		}
@@ -231,6 +242,54 @@ func (cp *Copies) Unsplit(claims []*resourceapi.ResourceClaim, res []resourceapi
 		}
 	}
 	return res
+}
+
+// renamesOf returns a claim's pieces' original requests (splitAnnotation;
+// nil when it has none), read once per claim.
+func (cp *Copies) renamesOf(c *resourceapi.ResourceClaim) map[string]string {
+	v, ok := c.Annotations[splitAnnotation]
+	if !ok {
+		return nil
+	}
+	if r, ok := cp.splits[c]; ok {
+		return r
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		if piece, req, ok := strings.Cut(kv, "="); ok {
+			out[piece] = req
+		}
+	}
+	if cp.splits == nil {
+		cp.splits = map[*resourceapi.ResourceClaim]map[string]string{}
+	}
+	cp.splits[c] = out
+	return out
+}
+
+// setRenames writes a split copy's splitAnnotation: the renames it had
+// (prev), and the new pieces' (renames), through prev to the claim's own
+// requests.
+func setRenames(c *resourceapi.ResourceClaim, prev, renames map[string]string) {
+	all := maps.Clone(prev)
+	if all == nil {
+		all = map[string]string{}
+	}
+	for piece, req := range renames {
+		if orig, ok := prev[req]; ok {
+			req = orig
+		}
+		all[piece] = req
+	}
+	parts := make([]string, 0, len(all))
+	for piece, req := range all {
+		parts = append(parts, piece+"="+req)
+	}
+	slices.Sort(parts)
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[splitAnnotation] = strings.Join(parts, ",")
 }
 
 // Key names a set of rails: sorted, distinct, comma-separated. It

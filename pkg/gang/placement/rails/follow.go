@@ -135,7 +135,7 @@ func (fo *Follower) MemberRails(ctx context.Context, ns *index.NodeState, res []
 }
 
 // freeRails counts the node's free devices of a class by rail: matching,
-// not allocated, not in taken.
+// not allocated, not in taken, on a rail of Within when it is set.
 func (fo *Follower) freeRails(ctx context.Context, ns *index.NodeState, class string, taken sets.Set[structured.DeviceID]) (Counts, error) {
 	ids, err := fo.s.Matching(ctx, ns, class)
 	if err != nil {
@@ -147,6 +147,9 @@ func (fo *Follower) freeRails(ctx context.Context, ns *index.NodeState, class st
 			continue
 		}
 		if r, ok := topology.DeviceIBRail(ns.Device(id)); ok {
+			if fo.Within != nil && !slices.Contains(fo.Within, r) {
+				continue // off the rails the members may use
+			}
 			rc.By[r]++
 		} else {
 			rc.None++

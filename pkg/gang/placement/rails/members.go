@@ -27,6 +27,10 @@ type Members struct {
 	Per      []*Shape
 	Distinct []*Shape
 	IDs      []int
+	// Within, when set, are the only rails the members may use (the
+	// engine's Gang.Rails: their claims are limited to them): devices on
+	// other rails are not counted free.
+	Within []int64
 }
 
 // Allocator is the engine's allocator for one Place call: member claims

@@ -30,9 +30,28 @@ var keys = [][]string{
 	{"training.kubeflow.org/replica-index"},
 }
 
-// Of returns a pod's rank: the index tuple of the first keys list
-// it carries, or nil.
+// KubeRay's labels: a RayCluster's head comes first, then its workers by
+// their index in their worker group (the hosts of a multi-host replica by
+// their host index). Worker groups are not numbered: two groups' workers
+// of one index are ordered by name.
+const (
+	labelRayNodeType     = "ray.io/node-type"
+	labelRayReplicaIndex = "ray.io/worker-group-replica-index"
+	labelRayHostIndex    = "ray.io/replica-host-index"
+)
+
+// Of returns a pod's rank: KubeRay's order, else the index tuple of the
+// first keys list it carries, else nil.
 func Of(p *v1.Pod) []int64 {
+	switch p.Labels[labelRayNodeType] {
+	case "head":
+		return []int64{0}
+	case "worker":
+		if r, ok := labelIndex(p, labelRayReplicaIndex); ok {
+			h, _ := labelIndex(p, labelRayHostIndex)
+			return []int64{1, r, h}
+		}
+	}
 	for _, keys := range keys {
 		var r []int64
 		for _, k := range keys {
@@ -51,6 +70,12 @@ func Of(p *v1.Pod) []int64 {
 		}
 	}
 	return nil
+}
+
+// labelIndex reads a non-negative integer label.
+func labelIndex(p *v1.Pod, key string) (int64, bool) {
+	n, err := strconv.ParseInt(p.Labels[key], 10, 64)
+	return n, err == nil && n >= 0
 }
 
 // Compare orders a gang's pods by rank: pods with a rank first, by
