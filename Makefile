@@ -125,24 +125,33 @@ bench:
 # on one control plane and the same kwok nodes (test/integration/peer
 # BenchmarkPeer; results in docs/benchmarks.md): PEER_RUNS interleaved
 # runs per workload on PEER_NODES nodes, with the API floor of each one-gang
-# shape. PEER_WORKLOADS (comma list; empty: all) picks workloads: small
-# (PEER_SMALL_GANGS gangs of 3 one-GPU pods), 64x1gpu, 64x1gpu-rack, 64x8gpu,
-# 64x8gpu-leaf, 512x1gpu, 512x1gpu-leaf, 512x8gpu. bench-peer-traces runs the
+# shape. PEER_WORKLOADS (comma list; empty: all but the trees) picks
+# workloads: small (PEER_SMALL_GANGS gangs of 3 one-GPU pods), 64x1gpu,
+# 64x1gpu-rack, 64x8gpu, 64x8gpu-leaf, 512x1gpu, 512x1gpu-leaf, 512x8gpu,
+# and the CompositePodGroup trees (issue 25; "trees" names both; they turn
+# the CompositePodGroup gate on for the whole run): tree8x16 (one tree of 8
+# PodGroups × 16 pods × 8 GPUs, each in one NVLink domain, the tree in one
+# IB leaf) and tree-greedy-trap (PEER_TRAP_TREES trees of two PodGroups on
+# leaves shaped so that kube-scheduler's greedy sibling order fails for half
+# of them; GPUFABRIC_PEER_TRAP_WAIT_S, default 90, is how long it waits after
+# the last create). bench-peer-traces runs the
 # fill-to-first-refusal and churn traces (BenchmarkPeerFill,
 # BenchmarkPeerChurn; their knobs are GPUFABRIC_PEER_FILL_* and
 # GPUFABRIC_PEER_CHURN_* in the environment). In the environment too:
 # GPUFABRIC_PEER_PROFILE_DIR (CPU profiles, timelines and logs of
 # gpufabric-scheduler per run) and GPUFABRIC_PEER_BASELINE_BIN (a second
-# gpufabric-scheduler binary measured in the same runs). Not part of
-# `make test`.
+# gpufabric-scheduler binary measured in the same runs), and
+# GPUFABRIC_PEER_SCHEDULERS (gpufabric, kube, baseline: a comma list; empty:
+# all). Not part of `make test`.
 PEER_RUNS ?= 3
 PEER_NODES ?= 1000
 PEER_SMALL_GANGS ?= 300
 PEER_WORKLOADS ?=
 PEER_TRACE_RUNS ?= 1
+PEER_TRAP_TREES ?= 4
 PEER_ENV = GPUFABRIC_CONTROL_PLANE_BIN=$$(hack/build-control-plane.sh 2>/dev/null | tail -n1) GPUFABRIC_PEER_NODES=$(PEER_NODES) \
 	GPUFABRIC_PEER_RUNS=$(PEER_RUNS) GPUFABRIC_PEER_SMALL_GANGS=$(PEER_SMALL_GANGS) GPUFABRIC_PEER_WORKLOADS=$(PEER_WORKLOADS) \
-	GPUFABRIC_PEER_TRACE_RUNS=$(PEER_TRACE_RUNS)
+	GPUFABRIC_PEER_TRACE_RUNS=$(PEER_TRACE_RUNS) GPUFABRIC_PEER_TRAP_TREES=$(PEER_TRAP_TREES)
 .PHONY: bench-peer-traces
 bench-peer: control-plane
 	$(PEER_ENV) $(GO) test -run '^$$' -bench '^BenchmarkPeer$$' -benchtime 1x -count 1 -timeout 360m -v ./test/integration/peer/ 2>&1 | \

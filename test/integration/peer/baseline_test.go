@@ -34,8 +34,11 @@ type peerLineup struct {
 func startBaseline(b *testing.B, cp *framework.ControlPlane, prof *peerProfiler, args []string) *peerLineup {
 	l := &peerLineup{cp: cp, active: peerSchedulers[0].process}
 	bin := os.Getenv("GPUFABRIC_PEER_BASELINE_BIN")
-	if bin == "" {
+	if bin == "" || !peerSelected(b, baselineScheduler) {
 		return l
+	}
+	if !peerSelected(b, peerSchedulers[0]) {
+		b.Fatalf("GPUFABRIC_PEER_BASELINE_BIN runs beside gpufabric-scheduler: GPUFABRIC_PEER_SCHEDULERS must name gpufabric too")
 	}
 	args = append(args, prof.schedulerArgs(b, cp, baselineScheduler.process)...)
 	itest.Must(b, "start baseline", cp.StartProcess(baselineScheduler.process, bin, args...))
@@ -59,12 +62,39 @@ func startBaseline(b *testing.B, cp *framework.ControlPlane, prof *peerProfiler,
 	return l
 }
 
-// schedulers are the schedulers of the report.
+// schedulers are the schedulers of the report, those
+// GPUFABRIC_PEER_SCHEDULERS names.
 func (l *peerLineup) schedulers() []peerScheduler {
-	if !l.baseline {
-		return peerSchedulers
+	all := peerSchedulers
+	if l.baseline {
+		all = []peerScheduler{peerSchedulers[0], baselineScheduler, peerSchedulers[1]}
 	}
-	return []peerScheduler{peerSchedulers[0], baselineScheduler, peerSchedulers[1]}
+	var out []peerScheduler
+	for _, s := range all {
+		if peerSelected(nil, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// peerSelected reports whether GPUFABRIC_PEER_SCHEDULERS (a comma list of
+// gpufabric, kube, baseline; unset: all) names s; with b, it fails b on a
+// name it does not know.
+func peerSelected(b *testing.B, s peerScheduler) bool {
+	v := strings.TrimSpace(os.Getenv("GPUFABRIC_PEER_SCHEDULERS"))
+	if v == "" {
+		return true
+	}
+	picked := false
+	for _, n := range strings.Split(v, ",") {
+		n = strings.TrimSpace(n)
+		if b != nil && n != "gpufabric" && n != "kube" && n != "baseline" {
+			b.Fatalf("GPUFABRIC_PEER_SCHEDULERS: unknown scheduler %q (have gpufabric, kube, baseline)", n)
+		}
+		picked = picked || n == s.label
+	}
+	return picked
 }
 
 // order is the run order of iteration i: it alternates, and the baseline

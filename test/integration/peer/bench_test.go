@@ -55,6 +55,10 @@ type peerResult struct {
 	// within: gangs whose pods are all bound inside one unit of the
 	// workload (peerWorkload.within).
 	within int
+	// start: the first create; trees: what became of a tree workload's
+	// trees.
+	start time.Time
+	trees treeRun
 }
 
 // BenchmarkPeer is issue 15's side-by-side benchmark (`make bench-peer`):
@@ -73,14 +77,19 @@ type peerResult struct {
 // the same apiserver; each one-gang workload reports (last create → all
 // bound) / floor per scheduler.
 //
+// The CompositePodGroup trees (tree8x16, tree-greedy-trap; trees_test.go)
+// also report the trees each scheduler placed, per tree from the first
+// create to its last pod bound (treeReport).
+//
 // GPUFABRIC_PEER_BASELINE_BIN adds a baseline gpufabric-scheduler binary
 // to every run (baselineScheduler); GPUFABRIC_PEER_PROFILE_DIR profiles
-// the gpufabric schedulers (peerProfiler).
+// the gpufabric schedulers (peerProfiler); GPUFABRIC_PEER_SCHEDULERS
+// (gpufabric, kube: a comma list; unset: both) runs only some of them.
 func BenchmarkPeer(b *testing.B) {
 	runs := envCount("GPUFABRIC_PEER_RUNS", 3)
-	env := peerCluster(b)
+	workloads := selectPeerWorkloads(b, envCount("GPUFABRIC_PEER_NODES", 1000))
+	env := peerCluster(b, slices.ContainsFunc(workloads, func(w peerWorkload) bool { return w.tree != nil }))
 	cp, admin, nodes, prof := env.cp, env.admin, env.nodes, env.prof
-	workloads := selectPeerWorkloads(b, nodes)
 	floorClient := peerSchedulerClient(b, cp)
 	results, floors := map[string][]peerResult{}, map[string][]apiFloor{}
 	b.ResetTimer()
@@ -101,6 +110,9 @@ func BenchmarkPeer(b *testing.B) {
 				}
 				b.Logf("iteration %d, %s, %s: %d/%d bound in %.1fs (created in %.1fs, last create to all bound %.2fs)%s, CPU %.2fs (%.2fs after the last create), peak RSS %d MiB",
 					i, w.name, s.process, r.bound, w.gangs*w.pods, r.seconds, r.created, r.lastToBound, within, r.cpu.Seconds(), r.cpuLast.Seconds(), r.peakRSS>>20)
+				if w.tree != nil {
+					b.Logf("iteration %d, %s, %s: %s", i, w.name, s.process, r.trees.describe(w, r.start))
+				}
 				results[w.name+"/"+s.process] = append(results[w.name+"/"+s.process], r)
 			}
 		}
@@ -108,6 +120,7 @@ func BenchmarkPeer(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(0, "ns/op")
 	peerReport(b, env.lineup.schedulers(), workloads, results, floors)
+	treeReport(b, env.lineup.schedulers(), workloads, results)
 }
 
 // peerReport reports BenchmarkPeer's metrics, means over the runs:
@@ -191,9 +204,19 @@ type peerEnv struct {
 // nodes clear their not-ready taints in minutes. With
 // GPUFABRIC_PEER_PROFILE_DIR set, the gpufabric schedulers run with
 // --profiling (peerProfiler).
-func peerCluster(b *testing.B) *peerEnv {
+//
+// trees: the workloads include CompositePodGroup trees; every component
+// then runs with the gate CompositePodGroup, kube-apiserver serves
+// scheduling.k8s.io/v1alpha3, and gpufabric-scheduler places trees
+// (--composite-pod-groups). Without trees the gate stays off: it changes
+// kube-scheduler's queue for every workload (no queueing hints).
+func peerCluster(b *testing.B, trees bool) *peerEnv {
 	nodes := envCount("GPUFABRIC_PEER_NODES", 1000)
-	cp := framework.StartT(b, framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: true, ControllerManagerQPS: 200})
+	opts := framework.Options{ControllerManager: true, Kwok: true, KubeScheduler: peerSelected(b, peerSchedulers[1]), ControllerManagerQPS: 200}
+	if trees {
+		opts.CompositePodGroups = true
+	}
+	cp := framework.StartT(b, opts)
 	admin := cp.AdminClient(b)
 	itest.Must(b, "grant scheduler rules", framework.GrantSchedulerRules(b.Context(), admin, topology.SchedulerName, itest.RecordNamespace))
 	_, err := admin.ResourceV1().DeviceClasses().Create(b.Context(), itest.DeviceClass(topology.GPUDeviceClass, scenario.GPUSelector), metav1.CreateOptions{})
@@ -207,9 +230,14 @@ func peerCluster(b *testing.B) *peerEnv {
 	args := []string{"--kubeconfig=" + kc, "--leader-elect=false", "--commit-record-namespace=" + itest.RecordNamespace, "--domain-channels=0",
 		"--topology-levels=" + benchRackLabel + "," + benchLeafLabel,
 		fmt.Sprintf("--kube-api-qps=%d", framework.KubeSchedulerQPS), fmt.Sprintf("--kube-api-burst=%d", framework.KubeSchedulerBurst)}
+	if trees {
+		args = append(args, treeSchedulerFlag)
+	}
 	lineup := startBaseline(b, cp, prof, slices.Clone(args))
 	args = append(args, prof.schedulerArgs(b, cp, peerSchedulers[0].process)...)
-	itest.Must(b, "start gpufabric-scheduler", cp.StartProcess(peerSchedulers[0].process, framework.SchedulerBinary(b), args...))
+	if peerSelected(b, peerSchedulers[0]) {
+		itest.Must(b, "start gpufabric-scheduler", cp.StartProcess(peerSchedulers[0].process, framework.SchedulerBinary(b), args...))
+	}
 	return &peerEnv{cp: cp, admin: admin, nodes: nodes, prof: prof, lineup: lineup}
 }
 
@@ -266,6 +294,13 @@ func waitNodesReady(b *testing.B, c kubernetes.Interface, n int) {
 func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interface, prof *peerProfiler, s peerScheduler, w peerWorkload, ns string) peerResult {
 	b.StopTimer()
 	benchNamespace(b, admin, ns)
+	var leaves []string
+	if w.tree != nil && w.tree.trap {
+		leaves = trapLeaves(w.gangs)
+		trapBackground(b, admin, ns+"-bg", w.gangs)
+		// After the run's own namespace (deferred calls run last first).
+		defer peerDropNamespace(b, admin, ns+"-bg")
+	}
 	total := w.gangs * w.pods
 	pw := watchPods(b, admin, ns, total)
 	before, err := cp.ProcessStats(s.process)
@@ -274,6 +309,9 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	b.StartTimer()
 	start := time.Now()
 	err = forEachParallel(b.Context(), benchWorkers, w.gangs, func(ctx context.Context, g int) error {
+		if w.tree != nil {
+			return createPeerTree(ctx, admin, ns, g, s.schedulerName, w, leaves)
+		}
 		return createPeerGang(ctx, admin, ns, peerGroupName(g), s.schedulerName, w)
 	})
 	itest.Must(b, "create gangs", err)
@@ -282,6 +320,9 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	itest.Must(b, "process stats", err)
 	probe.onCreated(b)
 	deadline := start.Add(peerTimeout())
+	if leaves != nil {
+		deadline = created.Add(trapWait())
+	}
 	counts := pw.waitUntil(b.Context(), deadline, func(c podCounts) bool { return c.bound == total })
 	b.StopTimer()
 	after, err := cp.ProcessStats(s.process)
@@ -292,11 +333,20 @@ func peerRun(b *testing.B, cp *framework.ControlPlane, admin kubernetes.Interfac
 	}
 	probe.onBound(b, counts, end)
 	within := gangsWithin(pw, w)
+	var trees treeRun
+	if w.tree != nil {
+		trees = treesOf(pw, w)
+		if trees.placed < w.gangs {
+			trees.why = treeWhy(b.Context(), admin, ns)
+		}
+		trees.warnings = treeWarnings(b.Context(), admin, ns, w, pw)
+	}
 	// Each run starts on an empty cluster: spread pods left behind would
 	// make the next run's gangs fit worse, whichever scheduler made them.
 	peerDropNamespace(b, admin, ns)
 	return peerResult{seconds: end.Sub(start).Seconds(), created: created.Sub(start).Seconds(), lastToBound: max(0, end.Sub(created).Seconds()),
-		bound: counts.bound, cpu: after.CPU - before.CPU, cpuLast: after.CPU - atCreated.CPU, peakRSS: after.PeakRSS, within: within}
+		bound: counts.bound, cpu: after.CPU - before.CPU, cpuLast: after.CPU - atCreated.CPU, peakRSS: after.PeakRSS, within: within,
+		start: start, trees: trees}
 }
 
 // peerDropNamespace deletes namespace ns and waits up to 5 minutes until

@@ -43,7 +43,7 @@ func BenchmarkPeerChurn(b *testing.B) {
 		warmup:  time.Duration(envCount("GPUFABRIC_PEER_CHURN_WARMUP_S", 30)) * time.Second,
 		window:  time.Duration(envCount("GPUFABRIC_PEER_CHURN_S", 90)) * time.Second,
 	}
-	env := peerCluster(b)
+	env := peerCluster(b, false)
 	admin, nodes := env.admin, env.nodes
 	sums := map[string]*churnResult{}
 	b.ResetTimer()

@@ -146,7 +146,12 @@ func floorObjects(b *testing.B, admin kubernetes.Interface, ns string, shape flo
 // p-nXXXX nodes, wrapping around the cluster's nodes.
 func floorAllocation(j, gpu, nodes int) *resourceapi.AllocationResult {
 	first := j * gpu
-	node := fmt.Sprintf("p-n%04d", (first/benchGPUs)%nodes)
+	return gpuAllocation(fmt.Sprintf("p-n%04d", (first/benchGPUs)%nodes), first%benchGPUs, gpu)
+}
+
+// gpuAllocation allocates gpu GPUs of node from GPU first on (wrapping
+// around the node's benchGPUs).
+func gpuAllocation(node string, first, gpu int) *resourceapi.AllocationResult {
 	a := &resourceapi.AllocationResult{NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 		MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
 	}}}}

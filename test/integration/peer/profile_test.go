@@ -46,7 +46,10 @@ func newPeerProfiler(b *testing.B, cp *framework.ControlPlane) *peerProfiler {
 	itest.Must(b, "profile dir", err)
 	itest.Must(b, "create profile dir", os.MkdirAll(abs, 0o755))
 	p := &peerProfiler{dir: abs, token: itest.EndpointToken(b, cp.AdminClient(b), "peer-profiler", "/debug/pprof/*"), addrs: map[string]string{}, logs: map[string]string{},
-		procs: []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kube-scheduler"}}
+		procs: []string{"kube-apiserver", "etcd", "kwok", "kube-controller-manager"}}
+	if peerSelected(b, peerSchedulers[1]) {
+		p.procs = append(p.procs, peerSchedulers[1].process)
+	}
 	b.Cleanup(func() {
 		for process, log := range p.logs {
 			data, err := os.ReadFile(log)
@@ -235,7 +238,11 @@ func (r *peerProbe) onBound(b *testing.B, counts podCounts, end time.Time) {
 	if r.w.gangs != 1 {
 		return
 	}
-	lines, err := readGangLog(r.p.logs[r.s.process], "pg:"+r.ns+"/"+peerGroupName(0), r.start.Year())
+	kind := "pg:"
+	if r.w.tree != nil {
+		kind = "cpg:" // a tree is keyed by its root
+	}
+	lines, err := readGangLog(r.p.logs[r.s.process], kind+r.ns+"/"+peerGroupName(0), r.start.Year())
 	if err != nil {
 		b.Logf("timeline of %s: %v", r.ns, err)
 		return

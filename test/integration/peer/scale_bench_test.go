@@ -395,12 +395,14 @@ type podWatch struct {
 	mu     sync.Mutex
 	pods   map[string]*corev1.Pod
 	counts podCounts
+	// boundAt: when each bound pod was first observed bound.
+	boundAt map[string]time.Time
 }
 
 // watchPods starts an informer on ns's pods (stopped when the benchmark
 // ends) and returns once it has synced.
 func watchPods(b *testing.B, c kubernetes.Interface, ns string, want int) *podWatch {
-	w := &podWatch{want: want, changed: make(chan struct{}, 1), pods: map[string]*corev1.Pod{}}
+	w := &podWatch{want: want, changed: make(chan struct{}, 1), pods: map[string]*corev1.Pod{}, boundAt: map[string]time.Time{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns))
 	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.update,
@@ -438,6 +440,7 @@ func (w *podWatch) update(obj any) {
 		old = &corev1.Pod{}
 	}
 	if p.Spec.NodeName != "" && old.Spec.NodeName == "" {
+		w.boundAt[p.Name] = now
 		c.bound++
 		if c.bound == 1 {
 			c.firstBound = now

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,12 +29,18 @@ var traceShapes = []peerWorkload{
 func traceShape(g int) peerWorkload { return traceShapes[g%len(traceShapes)] }
 
 // peerTraceOrder is the order of the schedulers in trace run i: it
-// alternates per run.
+// alternates per run (those GPUFABRIC_PEER_SCHEDULERS names).
 func peerTraceOrder(i int) []peerScheduler {
-	if i%2 == 1 {
-		return []peerScheduler{peerSchedulers[1], peerSchedulers[0]}
+	var out []peerScheduler
+	for _, s := range peerSchedulers {
+		if peerSelected(nil, s) {
+			out = append(out, s)
+		}
 	}
-	return peerSchedulers
+	if i%2 == 1 {
+		slices.Reverse(out)
+	}
+	return out
 }
 
 // BenchmarkPeerFill is issue 15's fill-to-first-refusal trace (`make
@@ -50,7 +57,7 @@ func peerTraceOrder(i int) []peerScheduler {
 func BenchmarkPeerFill(b *testing.B) {
 	runs := envCount("GPUFABRIC_PEER_TRACE_RUNS", 1)
 	patience := time.Duration(envCount("GPUFABRIC_PEER_FILL_WAIT_S", 10)) * time.Second
-	env := peerCluster(b)
+	env := peerCluster(b, false)
 	admin, nodes := env.admin, env.nodes
 	sums := map[string]*fillResult{}
 	b.ResetTimer()
@@ -67,7 +74,7 @@ func BenchmarkPeerFill(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(0, "ns/op")
-	for _, s := range peerSchedulers {
+	for _, s := range peerTraceOrder(0) {
 		r, n := sums[s.process], float64(runs*b.N)
 		b.ReportMetric(100*float64(r.gpus)/n/float64(nodes*benchGPUs), "fill-"+s.short()+"-alloc-%")
 		b.ReportMetric(float64(r.gangs)/n, "fill-"+s.short()+"-gangs")

@@ -28,6 +28,9 @@ type peerWorkload struct {
 	// 0: no check (the gang spans leaves).
 	within string
 	span   int
+	// tree, when set, makes each gang a CompositePodGroup tree of pods
+	// pods (trees_test.go); gpu is then that of the floor's shape.
+	tree *treeShape
 }
 
 // peerWorkloads is BenchmarkPeer's catalogue, in run order: the small-gang
@@ -35,8 +38,10 @@ type peerWorkload struct {
 // one gang of 64 or 512 pods of 1 or 8 GPUs, without a constraint and with
 // the tightest level that can hold it (a rack = NVLink domain of 16 nodes
 // holds 64 GPUs × 2, a leaf of 128 nodes holds 64 whole nodes). 512×8 GPUs
-// needs 512 whole nodes, more than a leaf: no constrained variant.
-func peerWorkloads(smallGangs int) []peerWorkload {
+// needs 512 whole nodes, more than a leaf: no constrained variant. Then
+// the CompositePodGroup trees (trees_test.go): tree8x16 and
+// tree-greedy-trap (trapTrees trees).
+func peerWorkloads(smallGangs, trapTrees int) []peerWorkload {
 	const domain, leaf = "NVLink domain", "leaf"
 	return []peerWorkload{
 		{name: fmt.Sprintf("%dx3x1gpu", smallGangs), gangs: smallGangs, pods: 3, gpu: 1, within: domain, span: 16},
@@ -47,15 +52,20 @@ func peerWorkloads(smallGangs int) []peerWorkload {
 		{name: "512x1gpu", gangs: 1, pods: 512, gpu: 1, within: leaf, span: 128},
 		{name: "512x1gpu-leaf", gangs: 1, pods: 512, gpu: 1, key: benchLeafLabel, within: leaf, span: 128},
 		{name: "512x8gpu", gangs: 1, pods: 512, gpu: 8},
+		tree8x16Workload(),
+		treeTrapWorkload(trapTrees),
 	}
 }
 
 // selectPeerWorkloads is the catalogue (GPUFABRIC_PEER_SMALL_GANGS gangs in
-// the small shape, default 300) filtered by GPUFABRIC_PEER_WORKLOADS (a
-// comma list of names, "small" for the small shape; unset: all), less the
-// workloads that cannot fit on nodes nodes (logged).
+// the small shape, default 300; GPUFABRIC_PEER_TRAP_TREES trees in
+// tree-greedy-trap, default 4) filtered by GPUFABRIC_PEER_WORKLOADS (a
+// comma list of names, "small" for the small shape, "trees" for both tree
+// workloads; unset: all but the trees, which turn kube-scheduler's
+// CompositePodGroup gate on, see peerCluster), less the workloads that
+// cannot fit on nodes nodes (logged).
 func selectPeerWorkloads(b *testing.B, nodes int) []peerWorkload {
-	all := peerWorkloads(envCount("GPUFABRIC_PEER_SMALL_GANGS", 300))
+	all := peerWorkloads(envCount("GPUFABRIC_PEER_SMALL_GANGS", 300), envCount("GPUFABRIC_PEER_TRAP_TREES", 4))
 	var names []string
 	for _, w := range all {
 		names = append(names, w.name)
@@ -65,15 +75,15 @@ func selectPeerWorkloads(b *testing.B, nodes int) []peerWorkload {
 		want = strings.Split(v, ",")
 	}
 	for _, n := range want {
-		if n = strings.TrimSpace(n); n != "small" && !slices.Contains(names, n) {
-			b.Fatalf("GPUFABRIC_PEER_WORKLOADS: unknown workload %q (have small, %s)", n, strings.Join(names[1:], ", "))
+		if n = strings.TrimSpace(n); n != "small" && n != "trees" && !slices.Contains(names, n) {
+			b.Fatalf("GPUFABRIC_PEER_WORKLOADS: unknown workload %q (have small, %s, trees)", n, strings.Join(names[1:], ", "))
 		}
 	}
 	var out []peerWorkload
 	for i, w := range all {
-		picked := len(want) == 0 || slices.ContainsFunc(want, func(n string) bool {
+		picked := len(want) == 0 && w.tree == nil || slices.ContainsFunc(want, func(n string) bool {
 			n = strings.TrimSpace(n)
-			return n == w.name || (i == 0 && n == "small")
+			return n == w.name || (i == 0 && n == "small") || (w.tree != nil && n == "trees")
 		})
 		switch {
 		case !picked:
@@ -90,8 +100,12 @@ func selectPeerWorkloads(b *testing.B, nodes int) []peerWorkload {
 }
 
 // fits reports whether the workload fits on nodes empty nodes (peerNodes'
-// layout), its gangs in their required unit.
+// layout), its gangs in their required unit; a tree needs a whole IB
+// leaf of its own.
 func (w peerWorkload) fits(nodes int) bool {
+	if w.tree != nil {
+		return w.gangs <= nodes/peerLeafNodes
+	}
 	unit := nodes
 	switch w.key {
 	case benchRackLabel:
