@@ -25,6 +25,8 @@ type flags struct {
 	size, perRack, perLeaf int
 	gangs                  int
 	load, duration         float64
+	treeShare, inferShare  float64
+	treeCoupling           string
 	traceIn, traceOut      string
 	svgOut, policies, key  string
 	bestKey                bool
@@ -44,6 +46,9 @@ func main() {
 	flag.IntVar(&f.gangs, "gangs", 600, "gangs in a generated trace")
 	flag.Float64Var(&f.load, "load", 1.3, "offered load of a generated trace")
 	flag.Float64Var(&f.duration, "mean-duration", 3600, "mean gang duration in seconds")
+	flag.Float64Var(&f.treeShare, "tree-share", 0, "share of a generated trace's jobs that are tree jobs (segmented training jobs, inference services; 0: none)")
+	flag.Float64Var(&f.inferShare, "tree-inference-share", 0.5, "share of the tree jobs that are inference services (the rest: segmented training jobs)")
+	flag.StringVar(&f.treeCoupling, "tree-rail-coupling", "required", "how an inference service's prefill and decode ask for one set of IB rails: required or preferred")
 	flag.StringVar(&f.traceIn, "trace-in", "", "replay this trace instead of generating one")
 	flag.StringVar(&f.traceOut, "trace-out", "", "save the trace (YAML)")
 	flag.StringVar(&f.svgOut, "svg", "", "write the occupancy chart (SVG) here")
@@ -93,6 +98,9 @@ func run(ctx context.Context, f flags) error {
 	} else {
 		cfg := sim.DefaultTraceConfig(f.seed, fab)
 		cfg.Gangs, cfg.Load, cfg.MeanDuration = f.gangs, f.load, f.duration
+		if err := cfg.WithTrees(fab, sim.TreeOptions{Share: f.treeShare, InferenceShare: f.inferShare, RailCoupling: f.treeCoupling}); err != nil {
+			return err
+		}
 		tr, err = sim.GenerateTrace(cfg)
 	}
 	if err != nil {
@@ -115,6 +123,9 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	if err := rep.LargeGangs(os.Stdout); err != nil {
+		return err
+	}
+	if err := rep.TreesMarkdown(os.Stdout); err != nil {
 		return err
 	}
 	if f.svgOut == "" {

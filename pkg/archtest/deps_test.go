@@ -93,7 +93,11 @@ var rules = []struct {
 	{"pkg/gang/scheduler", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/domains", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/report", "pkg/gang/podstate", "pkg/gang/queue", "pkg/gang/guard",
 		"pkg/gang/commit", "pkg/gang/evict", "pkg/gang/nodetrust", "pkg/gang/ungate", "pkg/gang/freeroom", "pkg/gang/memberevents", "pkg/gang/volumepins", "pkg/gang/replace", "pkg/gang/gangless", "pkg/gang/extres",
 		"pkg/gang/assume", "pkg/gang/composite", "pkg/gang/metrics", "pkg/gang/trees", "pkg/gang/membership"}},
-	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption"}},
+	{"pkg/sim", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/preemption", "pkg/gang/composite"}},
+	// The simulator's tree jobs are a leaf of it: tree shapes, the
+	// baselines' tree rules, the tree the engine's search takes, metrics;
+	// nothing of the simulator's clusters or traces.
+	{"pkg/sim/trees", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/composite"}},
 	// The failure model is a leaf of the simulator: rates, the seeded
 	// schedule and checkpoint arithmetic, no cluster view.
 	{"pkg/sim/failures", nil},
@@ -115,7 +119,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
+var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/sim/trees", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

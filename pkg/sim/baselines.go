@@ -3,11 +3,15 @@ package sim
 import (
 	"context"
 	"sort"
+
+	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
 
 // firstFit is kube-scheduler without gangs: every pod on its own, on the
 // first node in name order with enough free GPUs. Nothing is
 // all-or-nothing; the simulator holds the placed pods of a partial gang.
+// A tree job is its pods (Spec.Flat order): the trees' groups, keys and
+// rail groups are not seen.
 type firstFit struct{}
 
 func (firstFit) Name() string                       { return PolicyFirstFit }
@@ -17,18 +21,25 @@ func (firstFit) Place(_ context.Context, c *Cluster, g TraceGang, nodes []int) (
 	out := append([]int(nil), nodes...)
 	used := map[int]int{}
 	next, placed := 0, false
+	tree, gpus := g.Tree != nil, g.PodGPUs()
 	for p := range out {
 		if out[p] >= 0 {
 			continue
 		}
-		for next < len(c.Free) && c.Free[next]-used[next] < g.GPUsPerPod {
-			next++ // pods are identical: a node too full for one is too full for the next
+		if tree {
+			next = 0 // a tree's pods differ: each from the first node
+		}
+		for next < len(c.Free) && c.Free[next]-used[next] < gpus[p] {
+			next++ // a flat gang's pods are identical: a node too full for one is too full for the next
 		}
 		if next == len(c.Free) {
+			if tree {
+				continue
+			}
 			break
 		}
 		out[p] = next
-		used[next] += g.GPUsPerPod
+		used[next] += gpus[p]
 		placed = true
 	}
 	if !placed {
@@ -41,7 +52,9 @@ func (firstFit) Place(_ context.Context, c *Cluster, g TraceGang, nodes []int) (
 // with one required node-label key and MostAllocated scoring: the gang goes
 // all-or-nothing into one domain of the level; among the domains that fit,
 // the one most allocated after placement wins (ties: domain name); each
-// pod goes to the most allocated node that fits (ties: node name).
+// pod goes to the most allocated node that fits (ties: node name). A tree
+// job is a CompositePodGroup tree placed as kube-scheduler 1.37.1 does
+// (trees.Kube), at the tree's own keys.
 type mostAllocated struct {
 	level int
 	key   string
@@ -51,6 +64,9 @@ func (p mostAllocated) Name() string                     { return PolicyTAS }
 func (mostAllocated) PodByPod() bool                     { return false }
 func (mostAllocated) Release(context.Context, int) error { return nil }
 func (p mostAllocated) Place(_ context.Context, c *Cluster, g TraceGang, nodes []int) ([]int, error) {
+	if g.Tree != nil {
+		return trees.Kube(c.Fabric.Topo, c.Free, g.Tree)
+	}
 	best, bestUsed, bestCap := -1, 0, 1
 	for di, d := range c.Fabric.Domains[p.level] {
 		if d.GPUs == 0 || c.domainPods(d, g.GPUsPerPod) < g.Pods {
@@ -96,7 +112,8 @@ func mostAllocatedAfter(capacity []int, free map[int]int, a, b, s int) bool {
 // domains of the level that can hold the gang, the one with the least room
 // (pods that fit, then free GPUs, then name); in it, nodes greedily by most
 // room, except that the remainder goes to the tightest node that holds it
-// all.
+// all. A tree job is what Kueue can express of it (trees.Kueue): podset
+// slices for segments, else one flat group.
 type bestFit struct {
 	level int
 	key   string
@@ -106,6 +123,9 @@ func (bestFit) Name() string                       { return PolicyBestFit }
 func (bestFit) PodByPod() bool                     { return false }
 func (bestFit) Release(context.Context, int) error { return nil }
 func (p bestFit) Place(_ context.Context, c *Cluster, g TraceGang, nodes []int) ([]int, error) {
+	if g.Tree != nil {
+		return trees.Kueue(c.Fabric.Topo, c.Free, g.Tree)
+	}
 	best, bestPods, bestFree := -1, 0, 0
 	for di, d := range c.Fabric.Domains[p.level] {
 		pods := c.domainPods(d, g.GPUsPerPod)

@@ -2,9 +2,11 @@ package sim
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/gpufabric/gpufabric/pkg/sim/failures"
+	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
 
 // BenchmarkSim5000 replays a trace on 5,000 HGX nodes (40,000 GPUs, 16
@@ -81,5 +83,66 @@ func BenchmarkGoodput(b *testing.B) {
 			b.ReportMetric(g.Pct(), "goodput-%")
 			b.ReportMetric(float64(g.Interruptions), "hits")
 		})
+	}
+}
+
+// BenchmarkTreeDecision is one tree decision per policy on the default
+// fabric (32 NVL72 racks, 4 leaves), empty: the largest default training
+// job (8 segments of 64 GPUs, each in one NVLink domain, all in one leaf)
+// and the largest default service (a frontend, 16 prefill and 32 decode
+// pods of 2 GPUs in one leaf). The engine's snapshot rebuild after each
+// release is outside the timer.
+func BenchmarkTreeDecision(b *testing.B) {
+	f, err := GenerateFabric(FabricSpec{Kind: KindNVL72, Size: 32})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultTraceConfig(1, f)
+	if err := cfg.WithTrees(f, TreeOptions{Share: 1, InferenceShare: 0.5}); err != nil {
+		b.Fatal(err)
+	}
+	m := cfg.Trees
+	job := m.Training[len(m.Training)-1]
+	svc := m.Inference[len(m.Inference)-1]
+	shapes := map[string]*trees.Mix{
+		"training-512": {Share: 1, SegmentKey: m.SegmentKey, GroupKey: m.GroupKey, Training: []trees.TrainingShape{job}, Fit: m.Fit},
+		"service-97":   {Share: 1, InferenceShare: 1, SegmentKey: m.SegmentKey, GroupKey: m.GroupKey, Inference: []trees.InferenceShape{svc}, Fit: m.Fit},
+	}
+	ctx := context.Background()
+	for _, shape := range []string{"training-512", "service-97"} {
+		g := TraceGang{ID: 1, Duration: 60, Tree: shapes[shape].Draw(rand.New(rand.NewPCG(1, 1)))}
+		for _, name := range []string{PolicyGPUFabric, PolicyTAS, PolicyBestFit} {
+			b.Run(shape+"/"+name, func(b *testing.B) {
+				p, err := NewPolicy(name, f, PolicyOptions{Key: LabelLeaf})
+				if err != nil {
+					b.Fatal(err)
+				}
+				c := NewCluster(f)
+				nodes := make([]int, len(g.PodGPUs()))
+				for b.Loop() {
+					b.StopTimer()
+					if sy, ok := p.(Syncer); ok {
+						if _, err := sy.Sync(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for i := range nodes {
+						nodes[i] = -1
+					}
+					b.StartTimer()
+					out, err := p.Place(ctx, c, g, nodes)
+					if err != nil || out == nil {
+						b.Fatalf("%s: %v, placed %v", name, err, out != nil)
+					}
+					b.StopTimer()
+					if _, ok := p.(Syncer); ok {
+						if err := p.Release(ctx, g.ID); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.StartTimer()
+				}
+			})
+		}
 	}
 }

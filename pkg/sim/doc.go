@@ -14,8 +14,12 @@
 // recovery.go (the failure policies: replacement rules, spares),
 // goodput.go (failure runs: failures, replacements, restarts, work kept),
 // goodput_report.go (per-policy goodput and its table), engine_replace.go
-// (the engine policy's hidden nodes and moved pods). The failure model
-// (rates, schedule, checkpoint arithmetic) is pkg/sim/failures.
+// (the engine policy's hidden nodes and moved pods), treejobs.go (runs with
+// tree jobs: GPUs tracked by position, tree metrics). The failure model
+// (rates, schedule, checkpoint arithmetic) is pkg/sim/failures; tree jobs
+// (shapes, the baselines' tree rules, metrics) are pkg/sim/trees: a tree
+// job is placed whole by every gang policy (the engine as one
+// composite.Place decision), pod by pod by first fit.
 //
 // Rules: pure and deterministic — no client-go, no clocks except to measure
 // decision latency, no randomness except the seeded PCGs of the trace

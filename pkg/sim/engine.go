@@ -13,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/composite"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -33,7 +35,10 @@ type EnginePolicy struct {
 	cfg           placement.Config
 	snap          *index.Snapshot
 	gangs         map[int]*placement.Gang
+	groups        map[int]*trees.Group
 	running       map[int]*boundGang
+	// devs: each running gang's pods' GPU positions (PlacedDevices).
+	devs map[int][][]int
 	// Rebuilds counts snapshot builds.
 	Rebuilds int
 	// Starvation, when > 0, is the starvation bound in seconds: a gang that
@@ -62,7 +67,7 @@ func NewEnginePolicy(f *Fabric) *EnginePolicy {
 	// simulator's results must not, so the bound is far above any call.
 	cfg := placement.Config{Index: index.Config{MatchCache: index.NewMatchCache(), AllocateTimeout: time.Minute}}
 	cfg.Index.Tree.LabelLevels = f.Levels[1:]
-	return &EnginePolicy{fabric: f, cfg: cfg, gangs: map[int]*placement.Gang{}, running: map[int]*boundGang{}}
+	return &EnginePolicy{fabric: f, cfg: cfg, gangs: map[int]*placement.Gang{}, groups: map[int]*trees.Group{}, running: map[int]*boundGang{}, devs: map[int][][]int{}}
 }
 
 func (e *EnginePolicy) Name() string {
@@ -121,21 +126,50 @@ func (e *EnginePolicy) Release(_ context.Context, id int) error {
 		return fmt.Errorf("gang %d is not running", id)
 	}
 	delete(e.running, id)
+	delete(e.devs, id)
 	e.snap = nil
 	e.starve.ended(id)
 	return nil
 }
 
-// Place runs placement.Place and, on success, Assumes the decision.
+// Place runs placement.Place (a tree job: composite.Place, the tree as
+// one decision) and, on success, Assumes the decision.
 func (e *EnginePolicy) Place(ctx context.Context, _ *Cluster, g TraceGang, nodes []int) ([]int, error) {
 	if _, err := e.Sync(ctx); err != nil {
 		return nil, err
 	}
-	gang, err := e.gang(g)
+	snap, err := e.snapshotFor(ctx, g)
 	if err != nil {
 		return nil, err
 	}
-	snap, err := e.snapshotFor(ctx, g)
+	var leaves []composite.LeafDecision
+	var index map[string]int
+	if g.Tree != nil {
+		leaves, index, err = e.placeTree(ctx, snap, g)
+	} else {
+		leaves, err = e.placeGang(ctx, snap, g)
+	}
+	if err != nil || leaves == nil {
+		return nil, err
+	}
+	for _, l := range leaves {
+		if err := e.assume(ctx, l.Group.Gang, l.Decision); err != nil {
+			return nil, fmt.Errorf("assume gang %d: %w", g.ID, err)
+		}
+	}
+	out, err := e.bind(g, nodes, leaves, index)
+	if err != nil {
+		return nil, err
+	}
+	e.started(g)
+	delete(e.gangs, g.ID)
+	delete(e.groups, g.ID)
+	return out, nil
+}
+
+// placeGang places a flat gang: its decision as the one leaf.
+func (e *EnginePolicy) placeGang(ctx context.Context, snap *index.Snapshot, g TraceGang) ([]composite.LeafDecision, error) {
+	gang, err := e.gang(g)
 	if err != nil {
 		return nil, err
 	}
@@ -143,36 +177,75 @@ func (e *EnginePolicy) Place(ctx context.Context, _ *Cluster, g TraceGang, nodes
 	if err != nil || d == nil {
 		return nil, err
 	}
-	if err := e.assume(ctx, gang, d); err != nil {
-		return nil, fmt.Errorf("assume gang %d: %w", g.ID, err)
-	}
-	out := append([]int(nil), nodes...)
-	bound := &boundGang{}
-	for i, pp := range d.Pods {
-		n, ok := e.fabric.NodeIndex[pp.Node]
-		if !ok {
-			return nil, fmt.Errorf("gang %d placed on unknown node %s", g.ID, pp.Node)
+	return []composite.LeafDecision{{Group: &composite.Group{Gang: gang}, Decision: d}}, nil
+}
+
+// placeTree places a tree job with composite.Place: its leaves' decisions
+// and each pod's index in the tree's flattened order, by name.
+func (e *EnginePolicy) placeTree(ctx context.Context, snap *index.Snapshot, g TraceGang) ([]composite.LeafDecision, map[string]int, error) {
+	tg := e.groups[g.ID]
+	if tg == nil {
+		var err error
+		if tg, err = trees.NewGroup(g.Tree, fmt.Sprintf("t%05d", g.ID)); err != nil {
+			return nil, nil, fmt.Errorf("tree %d: %w", g.ID, err)
 		}
-		out[i] = n
-		pod := *gang.Members[i].Pod
-		pod.Spec.NodeName = pp.Node
-		pod.Status.Phase = v1.PodRunning
-		bound.pods = append(bound.pods, &pod)
+		e.groups[g.ID] = tg
 	}
-	for _, ca := range d.Claims {
-		alloc := ca.Allocation
-		bound.claims = append(bound.claims, &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ca.Namespace, Name: ca.Name, UID: ca.UID},
-			Status:     resourceapi.ResourceClaimStatus{Allocation: &alloc},
-		})
+	d, _, err := composite.Place(ctx, e.cfg, snap, tg.Root, composite.Options{})
+	if err != nil || d == nil {
+		return nil, nil, err
+	}
+	return d.Leaves, tg.Pod, nil
+}
+
+// bind records where the leaves' pods went: each pod's node (index: its
+// position by name; nil: member order), the pods and claims the snapshot
+// is rebuilt with, and the GPUs each pod got (PlacedDevices).
+func (e *EnginePolicy) bind(g TraceGang, nodes []int, leaves []composite.LeafDecision, index map[string]int) ([]int, error) {
+	out := append([]int(nil), nodes...)
+	devs := make([][]int, len(out))
+	bound := &boundGang{}
+	for _, l := range leaves {
+		at := map[string]int{}
+		for i, pp := range l.Decision.Pods {
+			n, ok := e.fabric.NodeIndex[pp.Node]
+			pos, known := i, index == nil
+			if !known {
+				pos, known = index[pp.Name]
+			}
+			if !ok || !known || pos >= len(out) {
+				return nil, fmt.Errorf("gang %d: pod %s placed on %s, which the simulator does not know", g.ID, pp.Name, pp.Node)
+			}
+			out[pos], at[pp.Name] = n, pos
+			pod := *l.Group.Gang.Members[i].Pod
+			pod.Spec.NodeName = pp.Node
+			pod.Status.Phase = v1.PodRunning
+			bound.pods = append(bound.pods, &pod)
+		}
+		for _, ca := range l.Decision.Claims {
+			alloc := ca.Allocation
+			bound.claims = append(bound.claims, &resourceapi.ResourceClaim{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ca.Namespace, Name: ca.Name, UID: ca.UID},
+				Status:     resourceapi.ResourceClaimStatus{Allocation: &alloc},
+			})
+			if pos, ok := at[ca.Pod]; ok {
+				for _, r := range alloc.Devices.Results {
+					if p, ok := e.fabric.gpuPos[out[pos]][r.Pool+"/"+r.Device]; ok {
+						devs[pos] = append(devs[pos], p)
+					}
+				}
+			}
+		}
 	}
 	e.running[g.ID] = bound
+	e.devs[g.ID] = devs
 	e.in.Pods = append(e.in.Pods, bound.pods...)
 	e.in.ResourceClaims = append(e.in.ResourceClaims, bound.claims...)
-	e.started(g)
-	delete(e.gangs, g.ID)
 	return out, nil
 }
+
+// PlacedDevices returns each pod's GPU positions of gang id's placement.
+func (e *EnginePolicy) PlacedDevices(id int) [][]int { return e.devs[id] }
 
 // gang builds (once) the PodGroup of a trace gang: pods g%05d-%03d with one
 // claim each for GPUsPerPod GPUs of gpu.gpufabric.dev.

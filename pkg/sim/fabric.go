@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -61,6 +62,13 @@ type Fabric struct {
 	Domains [][]Domain
 	// MaxNVLinkGPUs is the size of the largest NVLink domain.
 	MaxNVLinkGPUs int
+	// Topo is the fabric as the tree policies and metrics see it (with
+	// each GPU's IB rail); busyDevs the positions of the existing load's
+	// GPUs and gpuPos each node's GPU positions by device name (rails of
+	// the engine's allocations).
+	Topo     *trees.Topology
+	busyDevs [][]int
+	gpuPos   []map[string]int
 }
 
 // Domain is one domain of a level.
@@ -180,14 +188,48 @@ func NewFabric(name string, levels []string, in index.SnapshotInput) (*Fabric, e
 	if f.TotalGPUs == 0 {
 		return nil, fmt.Errorf("fabric %s has no GPUs", name)
 	}
-	f.Busy = busyGPUs(f, in)
+	gpus := topology.NodeGPUs(in.ResourceSlices)
+	f.busyDevs = busyGPUs(f, in, gpus)
+	for _, b := range f.busyDevs {
+		f.Busy = append(f.Busy, len(b))
+	}
 	for _, l := range tree.Levels[:len(tree.Levels)-1] {
 		f.addLevel(l)
 	}
 	for _, d := range f.Domains[0] {
 		f.MaxNVLinkGPUs = max(f.MaxNVLinkGPUs, d.GPUs)
 	}
+	f.topo(gpus)
 	return f, nil
+}
+
+// topo builds Topo and gpuPos: GPU positions are a node's GPUs in slice
+// order (by pool, then device name).
+func (f *Fabric) topo(gpus map[string]topology.NodeGPUInfo) {
+	t := &trees.Topology{Levels: f.Levels, GPUs: f.GPUs, DomainOf: f.DomainOf}
+	for _, doms := range f.Domains {
+		var out []trees.Domain
+		for _, d := range doms {
+			out = append(out, trees.Domain{ID: d.ID, Nodes: d.Nodes})
+		}
+		t.Domains = append(t.Domains, out)
+	}
+	f.gpuPos = make([]map[string]int, len(f.NodeNames))
+	for i, n := range f.NodeNames {
+		rails := make([]int64, f.GPUs[i])
+		for j := range rails {
+			rails[j] = -1
+		}
+		f.gpuPos[i] = map[string]int{}
+		for j, g := range gpus[n].Devices {
+			if j < len(rails) && g.HasIBRail {
+				rails[j] = g.IBRail
+			}
+			f.gpuPos[i][g.Pool+"/"+g.Device] = j
+		}
+		t.Rails = append(t.Rails, rails)
+	}
+	f.Topo = t
 }
 
 func (f *Fabric) addLevel(l *topology.Level) {
@@ -234,9 +276,10 @@ func (f *Fabric) GPUsPerNode() int {
 	return best
 }
 
-// busyGPUs counts the GPUs of node-local pools allocated by in's claims.
-func busyGPUs(f *Fabric, in index.SnapshotInput) []int {
-	busy := make([]int, len(f.NodeNames))
+// busyGPUs lists, per node, the positions (in gpus' order) of the GPUs of
+// node-local pools allocated by in's claims.
+func busyGPUs(f *Fabric, in index.SnapshotInput, gpus map[string]topology.NodeGPUInfo) [][]int {
+	busy := make([][]int, len(f.NodeNames))
 	poolNode := map[[2]string]int{}
 	for _, sl := range in.ResourceSlices {
 		if sl.Spec.NodeName != nil {
@@ -245,7 +288,6 @@ func busyGPUs(f *Fabric, in index.SnapshotInput) []int {
 			}
 		}
 	}
-	gpus := topology.NodeGPUs(in.ResourceSlices)
 	for _, c := range in.ResourceClaims {
 		if c.Status.Allocation == nil {
 			continue
@@ -255,9 +297,9 @@ func busyGPUs(f *Fabric, in index.SnapshotInput) []int {
 			if !ok {
 				continue
 			}
-			for _, g := range gpus[f.NodeNames[i]].Devices {
+			for j, g := range gpus[f.NodeNames[i]].Devices {
 				if g.Pool == r.Pool && g.Device == r.Device {
-					busy[i]++
+					busy[i] = append(busy[i], j)
 				}
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
 
 // Result is what one policy achieved on one trace. Everything but
@@ -60,6 +62,12 @@ type Result struct {
 	SyncTime time.Duration
 	// Goodput of a failure run (Options.Failures), nil otherwise.
 	Goodput *Goodput
+	// Trees: the tree jobs' numbers, nil when the trace has none;
+	// TreesHow says how the policy expressed them; TreeLatencies are the
+	// Place calls of tree jobs (wall time, in Latencies too).
+	Trees         *trees.Stats
+	TreesHow      string
+	TreeLatencies []time.Duration
 }
 
 // Refusal is the first refusal of a gang that fit in the free GPUs.

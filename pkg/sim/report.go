@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
 
 // Report is the results of several policies on one fabric and trace.
@@ -73,6 +75,9 @@ func runOne(ctx context.Context, f *Fabric, tr *Trace, name string, popt PolicyO
 	if keyed(name) {
 		res.Key = popt.Key
 	}
+	if res.Trees != nil {
+		res.TreesHow = treesHow(name, f)
+	}
 	return res, nil
 }
 
@@ -124,4 +129,25 @@ func (rep *Report) Markdown(w io.Writer) error {
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// TreesMarkdown writes the tree jobs' table (design/simulator.md,
+// "Hierarchical workloads"); nothing when the trace has none.
+func (rep *Report) TreesMarkdown(w io.Writer) error {
+	var rows []trees.Row
+	for _, r := range rep.Results {
+		if r.Trees != nil {
+			rows = append(rows, trees.Row{Policy: r.Policy, Config: r.TreesHow, Stats: r.Trees, BusyPct: r.Summary().BusyPct, Latencies: r.TreeLatencies,
+				NoRefusals: strings.HasPrefix(r.Policy, PolicyFirstFit), KubeRule: strings.HasPrefix(r.Policy, PolicyTAS)})
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	s := rows[0].Stats
+	if _, err := fmt.Fprintf(w, "\nTree jobs that arrived by the horizon: %d (%d segmented training jobs, %d inference services) of the trace's %d jobs.\n\n",
+		s.Trees, s.Training, s.Inference, rep.Gangs); err != nil {
+		return err
+	}
+	return trees.Markdown(w, rows)
 }

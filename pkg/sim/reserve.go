@@ -93,8 +93,8 @@ func (r reservingEngine) Tick(ctx context.Context, now int64, waiting []TraceGan
 		return err
 	}
 	for _, g := range waiting {
-		if now-g.Arrival < e.Starvation || st.holds[g.ID] != nil {
-			continue
+		if now-g.Arrival < e.Starvation || st.holds[g.ID] != nil || g.Tree != nil {
+			continue // a tree job holds nothing (the scheduler's reservations are per gang)
 		}
 		gang, err := e.gang(g)
 		if err != nil {

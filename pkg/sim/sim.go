@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
 
 // Options of one run.
@@ -73,8 +75,11 @@ func (h *eventHeap) Pop() any {
 
 // gangRun is a gang's state in one run.
 type gangRun struct {
-	g         TraceGang
-	nodes     []int // per pod, -1 while unplaced
+	g     TraceGang
+	nodes []int // per pod, -1 while unplaced
+	gpus  []int // per pod
+	// devs per pod: its GPUs' positions on its node (runs with trees).
+	devs      [][]int
 	placed    int
 	start     int64 // -1 until all pods are placed
 	timeoutAt int64 // -1 when no teardown is armed
@@ -97,6 +102,7 @@ type runner struct {
 	res     *Result
 	fx      *failureRun // failure runs only
 	ids     []int       // gang ids in trace order
+	devs    *trees.Devices
 }
 
 // Run replays a trace with one policy on an empty cluster of fabric f.
@@ -117,13 +123,17 @@ func Run(ctx context.Context, f *Fabric, tr *Trace, p Policy, opt Options) (*Res
 		if _, dup := r.gangs[g.ID]; dup {
 			return nil, fmt.Errorf("gang id %d repeated", g.ID)
 		}
-		nodes := make([]int, g.Pods)
+		gpus := g.PodGPUs()
+		nodes := make([]int, len(gpus))
 		for i := range nodes {
 			nodes[i] = -1
 		}
-		r.gangs[g.ID] = &gangRun{g: g, nodes: nodes, start: -1, timeoutAt: -1}
+		r.gangs[g.ID] = &gangRun{g: g, nodes: nodes, gpus: gpus, start: -1, timeoutAt: -1}
 		r.ids = append(r.ids, g.ID)
 		heap.Push(&r.events, event{t: g.Arrival, kind: evArrival, gang: g.ID})
+	}
+	if err := r.initTrees(tr); err != nil {
+		return nil, err
 	}
 	if err := r.initFailures(); err != nil {
 		return nil, err
@@ -165,7 +175,7 @@ func (r *runner) handle(ev event) error {
 		if gr.start >= 0 || gr.timeoutAt != r.now || gr.placed == 0 {
 			return nil
 		}
-		r.held -= gr.placed * gr.g.GPUsPerPod
+		r.held -= gr.heldGPUs()
 		r.res.Teardowns++
 		for i, id := range r.queue {
 			if id == ev.gang {
@@ -184,7 +194,8 @@ func (r *runner) handle(ev event) error {
 func (r *runner) release(gr *gangRun) error {
 	for i, n := range gr.nodes {
 		if n >= 0 {
-			r.c.give(n, gr.g.GPUsPerPod)
+			r.c.give(n, gr.gpus[i])
+			r.giveDevices(gr, i)
 			gr.nodes[i] = -1
 		}
 	}
@@ -233,14 +244,15 @@ func (r *runner) pass() error {
 }
 
 // try asks the policy to place one waiting gang and applies the result.
+// The refusal shortcut (refused, by pod size) holds for flat gangs only.
 func (r *runner) try(gr *gangRun, refused map[int]int) (bool, error) {
-	s := gr.g.GPUsPerPod
-	left := gr.g.Pods - gr.placed
-	need, free := left*s, r.c.FreeTotal
+	s, tree := gr.g.GPUsPerPod, gr.g.Tree != nil
+	left := len(gr.nodes) - gr.placed
+	need, free := gr.g.GPUs()-gr.heldGPUs(), r.c.FreeTotal
 	if !r.p.PodByPod() && need > free {
 		return false, nil // not an attempt: no all-or-nothing policy could place it
 	}
-	if m, ok := refused[s]; ok && refused != nil && left >= m {
+	if m, ok := refused[s]; ok && refused != nil && !tree && left >= m {
 		r.res.refusal(r.now, gr.g.ID, need, free)
 		return false, nil
 	}
@@ -252,11 +264,14 @@ func (r *runner) try(gr *gangRun, refused map[int]int) (bool, error) {
 	for _, n := range out {
 		complete = complete && n >= 0
 	}
-	room := complete && r.c.nvlinkRoom(gr.g, gr.nodes)
-	before := gr.placed
+	room := complete && !tree && r.c.nvlinkRoom(gr.g, gr.nodes)
+	before := gr.heldGPUs()
 	for i, n := range out {
 		if gr.nodes[i] < 0 && n >= 0 {
-			if err := r.c.take(n, s); err != nil {
+			if err := r.c.take(n, gr.gpus[i]); err != nil {
+				return false, fmt.Errorf("%s: gang %d: %w", r.p.Name(), gr.g.ID, err)
+			}
+			if err := r.takeDevices(gr, i, n); err != nil {
 				return false, fmt.Errorf("%s: gang %d: %w", r.p.Name(), gr.g.ID, err)
 			}
 			gr.nodes[i] = n
@@ -264,20 +279,21 @@ func (r *runner) try(gr *gangRun, refused map[int]int) (bool, error) {
 		}
 	}
 	if complete {
-		r.held -= before * s
+		r.held -= before
 		r.start(gr, room)
 		return true, nil
 	}
-	r.held += (gr.placed - before) * s
+	r.held += gr.heldGPUs() - before
+	r.treeRefused(gr)
 	if gr.placed > 0 && gr.timeoutAt < 0 {
 		gr.timeoutAt = r.now + r.opt.Timeout
 		heap.Push(&r.events, event{t: gr.timeoutAt, kind: evTimeout, gang: gr.g.ID})
 	}
-	u := gr.g.Pods - gr.placed
+	u := len(gr.nodes) - gr.placed
 	if r.p.PodByPod() {
 		u = 1 // first fit left a pod out: no node has s GPUs free
 	}
-	if m, ok := refused[s]; refused != nil && (!ok || u < m) {
+	if m, ok := refused[s]; refused != nil && !tree && (!ok || u < m) {
 		refused[s] = u
 	}
 	r.res.refusal(r.now, gr.g.ID, need, free)
@@ -302,7 +318,11 @@ func (r *runner) decide(gr *gangRun) ([]int, error) {
 	}
 	t0 := time.Now()
 	out, err := r.p.Place(r.ctx, r.c, gr.g, gr.nodes)
-	r.res.Latencies = append(r.res.Latencies, time.Since(t0))
+	took := time.Since(t0)
+	r.res.Latencies = append(r.res.Latencies, took)
+	if gr.g.Tree != nil {
+		r.res.TreeLatencies = append(r.res.TreeLatencies, took)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: gang %d: %w", r.p.Name(), gr.g.ID, err)
 	}
@@ -329,6 +349,7 @@ func (r *runner) start(gr *gangRun, room bool) {
 		oneDomain = oneDomain && r.c.Fabric.DomainOf[0][n] == r.c.Fabric.DomainOf[0][gr.nodes[0]]
 	}
 	r.res.placed(gr.g, r.now-gr.g.Arrival, oneDomain, room, gr.g.GPUs() <= r.c.Fabric.MaxNVLinkGPUs)
+	r.treeStarted(gr)
 	r.res.ranks(gr.nodes, r.c.Fabric.rackOf)
 	r.res.spread(gr.g, gr.nodes, r.c.Fabric.rackOf, func(n int) int { return r.c.Fabric.DomainOf[0][n] }, r.c.Fabric.MaxNVLinkGPUs)
 }
@@ -338,6 +359,9 @@ func (r *runner) finish() {
 		if gr := r.gangs[id]; gr.g.Arrival <= r.opt.Horizon {
 			r.res.Waits = append(r.res.Waits, r.opt.Horizon-gr.g.Arrival)
 			r.res.sizeWait(gr.g.GPUs(), r.opt.Horizon-gr.g.Arrival, false)
+			if gr.g.Tree != nil {
+				r.res.Trees.Waiting(gr.g.Tree, r.opt.Horizon-gr.g.Arrival)
+			}
 		}
 	}
 	r.res.BusyPct = 100 * r.busyInt / (float64(r.c.Fabric.TotalGPUs) * float64(max(1, r.opt.Horizon)))

@@ -36,7 +36,7 @@ func generate(t testing.TB, spec FabricSpec, seed uint64, gangs int) (*Fabric, *
 }
 
 // wallClock are the Result fields that are not deterministic.
-var wallClock = cmpopts.IgnoreFields(Result{}, "Latencies", "SyncTime")
+var wallClock = cmpopts.IgnoreFields(Result{}, "Latencies", "SyncTime", "TreeLatencies")
 
 func TestDeterministic(t *testing.T) {
 	ctx := context.Background()
@@ -207,7 +207,7 @@ func TestLoadFabric(t *testing.T) {
 		t.Fatal(err)
 	}
 	ignore := cmpopts.IgnoreFields(Fabric{}, "Name", "Input", "Tree")
-	if diff := cmp.Diff(want, got, ignore, cmpopts.IgnoreTypes([]*v1.Pod(nil), []*resourceapi.ResourceClaim(nil))); diff != "" {
+	if diff := cmp.Diff(want, got, ignore, cmp.AllowUnexported(Fabric{}), cmpopts.IgnoreTypes([]*v1.Pod(nil), []*resourceapi.ResourceClaim(nil))); diff != "" {
 		t.Errorf("fabric (-want +got):\n%s", diff)
 	}
 }

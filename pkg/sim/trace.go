@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
 
 // SizeWeight is one gang size (total GPUs) and its relative frequency.
@@ -38,6 +40,12 @@ type TraceConfig struct {
 	// MeanDuration of a gang in seconds (exponential, at least 60 s).
 	MeanDuration float64      `json:"meanDuration"`
 	Sizes        []SizeWeight `json:"sizes"`
+	// Trees, when set with a share above 0, makes that share of the jobs
+	// tree jobs (issue 25: segmented training jobs, inference services),
+	// drawn from a PCG of their own: the flat gangs' draws, and so a trace
+	// without trees, stay as they were; arrivals are paced by the mean GPUs
+	// of the mix.
+	Trees *trees.Mix `json:"trees,omitempty"`
 }
 
 // Trace is a replayable list of gangs, sorted by arrival time then ID.
@@ -46,18 +54,41 @@ type Trace struct {
 	Gangs  []TraceGang `json:"gangs"`
 }
 
-// TraceGang is one gang: Pods identical pods of GPUsPerPod GPUs each.
-// Times are whole seconds of simulated time.
+// TraceGang is one gang: Pods identical pods of GPUsPerPod GPUs each, or
+// a tree job (Tree; Pods and GPUsPerPod then 0): its pods in Tree.Flat
+// order. Times are whole seconds of simulated time.
 type TraceGang struct {
-	ID         int   `json:"id"`
-	Arrival    int64 `json:"arrival"`
-	Duration   int64 `json:"duration"`
-	Pods       int   `json:"pods"`
-	GPUsPerPod int   `json:"gpusPerPod"`
+	ID         int         `json:"id"`
+	Arrival    int64       `json:"arrival"`
+	Duration   int64       `json:"duration"`
+	Pods       int         `json:"pods,omitempty"`
+	GPUsPerPod int         `json:"gpusPerPod,omitempty"`
+	Tree       *trees.Spec `json:"tree,omitempty"`
 }
 
 // GPUs is the gang's total.
-func (g TraceGang) GPUs() int { return g.Pods * g.GPUsPerPod }
+func (g TraceGang) GPUs() int {
+	if g.Tree != nil {
+		return g.Tree.GPUs()
+	}
+	return g.Pods * g.GPUsPerPod
+}
+
+// PodGPUs lists each pod's GPUs.
+func (g TraceGang) PodGPUs() []int {
+	if g.Tree == nil {
+		out := make([]int, g.Pods)
+		for i := range out {
+			out[i] = g.GPUsPerPod
+		}
+		return out
+	}
+	var out []int
+	for _, p := range g.Tree.Flat() {
+		out = append(out, p.GPUs)
+	}
+	return out
+}
 
 // DefaultTraceConfig is the default trace for a cluster: 600 gangs at
 // load 1.3, sizes from DefaultSizes up to the cluster size, one hour mean.
@@ -87,22 +118,69 @@ func GenerateTrace(cfg TraceConfig) (*Trace, error) {
 		return nil, fmt.Errorf("no gang size fits %d GPUs", cfg.ClusterGPUs)
 	}
 	meanGPUs /= total
+	mix := cfg.Trees
+	if mix != nil && mix.Share == 0 {
+		mix = nil
+	}
+	if mix != nil {
+		if err := mix.Validate(); err != nil {
+			return nil, err
+		}
+		treeGPUs, _ := mix.MeanGPUs()
+		meanGPUs = (1-mix.Share)*meanGPUs + mix.Share*treeGPUs
+	}
 	rate := cfg.Load * float64(cfg.ClusterGPUs) / (meanGPUs * cfg.MeanDuration) // gangs per second
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x9f4ab1c))
+	rt := rand.New(rand.NewPCG(cfg.Seed, 0x74726565)) // trees
 	tr := &Trace{Config: cfg}
 	t := 0.0
 	for id := range cfg.Gangs {
 		t += r.ExpFloat64() / rate
 		gpus := pickSize(r, sizes, total)
 		g := TraceGang{ID: id, Arrival: int64(math.Round(t)), Duration: max(60, int64(math.Round(r.ExpFloat64()*cfg.MeanDuration)))}
-		if gpus <= cfg.GPUsPerNode {
+		switch {
+		case mix != nil && rt.Float64() < mix.Share:
+			g.Tree = mix.Draw(rt)
+		case gpus <= cfg.GPUsPerNode:
 			g.Pods, g.GPUsPerPod = 1, gpus
-		} else {
+		default:
 			g.Pods, g.GPUsPerPod = (gpus+cfg.GPUsPerNode-1)/cfg.GPUsPerNode, cfg.GPUsPerNode
 		}
 		tr.Gangs = append(tr.Gangs, g)
 	}
 	return tr, nil
+}
+
+// TreeOptions say how many tree jobs a generated trace has and how its
+// services ask for their rails (sim.TraceConfig.WithTrees).
+type TreeOptions struct {
+	// Share of the jobs that are trees (0: none); InferenceShare of those
+	// that are inference services.
+	Share, InferenceShare float64
+	// RailCoupling of the services' prefill and decode
+	// (trees.CouplingRequired, the default, or trees.CouplingPreferred).
+	RailCoupling string
+}
+
+// WithTrees mixes tree jobs into the trace generated for fabric f: the
+// default shapes (trees.DefaultMix) with a whole job in one domain of
+// LabelLeaf (the IB leaf), sized to fit f.
+func (cfg *TraceConfig) WithTrees(f *Fabric, o TreeOptions) error {
+	if o.Share == 0 {
+		cfg.Trees = nil
+		return nil
+	}
+	l := f.Level(LabelLeaf)
+	if l < 0 {
+		return fmt.Errorf("tree jobs need the fabric level %q (levels %v)", LabelLeaf, f.Levels)
+	}
+	fit := trees.Fit{GPUsPerNode: f.GPUsPerNode(), ClusterGPUs: f.TotalGPUs, NVLinkGPUs: f.MaxNVLinkGPUs}
+	for _, d := range f.Domains[l] {
+		fit.GroupGPUs = max(fit.GroupGPUs, d.GPUs)
+	}
+	cfg.Trees = trees.DefaultMix(o.Share, LabelLeaf, fit)
+	cfg.Trees.InferenceShare, cfg.Trees.RailCoupling = o.InferenceShare, o.RailCoupling
+	return cfg.Trees.Validate()
 }
 
 func pickSize(r *rand.Rand, sizes []SizeWeight, total float64) int {
@@ -139,9 +217,27 @@ func LoadTrace(path string) (*Trace, error) {
 		return nil, fmt.Errorf("parse trace %s: %w", path, err)
 	}
 	for i, g := range tr.Gangs {
-		if g.Pods <= 0 || g.GPUsPerPod <= 0 || g.Duration <= 0 || (i > 0 && g.Arrival < tr.Gangs[i-1].Arrival) {
+		if err := g.validate(); err != nil {
+			return nil, fmt.Errorf("trace %s: gang %d: %w", path, g.ID, err)
+		}
+		if g.Duration <= 0 || (i > 0 && g.Arrival < tr.Gangs[i-1].Arrival) {
 			return nil, fmt.Errorf("trace %s: gang %d invalid or out of arrival order", path, g.ID)
 		}
 	}
 	return &tr, nil
+}
+
+// validate checks a gang's shape: pods and GPUs per pod, or a valid tree
+// and neither.
+func (g TraceGang) validate() error {
+	if g.Tree != nil {
+		if g.Pods != 0 || g.GPUsPerPod != 0 {
+			return fmt.Errorf("a tree job has no pods or gpusPerPod of its own")
+		}
+		return g.Tree.Validate()
+	}
+	if g.Pods <= 0 || g.GPUsPerPod <= 0 {
+		return fmt.Errorf("%d pods of %d GPUs", g.Pods, g.GPUsPerPod)
+	}
+	return nil
 }
