@@ -42,6 +42,10 @@ type searcher struct {
 	stack    []placed
 	demands  map[*Group]demand
 	nodeSets map[*topology.Domain]map[string]bool
+	// searching counts the joint searches under way (the budget counts
+	// their Place calls only); noSearch, when > 0, keeps children to the
+	// greedy order (mostIn's first pass).
+	searching, noSearch int
 	// placedKids: how many children a composite's last children call
 	// placed.
 	placedKids map[*Group]int
@@ -146,11 +150,13 @@ func (sr *searcher) placeIn(ctx context.Context, g *Group, scope *topology.Domai
 		}
 		return true, nil // it runs (pinned inside scope by scopes)
 	}
-	if sr.left <= 0 {
-		sr.why[g] = "the tree's search ran out of its budget before this child was tried"
-		return false, nil
+	if sr.searching > 0 {
+		if sr.left <= 0 {
+			sr.why[g] = "the tree's search ran out of its budget before this child was tried"
+			return false, nil
+		}
+		sr.left--
 	}
-	sr.left--
 	sr.stats.PlaceCalls++
 	gang := *g.Gang
 	gang.Within = scope
@@ -193,10 +199,15 @@ func (sr *searcher) children(ctx context.Context, g *Group, scope *topology.Doma
 	if err := sr.rollback(ctx, m); err != nil {
 		return false, err
 	}
-	for target := len(kids); len(kids) > 1 && target > max(n, g.MinGroupCount-1) && sr.left > 0; target-- {
+	for target := len(kids); sr.noSearch == 0 && len(kids) > 1 && target > max(n, g.MinGroupCount-1) && sr.left > 0; target-- {
+		if !sr.mayHold(ctx, kids, target, scope) {
+			continue // the free devices cannot hold that many children
+		}
 		sr.stats.Searches++
 		m := sr.mark()
+		sr.searching++
 		ok, err := sr.dfs(ctx, kids, 0, 0, target, scope)
+		sr.searching--
 		if err != nil || ok {
 			sr.release(m)
 			sr.placedKids[g] = target
@@ -223,9 +234,12 @@ func (sr *searcher) greedy(ctx context.Context, kids []*Group, scope *topology.D
 	for _, kid := range kids {
 		var ok bool
 		var err error
-		if kid.Leaf() || kid.TopologyKey == "" {
+		switch {
+		case kid.Leaf() && kid.pending():
+			ok, err = sr.greedyLeaf(ctx, kid, scope)
+		case kid.Leaf() || kid.TopologyKey == "":
 			ok, err = sr.tryScopes(ctx, kid, scope, nil)
-		} else {
+		default:
 			ok, err = sr.mostIn(ctx, kid, scope)
 		}
 		if err != nil {
@@ -239,8 +253,12 @@ func (sr *searcher) greedy(ctx context.Context, kids []*Group, scope *topology.D
 }
 
 // mostIn places composite kid in the domain of its level where the most
-// of its children fit (the first, best fit, among equals; it stops at a
-// domain where all fit).
+// of its children fit: first in the greedy order in every domain (as
+// kube-scheduler tries every domain of a composite's level, best fit
+// first here, stopping at one where all fit), then, when none holds them
+// all, with the joint search in the domains where the greedy order placed
+// the most (at most Options.Alternatives of them, within the budget). It
+// never places fewer children than the greedy order's best domain.
 func (sr *searcher) mostIn(ctx context.Context, kid *Group, scope *topology.Domain) (bool, error) {
 	doms, why, err := sr.scopes(ctx, kid, scope)
 	if err != nil || len(doms) == 0 {
@@ -249,13 +267,17 @@ func (sr *searcher) mostIn(ctx context.Context, kid *Group, scope *topology.Doma
 	}
 	var best []placed
 	bestN := 0
-	for _, dom := range doms {
+	counts := make(map[*topology.Domain]int, len(doms))
+	try := func(dom *topology.Domain) (all bool, err error) {
 		m := sr.mark()
 		fit, err := sr.placeIn(ctx, kid, dom)
 		if err != nil {
 			return false, err
 		}
 		n := sr.placedKids[kid]
+		if fit {
+			counts[dom] = max(counts[dom], n)
+		}
 		if fit && n == len(kid.Children) {
 			sr.stack = append(sr.stack, placed{g: kid, dom: dom})
 			sr.release(m)
@@ -267,17 +289,56 @@ func (sr *searcher) mostIn(ctx context.Context, kid *Group, scope *topology.Doma
 		if !fit {
 			sr.noteWhy(kid, dom)
 		}
-		if err := sr.rollback(ctx, m); err != nil {
-			return false, err
+		return false, sr.rollback(ctx, m)
+	}
+	sr.noSearch++
+	for _, dom := range doms {
+		if all, err := try(dom); err != nil || all {
+			sr.noSearch--
+			return all, err
 		}
-		if sr.left <= 0 {
-			break
+	}
+	sr.noSearch--
+	if sr.searching == 0 {
+		promising := slices.Clone(doms)
+		slices.SortStableFunc(promising, func(a, b *topology.Domain) int { return counts[b] - counts[a] })
+		for _, dom := range promising[:min(len(promising), sr.opts.Alternatives)] {
+			if sr.left <= 0 {
+				break
+			}
+			if all, err := try(dom); err != nil || all {
+				return all, err
+			}
 		}
 	}
 	if bestN == 0 {
 		return false, nil
 	}
 	return true, sr.restore(ctx, best)
+}
+
+// greedyLeaf places a waiting leaf inside scope where the engine chooses
+// (the best domain of its level among all of them), and records that
+// domain.
+func (sr *searcher) greedyLeaf(ctx context.Context, kid *Group, scope *topology.Domain) (bool, error) {
+	m := sr.mark()
+	fit, err := sr.placeIn(ctx, kid, scope)
+	if err != nil || !fit {
+		sr.release(m) // nothing was assumed
+		if err == nil && scope != nil {
+			sr.noteWhy(kid, scope)
+		}
+		return false, err
+	}
+	if kid.TopologyKey != "" {
+		if d := sr.stack[len(sr.stack)-1].d; d != nil {
+			if l := sr.s.Level(d.TopologyKey); l != nil && l.Domain(d.Domain) != nil {
+				sr.stack = append(sr.stack, placed{g: kid, dom: l.Domain(d.Domain)})
+			}
+		}
+	}
+	sr.release(m)
+	return true, nil
 }
 
 // dfs places kids[i:] so that at least target of all kids are placed:
@@ -308,6 +369,9 @@ func (sr *searcher) tryScopes(ctx context.Context, kid *Group, scope *topology.D
 	if len(doms) == 0 {
 		sr.why[kid] = why
 		return false, nil
+	}
+	if then != nil {
+		doms = doms[:min(len(doms), sr.opts.Alternatives)] // the search's
 	}
 	for _, dom := range doms {
 		ok, err := sr.tryIn(ctx, kid, dom, scope, then)

@@ -66,7 +66,8 @@ func (sr *searcher) classOf(g *Group) string {
 }
 
 // scopes returns the domains to try g in, inside scope (nil: the whole
-// cluster), best fit first, at most Options.Alternatives of them; none
+// cluster), best fit first (the search tries at most
+// Options.Alternatives of them); none
 // and why when there is none. A group without a topology key is tried in
 // its parent's scope. A subtree with running members is pinned to the
 // domain of its level that holds them.
@@ -92,7 +93,7 @@ func (sr *searcher) scopes(ctx context.Context, g *Group, scope *topology.Domain
 	}
 	dm, err := sr.demandOf(g)
 	if err != nil || dm.class == "" {
-		return doms[:min(len(doms), sr.opts.Alternatives)], "", err
+		return doms, "", err
 	}
 	li, err := sr.s.LevelIndex(ctx, l, dm.class)
 	if err != nil {
@@ -116,7 +117,7 @@ func (sr *searcher) scopes(ctx context.Context, g *Group, scope *topology.Domain
 		}
 		return doms[i].ID < doms[j].ID
 	})
-	return doms[:min(len(doms), sr.opts.Alternatives)], "", nil
+	return doms, "", nil
 }
 
 // pinned is the domain of level l that holds every running node, inside
@@ -165,4 +166,97 @@ func where(scope *topology.Domain) string {
 		return "the cluster"
 	}
 	return scope.Key + " " + scope.ID
+}
+
+// mayHold is a necessary condition for placing target of kids inside
+// scope, from free-device counts alone: the target children that need the
+// least must fit in the scope's free devices in all, and those of each
+// topology key must find, between them, a domain of that key each (a
+// domain with f free devices holds at most f / (the least any of them
+// needs) of them). Free counts are upper bounds, so a true answer says
+// nothing; a false one saves a search that cannot succeed.
+func (sr *searcher) mayHold(ctx context.Context, kids []*Group, target int, scope *topology.Domain) bool {
+	type need struct {
+		g *Group
+		d demand
+	}
+	var needs []need
+	for _, k := range kids {
+		if d, err := sr.demandOf(k); err == nil {
+			needs = append(needs, need{k, d})
+		}
+	}
+	slices.SortStableFunc(needs, func(a, b need) int { return a.d.least - b.d.least })
+	needs = needs[:min(target, len(needs))]
+	perKey := map[string][]need{}
+	total, class := 0, ""
+	for _, n := range needs {
+		if n.d.least == 0 || class != "" && n.d.class != class {
+			continue // runs already, or another class: not counted
+		}
+		class = n.d.class
+		total += n.d.least
+		if n.g.TopologyKey != "" {
+			perKey[n.g.TopologyKey] = append(perKey[n.g.TopologyKey], n)
+		}
+	}
+	if class == "" {
+		return true
+	}
+	if free, ok := sr.freeIn(ctx, scope, class); ok && free < total {
+		return false
+	}
+	for key, ns := range perKey {
+		least := ns[0].d.least // sorted: the smallest of them
+		l := sr.s.Level(key)
+		li, err := sr.s.LevelIndex(ctx, l, class)
+		if err != nil {
+			return true
+		}
+		room := 0
+		for _, d := range l.Domains {
+			if e := li.Of(firstNode(d)); e != nil && sr.touches(d, scope) {
+				room += e.Free() / least
+			}
+		}
+		if room < len(ns) {
+			return false
+		}
+	}
+	return true
+}
+
+// freeIn is the free devices of class in scope (the whole cluster when
+// nil), when known.
+func (sr *searcher) freeIn(ctx context.Context, scope *topology.Domain, class string) (int, bool) {
+	key := topology.TopologyKeyCluster
+	if scope != nil {
+		key = scope.Key
+	}
+	l := sr.s.Level(key)
+	li, err := sr.s.LevelIndex(ctx, l, class)
+	if err != nil {
+		return 0, false
+	}
+	if scope == nil {
+		total := 0
+		for _, e := range li.Entries() {
+			total += e.Free()
+		}
+		return total, true
+	}
+	if scope.Key == l.Key && len(scope.Nodes) > 0 {
+		if e := li.Of(scope.Nodes[0]); e != nil && e.Domain().ID == scope.ID && len(e.Domain().Nodes) == len(scope.Nodes) {
+			return e.Free(), true
+		}
+	}
+	return 0, false // a narrowed scope: not counted
+}
+
+// firstNode is a domain's first node ("" when it has none).
+func firstNode(d *topology.Domain) string {
+	if len(d.Nodes) == 0 {
+		return ""
+	}
+	return d.Nodes[0]
 }

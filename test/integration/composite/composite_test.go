@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
@@ -28,16 +29,55 @@ func TestCompositeTrees(t *testing.T) {
 		{name: "c-0", domain: "c", rack: "r1"}, {name: "c-1", domain: "c", rack: "r1"},
 		{name: "d-0", domain: "d", rack: "r1"}, {name: "d-1", domain: "d", rack: "r1"},
 		{name: "e-0", domain: "e", rack: "r1"},
+		{name: "f-0", domain: "f", rack: "r2"}, {name: "f-1", domain: "f", rack: "r2"},
 	})
 	for _, ns := range []string{"trap", "waits", "invalid"} {
 		itest.GangNamespace(t, admin, ns, 4)
 	}
 	itest.GangNamespace(t, admin, "late", 2)
-	startScheduler(t, cp, "gpufabric-scheduler", nil)
+	itest.GangNamespace(t, admin, "channel", 4)
+	startScheduler(t, cp, "gpufabric-scheduler", func(c *scheduler.Config) { c.DomainChannels = 4 })
 	t.Run("greedy dead end", func(t *testing.T) { greedyDeadEnd(t, admin) })
 	t.Run("waits for its members", func(t *testing.T) { waitsForMembers(t, admin) })
 	t.Run("invalid tree", func(t *testing.T) { invalidTree(t, admin) })
 	t.Run("late member", func(t *testing.T) { lateMember(t, admin) })
+	t.Run("a leaf's PodGroup claim", func(t *testing.T) { leafClaim(t, admin) })
+}
+
+// leafClaim: a leaf PodGroup with a claim of its own (a fabric-domain
+// channel from a template, made by kube-controller-manager for the
+// PodGroup, named by its pods): the tree is placed in rack r2 (the only
+// free NVLink domain of two nodes, dom-f); the channel is allocated in
+// dom-f and reserved for the leaf PodGroup, as a flat gang's.
+func leafClaim(t *testing.T, admin kubernetes.Interface) {
+	tr := tree{ns: "channel", name: "tp", key: rackLabel, min: 1, leaves: []leaf{
+		{name: "shard", key: keyNVL, min: 2, pods: 2, channel: true},
+	}}
+	tr.create(t, admin)
+	where := waitBound(t, admin, tr.ns, 2)
+	if where["shard-0"][0] != 'f' || where["shard-1"][0] != 'f' {
+		t.Errorf("placed %v, want dom-f", where)
+	}
+	itest.Poll(t, "the leaf's channel allocated and reserved for it", 20*time.Second, func(ctx context.Context) error {
+		pg, err := admin.SchedulingV1beta1().PodGroups(tr.ns).Get(ctx, "shard", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(pg.Status.ResourceClaimStatuses) != 1 || pg.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+			return fmt.Errorf("claim statuses %+v", pg.Status.ResourceClaimStatuses)
+		}
+		c, err := admin.ResourceV1().ResourceClaims(tr.ns).Get(ctx, *pg.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c.Status.Allocation == nil || len(c.Status.Allocation.Devices.Results) != 1 || !strings.Contains(c.Status.Allocation.Devices.Results[0].Pool, "dom-f") {
+			return fmt.Errorf("claim %s allocation %+v", c.Name, c.Status.Allocation)
+		}
+		if len(c.Status.ReservedFor) != 1 || c.Status.ReservedFor[0].Resource != "podgroups" || c.Status.ReservedFor[0].UID != pg.UID {
+			return fmt.Errorf("claim %s reserved for %+v, want the PodGroup", c.Name, c.Status.ReservedFor)
+		}
+		return nil
+	})
 }
 
 // greedyDeadEnd: a tree in one rack of "encode" (one 4-GPU pod in one

@@ -99,6 +99,10 @@ type leaf struct {
 	pods      int
 	selector  map[string]string
 	workload  string // spec.workloadRef's workload ("": the tree's)
+	// channel: the PodGroup claims a fabric-domain channel from the
+	// namespace's template (kube-controller-manager creates it) and its
+	// pods name it.
+	channel bool
 }
 
 // create creates the root CompositePodGroup, its leaves and their pods
@@ -137,6 +141,9 @@ func (tr tree) createLeaf(t *testing.T, admin kubernetes.Interface, l leaf) {
 	if l.key != "" {
 		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: l.key}}}
 	}
+	if l.channel {
+		pg.Spec.ResourceClaims = itest.TemplateGroup(tr.ns, l.name, l.min).Spec.ResourceClaims
+	}
 	_, err := admin.SchedulingV1beta1().PodGroups(tr.ns).Create(ctx, pg, metav1.CreateOptions{})
 	itest.Must(t, "create podgroup", err)
 	for i := range l.pods {
@@ -148,8 +155,10 @@ func (tr tree) createLeaf(t *testing.T, admin kubernetes.Interface, l leaf) {
 func createPod(t *testing.T, admin kubernetes.Interface, ns string, l leaf, i int) {
 	t.Helper()
 	p := itest.TemplatePod(ns, fmt.Sprintf("%s-%d", l.name, i), l.name)
-	p.Spec.ResourceClaims = p.Spec.ResourceClaims[1:] // no fabric channel
-	p.Spec.Containers[0].Resources.Claims = p.Spec.Containers[0].Resources.Claims[1:]
+	if !l.channel {
+		p.Spec.ResourceClaims = p.Spec.ResourceClaims[1:] // no fabric channel
+		p.Spec.Containers[0].Resources.Claims = p.Spec.Containers[0].Resources.Claims[1:]
+	}
 	p.Spec.NodeSelector = l.selector
 	_, err := admin.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
 	itest.Must(t, "create pod", err)
