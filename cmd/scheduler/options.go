@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpufabric/gpufabric/pkg/component/envflag"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/spares"
@@ -272,20 +273,9 @@ func (o *options) validate() error {
 const compositesAuto = "auto"
 
 // applyEnv sets every flag not given on the command line from its
-// environment twin.
+// environment twin (envTwins).
 func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for name, env := range envTwins {
-		v, ok := lookup(env)
-		if !ok || given[name] || fs.Lookup(name) == nil {
-			continue
-		}
-		if err := fs.Set(name, v); err != nil {
-			return fmt.Errorf("environment %s for --%s: %w", env, name, err)
-		}
-	}
-	return nil
+	return envflag.Apply(fs, envTwins, lookup)
 }
 
 func (o *options) restConfig() (*rest.Config, error) {
