@@ -8,7 +8,8 @@
 //
 // Files: group.go (Group, the tree and its validation), place.go (Place,
 // the search over the tree), scopes.go (the domains a child is tried in,
-// the running subtrees' pins), result.go (Decision, Unschedulable, the
+// the running subtrees' pins, a domain less a node, what free devices
+// rule out), result.go (Decision, Unschedulable, the
 // refusal's words), coupling.go (coupled roles: rail couplings across a
 // tree's leaves, coupler, Coupled).
 //

@@ -456,45 +456,6 @@ func (sr *searcher) noteWhy(g *Group, dom *topology.Domain) {
 	}
 }
 
-// usedBy lists the nodes a leaf's placement since m uses (none for a
-// composite: its own children's tries cover it).
-func (sr *searcher) usedBy(g *Group, m mark) []string {
-	var out []string
-	for _, p := range sr.stack[m.stack:] {
-		if p.g == g && p.d != nil {
-			for _, pp := range p.d.Pods {
-				if !slices.Contains(out, pp.Node) {
-					out = append(out, pp.Node)
-				}
-			}
-		}
-	}
-	return out
-}
-
-// narrowed is a domain less some nodes, keyed by what it holds.
-type narrowed struct {
-	dom *topology.Domain
-	key string
-}
-
-// without is d less node (d nil: every node of the snapshot less node):
-// a domain of d's key and id with fewer nodes.
-func (sr *searcher) without(d *topology.Domain, node string) narrowed {
-	var nodes []string
-	if d == nil {
-		d = &topology.Domain{Key: topology.TopologyKeyCluster, ID: topology.ClusterDomainID, Level: -1}
-		for _, ns := range sr.s.Nodes() {
-			nodes = append(nodes, ns.Name())
-		}
-	} else {
-		nodes = d.Nodes
-	}
-	out := *d
-	out.Nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == node })
-	return narrowed{dom: &out, key: strings.Join(out.Nodes, ",")}
-}
-
 // restore assumes a saved part of the stack again.
 func (sr *searcher) restore(ctx context.Context, saved []placed) error {
 	for _, p := range saved {

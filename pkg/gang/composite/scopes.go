@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/topology"
@@ -259,4 +260,43 @@ func firstNode(d *topology.Domain) string {
 		return ""
 	}
 	return d.Nodes[0]
+}
+
+// usedBy lists the nodes a leaf's placement since m uses (none for a
+// composite: its own children's tries cover it).
+func (sr *searcher) usedBy(g *Group, m mark) []string {
+	var out []string
+	for _, p := range sr.stack[m.stack:] {
+		if p.g == g && p.d != nil {
+			for _, pp := range p.d.Pods {
+				if !slices.Contains(out, pp.Node) {
+					out = append(out, pp.Node)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// narrowed is a domain less some nodes, keyed by what it holds.
+type narrowed struct {
+	dom *topology.Domain
+	key string
+}
+
+// without is d less node (d nil: every node of the snapshot less node):
+// a domain of d's key and id with fewer nodes.
+func (sr *searcher) without(d *topology.Domain, node string) narrowed {
+	var nodes []string
+	if d == nil {
+		d = &topology.Domain{Key: topology.TopologyKeyCluster, ID: topology.ClusterDomainID, Level: -1}
+		for _, ns := range sr.s.Nodes() {
+			nodes = append(nodes, ns.Name())
+		}
+	} else {
+		nodes = d.Nodes
+	}
+	out := *d
+	out.Nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == node })
+	return narrowed{dom: &out, key: strings.Join(out.Nodes, ",")}
 }
