@@ -98,7 +98,7 @@ func runSmoke(t *testing.T, admin kubernetes.Interface, dyn dynamic.Interface, t
 	itest.GangNamespace(t, admin, ns, 1)
 	tc.create(t, dyn, ns)
 	var pods []corev1.Pod
-	itest.Poll(t, fmt.Sprintf("%d pods placed", tc.pods), 90*time.Second, func(ctx context.Context) error {
+	itest.Poll(t, fmt.Sprintf("%d pods placed, their groups' conditions written", tc.pods), 90*time.Second, func(ctx context.Context) error {
 		list, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -112,6 +112,17 @@ func runSmoke(t *testing.T, admin kubernetes.Interface, dyn dynamic.Interface, t
 		}
 		if len(pods) != tc.pods || len(unbound) > 0 {
 			return fmt.Errorf("%d pods of %d, unbound %v", len(pods), tc.pods, unbound)
+		}
+		// The commit binds the pods before it writes the group's
+		// condition: wait for that write too before checking it.
+		for name := range tc.groups {
+			pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionInitiallyScheduled); c == nil {
+				return fmt.Errorf("group %s: no %s condition yet", name, vocab.ConditionInitiallyScheduled)
+			}
 		}
 		return nil
 	})
