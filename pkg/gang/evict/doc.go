@@ -40,7 +40,8 @@
 //     places it with its own placer (the tree search) in the domains of
 //     its root's level; the nomination is keyed by the tree's key and its
 //     root's UID, events name the root CompositePodGroup; a starving tree
-//     reserves no domain.
+//     reserves the domain of its root's level closest to fitting it (the
+//     tree search on each candidate emptied), when none of it runs.
 //   - A plan is carried out in order: the nomination record first (the
 //     victims, their claims, the domain, the held nodes), then the
 //     evictions through the Eviction API with each victim's grace period

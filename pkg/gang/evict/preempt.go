@@ -73,7 +73,8 @@ func (e *Evictor) AfterRefusal(ctx context.Context, a *Attempt, g *placement.Gan
 // AfterTreeRefusal is AfterRefusal for a CompositePodGroup tree that did
 // not fit (a.Root): the plan places the tree with its own placer (the
 // tree search) in the domains of its root's level, and the victims are
-// evicted as for a gang. A starving tree reserves no domain.
+// evicted as for a gang. A starving tree reserves the domain of its
+// root's level closest to fitting it, as a gang does.
 func (e *Evictor) AfterTreeRefusal(ctx context.Context, a *Attempt, t *preemption.Tree, in index.SnapshotInput) (string, error) {
 	return e.afterRefusal(ctx, a, preemption.Request{Tree: t}, in)
 }
@@ -101,13 +102,11 @@ func (e *Evictor) afterRefusal(ctx context.Context, a *Attempt, req preemption.R
 		}
 		msgs = append(msgs, msg)
 	}
-	if req.Gang != nil {
-		msg, err := e.starving.reserve(ctx, a, req.Gang, in)
-		if err != nil {
-			return "", err
-		}
-		msgs = append(msgs, msg)
+	msg, err := e.starving.reserve(ctx, a, req, in)
+	if err != nil {
+		return "", err
 	}
+	msgs = append(msgs, msg)
 	msgs = slices.DeleteFunc(msgs, func(m string) bool { return m == "" })
 	return strings.Join(msgs, "\n"), nil
 }

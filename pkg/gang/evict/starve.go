@@ -119,20 +119,40 @@ func (st *starvation) all() []*reservation {
 
 // refusedSince is when the API says the gang was first refused: the
 // PodGroupInitiallyScheduled=False or PodScheduled=False transition, not
-// before the object was created; now when it says nothing.
+// before the object was created; now when it says nothing. A tree's (its
+// root writes no status, as kube-scheduler's) is the earliest
+// PodScheduled=False transition of its waiting members, not before its
+// root was created.
 func refusedSince(a *Attempt) time.Time {
-	if a.PodGroup != nil {
+	switch {
+	case a.PodGroup != nil:
 		if c := meta.FindStatusCondition(a.PodGroup.Status.Conditions, vocab.ConditionInitiallyScheduled); c != nil && c.Status == "False" {
 			return latest(c.LastTransitionTime.Time, a.PodGroup.CreationTimestamp.Time)
 		}
 		return time.Now()
-	}
-	for _, c := range a.Pod.Status.Conditions {
-		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
-			return latest(c.LastTransitionTime.Time, a.Pod.CreationTimestamp.Time)
+	case a.Root != nil:
+		first := time.Now()
+		for _, p := range a.Members {
+			if t, ok := unschedulableSince(p); ok && t.Before(first) {
+				first = t
+			}
 		}
+		return latest(first, a.Root.CreationTimestamp.Time)
+	}
+	if t, ok := unschedulableSince(a.Pod); ok {
+		return latest(t, a.Pod.CreationTimestamp.Time)
 	}
 	return time.Now()
+}
+
+// unschedulableSince is when p's PodScheduled went False.
+func unschedulableSince(p *v1.Pod) (time.Time, bool) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 func latest(a, b time.Time) time.Time {
@@ -142,10 +162,10 @@ func latest(a, b time.Time) time.Time {
 	return b
 }
 
-// reserve gives a gang past the starvation bound the domain closest to
-// fitting it, or refreshes the one it holds; it returns a sentence for
-// the refusal message.
-func (st *starvation) reserve(ctx context.Context, a *Attempt, g *placement.Gang, in index.SnapshotInput) (string, error) {
+// reserve gives a gang or a tree (req's) past the starvation bound the
+// domain closest to fitting it, or refreshes the one it holds; it returns
+// a sentence for the refusal message.
+func (st *starvation) reserve(ctx context.Context, a *Attempt, req preemption.Request, in index.SnapshotInput) (string, error) {
 	if st.cfg.StarvationBound <= 0 {
 		return "", nil
 	}
@@ -162,7 +182,7 @@ func (st *starvation) reserve(ctx context.Context, a *Attempt, g *placement.Gang
 			return fmt.Sprintf("waited %s, over the starvation bound, but holds no domain: other gangs of namespace %s hold its limit of starvation reservations (%d)",
 				waited.Round(time.Second), ns, st.limit()), nil
 		}
-		res, err := preemption.ClosestDomain(ctx, st.cfg.Placement, in, g, 0)
+		res, err := closest(ctx, st.cfg.Placement, in, req)
 		if err != nil || res == nil {
 			return "", err
 		}
@@ -184,6 +204,14 @@ func (st *starvation) reserve(ctx context.Context, a *Attempt, g *placement.Gang
 	}
 	return fmt.Sprintf("holding %s for this gang (waited %s); gangs that end by %s may backfill it",
 		commit.Where(r.res.TopologyKey, r.res.Domain), waited.Round(time.Second), r.shadow.UTC().Format(time.RFC3339)), nil
+}
+
+// closest is the domain closest to fitting req's gang or tree.
+func closest(ctx context.Context, cfg placement.Config, in index.SnapshotInput, req preemption.Request) (*preemption.Reservation, error) {
+	if req.Tree != nil {
+		return preemption.ClosestTreeDomain(ctx, cfg, in, req.Tree, 0)
+	}
+	return preemption.ClosestDomain(ctx, cfg, in, req.Gang, 0)
 }
 
 // full reports whether namespace ns holds its limit of reservations,

@@ -38,6 +38,23 @@ type Reservation struct {
 // devices now; nil when no domain could ever hold it. Of each level the
 // maxDomains domains with the most free devices are tried.
 func ClosestDomain(ctx context.Context, cfg placement.Config, in index.SnapshotInput, g *placement.Gang, maxDomains int) (*Reservation, error) {
+	return closestDomain(ctx, cfg, in, g.TopologyKey, GangDevices(g), gangPlacer{g}, maxDomains)
+}
+
+// ClosestTreeDomain is ClosestDomain for a CompositePodGroup tree: the
+// domains of its root's level (t.TopologyKey), the tree placed by its own
+// Placer, asking for t.Devices. A tree with running members
+// (t.BoundNodes) reserves nothing: it is pinned to them.
+func ClosestTreeDomain(ctx context.Context, cfg placement.Config, in index.SnapshotInput, t *Tree, maxDomains int) (*Reservation, error) {
+	if len(t.BoundNodes) > 0 {
+		return nil, nil
+	}
+	return closestDomain(ctx, cfg, in, t.TopologyKey, t.Devices, t.Placer, maxDomains)
+}
+
+// closestDomain is ClosestDomain for a preemptor that p places, at the
+// level of key, asking for need devices.
+func closestDomain(ctx context.Context, cfg placement.Config, in index.SnapshotInput, key string, need int, p Placer, maxDomains int) (*Reservation, error) {
 	if maxDomains <= 0 {
 		maxDomains = DefaultMaxDomains
 	}
@@ -46,7 +63,7 @@ func ClosestDomain(ctx context.Context, cfg placement.Config, in index.SnapshotI
 		return nil, fmt.Errorf("build fabric tree: %w", err)
 	}
 	free := FreeDevices(in)
-	for _, l := range candidateLevels(tree, g.TopologyKey, in) {
+	for _, l := range candidateLevels(tree, key, in) {
 		type cand struct {
 			d    *topology.Domain
 			free int
@@ -70,10 +87,10 @@ func ClosestDomain(ctx context.Context, cfg placement.Config, in index.SnapshotI
 			if err != nil {
 				return nil, fmt.Errorf("reservation snapshot: %w", err)
 			}
-			if d, _, err := placement.Place(ctx, cfg, snap, g); err != nil {
+			if d, _, err := p.Place(ctx, cfg, snap); err != nil {
 				return nil, err
 			} else if d != nil {
-				return &Reservation{TopologyKey: l.Key, Domain: c.d.ID, Nodes: c.d.Nodes, Free: c.free, Need: GangDevices(g)}, nil
+				return &Reservation{TopologyKey: l.Key, Domain: c.d.ID, Nodes: c.d.Nodes, Free: c.free, Need: need}, nil
 			}
 		}
 	}

@@ -32,6 +32,9 @@ type Tree struct {
 	// holds them all (a subtree with running members is pinned to them).
 	BoundNodes []string
 	Placer     Placer
+	// Devices are the node-local devices its waiting members ask for
+	// (GangDevices of its leaves' gangs): a starvation reservation's need.
+	Devices int
 }
 
 // gangPlacer places a gang by the engine.

@@ -215,3 +215,31 @@ func TestVictimOrderRanksComposites(t *testing.T) {
 		t.Errorf("order %v, want %v", got, want)
 	}
 }
+
+// TestClosestTreeDomain: a starving tree reserves the rack of its root's
+// level with the most free devices among those it would fit were they
+// empty; none when no rack could hold it, or when its members run (it is
+// pinned to them).
+func TestClosestTreeDomain(t *testing.T) {
+	w := rackWorld(t)
+	// r0: 2 GPUs free (a-0 full, a-1 half, b full); r1: 8 free (c full).
+	w.run("pod:ns/a-0", 0, false, time.Hour, full(n("a", 0)))
+	w.run("pod:ns/a-1", 0, false, time.Hour, pod{node: n("a", 1), gpus: []int{0, 1}})
+	w.run("pg:ns/b", 0, true, time.Hour, full(n("b", 0)), full(n("b", 1)))
+	w.run("pg:ns/c", 0, true, time.Hour, full(n("c", 0)), full(n("c", 1)))
+	root := tree(t, leafSpec{name: "enc", pods: 2}, leafSpec{name: "dec", pods: 2})
+	r, err := ClosestTreeDomain(context.Background(), w.built.Config, w.built.Input,
+		&Tree{Namespace: "ns", TopologyKey: "rack", Placer: treePlacer{root}, Devices: 16}, 0)
+	if err != nil || r == nil || r.Domain != "r1" || r.Free != 8 || r.Need != 16 || len(r.Nodes) != 4 {
+		t.Fatalf("reservation %+v %v, want rack r1 with 8 of the 16 devices free", r, err)
+	}
+	big := tree(t, leafSpec{name: "x", pods: 2}, leafSpec{name: "y", pods: 2}, leafSpec{name: "z", pods: 1})
+	if r, err := ClosestTreeDomain(context.Background(), w.built.Config, w.built.Input,
+		&Tree{Namespace: "ns", TopologyKey: "rack", Placer: treePlacer{big}, Devices: 20}, 0); err != nil || r != nil {
+		t.Errorf("a tree no rack can hold: %+v %v", r, err)
+	}
+	if r, err := ClosestTreeDomain(context.Background(), w.built.Config, w.built.Input,
+		&Tree{Namespace: "ns", TopologyKey: "rack", BoundNodes: []string{n("c", 0)}, Placer: treePlacer{root}, Devices: 16}, 0); err != nil || r != nil {
+		t.Errorf("a tree with running members: %+v %v, want no reservation", r, err)
+	}
+}

@@ -13,9 +13,10 @@
 //     PodGroup's annotations (Policy, Timeout).
 //   - trigger.go: Trigger, Loss and Classify (pure: a member, its node and
 //     a clock in, the loss out), Deletions (when nodes were deleted).
-//   - replacer.go: Replacer, the turn of one placed gang (Turn) and its
-//     bounded memory per gang; write.go: its writes (the lost pods' evictions,
-//     evictions, the Failed condition) through the gate.
+//   - replacer.go: Replacer, the turn of one placed gang and its bounded
+//     memory per gang; turn.go: Turn (what the loop knows of the gang,
+//     a tree's leaf included) and Outcome; write.go: its writes (the lost
+//     pods' evictions, the Failed condition) through the gate.
 //   - domain.go: a restarting whole gang's previous NVLink domain (Prefer),
 //     written into its condition by id and read back (Deps.Tree).
 //   - metrics.go: Metrics.
@@ -42,6 +43,12 @@
 //     written into the MembersLost condition by id (quoted, at most 64
 //     characters read back) and turned back into that domain's nodes
 //     after a scheduler restart, so Prefer and Stays survive it.
+//   - A tree's leaf (Turn.Leaf) is replaced in place as a flat gang is;
+//     its restarted members are placed by its tree's search (no previous
+//     domain is held). Under a CompositePodGroup whose disruptionMode is
+//     All (Turn.WholeAbove) a loss restarts that composite whole: the
+//     restart is asked for the composite's key and the loop restarts
+//     every leaf under it.
 //   - Every write passes the gate (gate.Gate.Check) first; this package
 //     never imports the loop.
 package replace

@@ -140,36 +140,6 @@ func (r *Replacer) Classify(p *v1.Pod, node *v1.Node) (*Loss, time.Duration) {
 	return Classify(r.d.NodeFailureGrace, p, node, deleted, r.clock.Now())
 }
 
-// Turn is what the loop knows of one placed gang on this attempt.
-type Turn struct {
-	Key      string
-	PodGroup *schedulingv1beta1.PodGroup
-	// Losses are the bound members lost to a trigger, terminating ones
-	// included (those count as gone).
-	Losses  []Loss
-	Running []*v1.Pod
-	Pending []*v1.Pod
-	// Expected members running (the most that ran, at least minCount;
-	// failed pods their controller keeps are not counted); Cond is the
-	// loop's MembersLost condition.
-	Expected int
-	Cond     metav1.Condition
-}
-
-// Outcome is what the loop does with the gang after its Turn.
-type Outcome struct {
-	// Cond is the MembersLost condition to write.
-	Cond metav1.Condition
-	// Stop: place nothing of the gang now (it failed).
-	Stop bool
-	// RetryIn: look at the gang again then (its bound), 0: no need.
-	RetryIn time.Duration
-	// Echo: Cond is the end of an episode that ended, which the informers
-	// do not show yet: written again only where it is missing (its first
-	// write failed), and nobody is told again.
-	Echo bool
-}
-
 // Failed reports whether pg failed (policy Fail): nothing of it is placed
 // again.
 func Failed(pg *schedulingv1beta1.PodGroup) bool {
@@ -212,15 +182,28 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 		r.d.Report.Event(t.PodGroup, v1.EventTypeWarning, vocab.EventInvalidAnnotation, "Replacing", ch.Invalid)
 	}
 	fresh := freshLosses(t.Losses)
-	if whole(t.PodGroup) && st.outcome == "" && len(fresh) == 0 {
+	switch {
+	case t.WholeAbove != "" && st.outcome == "" && len(fresh) == 0:
+		// A taint manager's deletion: the evict room sees the leaf's own
+		// mode only, the composite's restart is asked for here.
+		r.restart(t, st, fmt.Sprintf("a member was deleted by a taint manager (%s); %s", st.trigger, aboveWhy(t)), false)
+	case whole(t.PodGroup) && st.outcome == "" && len(fresh) == 0:
 		r.restarting(t, st, true) // a taint manager's deletion: the evict room restarts it
 	}
-	if len(fresh) > 0 && whole(t.PodGroup) && st.outcome == "" {
-		r.restart(t, st, fmt.Sprintf("member %s was lost (%s); the group is disrupted only whole, so it restarts whole at once, in its domain if it fits", fresh[0].Why, fresh[0].Trigger), true)
-		out.Cond = r.cond(t, st, phraseRestarting+" now, in its domain if it fits")
+	if len(fresh) > 0 && t.whole() && st.outcome == "" {
+		why := "the group is disrupted only whole, so it restarts whole at once, in its domain if it fits"
+		if t.WholeAbove != "" {
+			why = aboveWhy(t)
+		}
+		r.restart(t, st, fmt.Sprintf("member %s was lost (%s); %s", fresh[0].Why, fresh[0].Trigger, why), true)
+		next := phraseRestarting + " now, in its domain if it fits"
+		if t.Leaf {
+			next = phraseRestarting + " now; its tree's search places it again"
+		}
+		out.Cond = r.cond(t, st, next)
 		return out, nil
 	}
-	if !whole(t.PodGroup) {
+	if !t.whole() {
 		if err := r.evictLost(ctx, t.PodGroup, fresh); err != nil {
 			return out, err
 		}
@@ -369,11 +352,12 @@ func (r *Replacer) replaced(t Turn, st *gangState, now time.Time) metav1.Conditi
 	return metav1.Condition{Type: vocab.ConditionMembersLost, Status: metav1.ConditionFalse, Reason: vocab.ReasonReplacedInPlace, Message: msg}
 }
 
-// restart asks for the gang's whole restart; prefer: it goes back to the
-// domain of its running members when it fits.
+// restart asks for the gang's whole restart (or its composite's: every
+// leaf under it); prefer: it goes back to the domain of its running
+// members when it fits (never a tree's leaf: its tree's search places it).
 func (r *Replacer) restart(t Turn, st *gangState, why string, prefer bool) {
-	r.restarting(t, st, prefer)
-	r.d.Restarts.Restart(t.Key, why)
+	r.restarting(t, st, prefer && !t.Leaf)
+	r.d.Restarts.Restart(t.restartKey(), why)
 }
 
 // restarting marks the gang's restart; prefer: remember the nodes of its

@@ -121,6 +121,9 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 		return s.evict.GangDone(ctx, key)
 	}
 	if s.tree != nil && pg.Spec.ParentCompositePodGroupName != nil {
+		if stop, err := s.leafTurn(ctx, key, pg); stop || err != nil {
+			return err
+		}
 		return s.tree.Route(ctx, key, pg) // a tree's leaf is placed with its tree
 	}
 	if cm := s.commits.Record(pg.UID); cm != nil {
@@ -197,6 +200,37 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	a := &attempt{key: key, cycle: cycle, begin: begin, pg: pg, eff: s.prios.Group(pg), members: ms.pending, late: ms.anyBound}
 	s.prios.Tell(pg, a.eff)
 	return s.place(ctx, a, g, err)
+}
+
+// leafTurn runs a tree leaf's own turn: a failed leaf's members go and
+// nothing of it is placed again; a placed leaf's members-lost check runs
+// (the replace room) and its whole restart (the evict room). stop: its
+// tree is not tried now.
+func (s *Scheduler) leafTurn(ctx context.Context, key string, pg *schedulingv1beta1.PodGroup) (bool, error) {
+	if failed, err := s.status.failed(ctx, pg); failed || err != nil {
+		s.forget(key)
+		return true, errors.Join(err, s.evict.GangDone(ctx, key))
+	}
+	ms, err := s.gangs.members(pg)
+	if err != nil {
+		return true, err
+	}
+	ms.leaf, ms.wholeAbove = true, s.tree.WholeAbove(pg)
+	if stop, err := s.checkMembers(ctx, key, pg, ms); stop || err != nil {
+		return true, err
+	}
+	restarting, _, err := s.restarts.RestartGang(ctx, pg, len(ms.pending), len(ms.running))
+	if err == nil && !restarting {
+		return false, nil
+	}
+	if !gate.Stops(err) {
+		s.queue.RetryAfter(key, s.restarts.RetryIn(key))
+	}
+	if err != nil && !gate.Stops(err) {
+		klog.FromContext(ctx).Error(err, "Restarting a tree's leaf whole", "podgroup", klog.KObj(pg))
+		err = nil
+	}
+	return true, err
 }
 
 // checkMembers runs the members-lost check of a placed gang (replace in

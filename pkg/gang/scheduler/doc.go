@@ -22,6 +22,10 @@
 //     adapters the rooms call back through); config.go is its Config.
 //   - gangPods (members.go): a gang's pods from the informers' indexes,
 //     its members (pending, gated, running, lost); evict.Gangs.
+//   - leaves.go: a tree's leaves as their tree sees them (failed,
+//     restarting) and treeRestarts (a CompositePodGroup disrupted only
+//     whole restarts every leaf under it); cycle.go runs a leaf's own
+//     turn (leafTurn: lost members, whole restarts) before its tree's.
 //   - snapshots: snapshot.go (the snapshots an attempt places on, with
 //     the decisions of pkg/gang/assume's cache added; free GPUs),
 //     cachefeed.go (the placement cache's feed from the informers),

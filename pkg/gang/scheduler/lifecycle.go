@@ -3,9 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
-	"github.com/gpufabric/gpufabric/pkg/gang/replace"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
+	"github.com/gpufabric/gpufabric/pkg/gang/replace"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
 // A gang's life after it was placed, and the status of pods the scheduler
@@ -67,7 +68,7 @@ func (st *gangStatus) checkMembers(ctx context.Context, key string, pg *scheduli
 			Message: lostMessage(running, expected, minCount, ms)}
 	}
 	out, err := st.replacer.Turn(ctx, replace.Turn{Key: key, PodGroup: pg, Losses: ms.losses, Running: ms.running,
-		Pending: append(slices.Clip(ms.pending), ms.gated...), Expected: max(minCount, peak), Cond: cond})
+		Pending: append(slices.Clip(ms.pending), ms.gated...), Expected: max(minCount, peak), Cond: cond, Leaf: ms.leaf, WholeAbove: ms.wholeAbove})
 	if err != nil {
 		return out, err
 	}

@@ -53,6 +53,11 @@ type memberSet struct {
 	losses []replace.Loss
 	// recheck: a member is lost this soon if nothing changes (0: none).
 	recheck time.Duration
+	// leaf: the PodGroup is a tree's leaf; wholeAbove: the key of the
+	// CompositePodGroup above it whose disruptionMode is All ("" none).
+	// The loop sets them for the replace room (replace.Turn).
+	leaf       bool
+	wholeAbove string
 }
 
 // members reads a PodGroup's pods from the informers.

@@ -6,7 +6,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 
@@ -89,7 +88,7 @@ func (s *Scheduler) wireRooms() {
 		StarvationReservationsPerNamespace: s.cfg.StarvationReservationsPerNamespace,
 	}
 	s.status.replacer = replace.New(replace.Deps{Config: s.cfg.Replace, Client: s.cfg.Client, Gate: s.gate, Report: s.report,
-		Metrics: s.cfg.Metrics.ReplaceMetrics(), Conditions: s.conditions, Restarts: &s.inf.disrupted, Deletions: &s.inf.deletions,
+		Metrics: s.cfg.Metrics.ReplaceMetrics(), Conditions: s.conditions, Restarts: treeRestarts{s}, Deletions: &s.inf.deletions,
 		Tree: listerTree(s).Tree}) // a whole gang's previous domain, by id over a restart
 	s.gangs.classify, s.inf.lost = s.status.replacer.Classify, s.status.replacer.Disrupted
 	cfg.NodeLost = s.gangs.nodeLost
@@ -124,13 +123,7 @@ func (s *Scheduler) newTreeCycle() *trees.Cycle {
 		Reader: r, Lister: r.Composites.Get, Queue: s.queue, Assumed: s.assumed, Visible: s.snaps.shown.Visible,
 		Snapshot: s.snaps.snapshot, Input: s.snaps.inputFor, Evictor: s.evict, Priorities: s.prios, DisablePreemption: s.cfg.DisablePreemption,
 		Commits: s.commits, Pipeline: s.pipe, Conditions: s.conditions, Report: s.report, Metrics: s.cfg.Metrics,
-		Members: func(pg *schedulingv1beta1.PodGroup) (trees.Members, error) {
-			ms, err := s.gangs.members(pg)
-			if err != nil {
-				return trees.Members{}, err
-			}
-			return trees.Members{Pending: ms.pending, Running: ms.running, Gated: ms.gated, AnyBound: ms.anyBound, BoundNodes: ms.boundNodes}, nil
-		},
+		Members: s.gangs.leafMembers,
 		SetPods: s.status.setPods, Pending: s.pending.set, GetClaim: s.getClaim,
 		Prepare: s.prepare, Forget: s.forget, Done: s.evict.GangDone,
 		Placement: s.cfg.Placement, PlacementTime: s.cfg.PlacementTime, PlaceCalls: s.cfg.TreePlaceCalls,

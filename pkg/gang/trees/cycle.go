@@ -47,6 +47,9 @@ type Members struct {
 	Pending, Running, Gated []*v1.Pod
 	AnyBound                bool
 	BoundNodes              []string
+	// Restarting: the leaf restarts whole and its old members are still
+	// going; nothing of its tree is placed until they are gone.
+	Restarting bool
 }
 
 // Metrics are the loop's metrics a tree's attempt observes.
@@ -162,6 +165,13 @@ func (c *Cycle) Run(ctx context.Context, key string) (handedOff bool, err error)
 	if a.leaves, err = c.read(ctx, tree); err != nil {
 		return false, err
 	}
+	if name := a.restarting(); name != "" {
+		// The tree is placed again as one decision once the old members
+		// of its restarting leaves are gone (their own turns evict them).
+		klog.FromContext(ctx).V(3).Info("Tree waits for a leaf's restart", "podgroup", name)
+		c.d.Queue.RetryAfter(key, evict.RestartRetry)
+		return false, nil
+	}
 	c.resolve(a, tree)
 	if a.pods() == 0 {
 		// Nothing waits (a placed tree's pods changed): nothing to try until
@@ -197,6 +207,16 @@ type attempt struct {
 	// pre is the attempt as the evict room sees it, with the tree's
 	// effective priority (resolve); nil until the leaves are read.
 	pre *evict.Attempt
+}
+
+// restarting names a leaf whose old members are going, "" none.
+func (a *attempt) restarting() string {
+	for _, l := range a.leaves {
+		if l.ms.Restarting {
+			return l.pg.Name
+		}
+	}
+	return ""
 }
 
 // read reads each leaf's members, and says why gated pods wait.
@@ -254,6 +274,14 @@ func (c *Cycle) notReady(ctx context.Context, a *attempt, why string) error {
 		c.d.SetPods(ctx, l.ms.Pending, vocab.ReasonWaitingForMembers, "composite pod group tree: "+why)
 	}
 	return nil
+}
+
+// WholeAbove is Reader.WholeAbove on this term's informers.
+func (c *Cycle) WholeAbove(pg *schedulingv1beta1.PodGroup) string { return c.d.Reader.WholeAbove(pg) }
+
+// LeavesUnder is Reader.LeavesUnder on this term's informers.
+func (c *Cycle) LeavesUnder(key string) ([]*schedulingv1beta1.PodGroup, error) {
+	return c.d.Reader.LeavesUnder(key)
 }
 
 // Route sends a PodGroup with a parent to its tree's key: it is never

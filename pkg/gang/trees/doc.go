@@ -16,7 +16,9 @@
 // tree's preemption through the evict room: its priority, held nodes, the
 // tree search as the plan's placer), units.go (the evict room's view of
 // trees, evict.Trees: the highest group with disruptionMode All above a
-// running PodGroup, the leaves under a composite).
+// running PodGroup, the leaves under a composite), lost.go (what a
+// leaf's lost members restart: the composite disrupted only whole above
+// it, the leaves under it).
 //
 // Rules:
 //   - A tree is everything under a root CompositePodGroup of one
@@ -42,8 +44,15 @@
 //     against it. As a victim, a running leaf goes with the highest group
 //     above it whose disruptionMode is All (Reader.Above), within the
 //     same bounds as Read.
-//   - Not yet (docs/design/composite.md): lost members of a tree's leaves
-//     are re-placed by the tree's next attempt in their pinned domains (no
-//     replace-in-place policy per leaf), and a starving tree reserves no
-//     domain.
+//   - Lost members (docs/design/composite.md): a leaf's own turn (the
+//     loop's) replaces them in place with the leaf's policy, as a flat
+//     gang's; its tree's next attempt places the replacements in the
+//     leaf's pinned domain. A loss under a CompositePodGroup whose
+//     disruptionMode is All restarts every leaf under it; while a leaf's
+//     old members go (Members.Restarting) nothing of its tree is placed,
+//     so the subtree is placed again as one decision. A failed leaf has
+//     no members for its tree.
+//   - A tree refused past the starvation bound reserves a domain of its
+//     root's level as a flat gang does (the evict room; need: its leaves'
+//     devices, preemption.Tree.Devices).
 package trees

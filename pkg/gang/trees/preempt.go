@@ -112,7 +112,23 @@ func (a *attempt) preemptionTree(group *composite.Group, placeCalls int) *preemp
 		bound.Insert(l.ms.BoundNodes...)
 	}
 	return &preemption.Tree{Namespace: a.root.Namespace, TopologyKey: compositeKey(a.root), BoundNodes: sets.List(bound),
-		Placer: treePlacer{key: a.key, group: group, opts: composite.Options{PlaceCalls: placeCalls}}}
+		Placer: treePlacer{key: a.key, group: group, opts: composite.Options{PlaceCalls: placeCalls}}, Devices: groupDevices(group)}
+}
+
+// groupDevices counts the node-local devices the gangs of a group's
+// leaves ask for (preemption.GangDevices).
+func groupDevices(g *composite.Group) int {
+	if g == nil {
+		return 0
+	}
+	n := 0
+	if g.Gang != nil {
+		n += preemption.GangDevices(g.Gang)
+	}
+	for _, c := range g.Children {
+		n += groupDevices(c)
+	}
+	return n
 }
 
 // treePlacer places a tree for a preemption's plan with the tree search;

@@ -1,0 +1,270 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+	"github.com/gpufabric/gpufabric/pkg/topology"
+	"github.com/gpufabric/gpufabric/test/integration/framework"
+	"github.com/gpufabric/gpufabric/test/integration/itest"
+)
+
+// treeLeaves are the leaves of a tree case: a CompositePodGroup "svc"
+// over PodGroups prefill and decode, each 2 members of 4 GPUs in one
+// NVLink domain, each member from an Indexed Job of the leaf's name.
+var treeLeaves = []string{"decode", "prefill"}
+
+// treeCase is a tree under a node fault.
+type treeCase struct {
+	faultCase
+	// all: the root composite's disruptionMode is All.
+	all bool
+	// victim is the leaf and rank whose node fails.
+	victimLeaf string
+	victimRank int
+}
+
+// treeCases: two NVLink domains of 3 nodes, so each leaf has a spare node
+// in its domain.
+var treeCases = []*treeCase{
+	// A leaf's member on a NotReady node is replaced in place, in its
+	// leaf's domain; the rest of the tree keeps running.
+	{faultCase: faultCase{name: "treeleaf", domains: []int{3, 3}, fault: itest.FaultNotReady}, victimLeaf: "prefill", victimRank: 1},
+	// Under a composite disrupted only whole, a member deleted by the
+	// taint manager restarts every leaf under it.
+	{faultCase: faultCase{name: "treeall", domains: []int{3, 3}, fault: itest.FaultTaint}, all: true, victimLeaf: "decode", victimRank: 0},
+}
+
+// TestTreeFaults: the trees' Jobs run; then, at once, each case's fault
+// hits one member: a Pod-mode leaf is replaced in place in its domain
+// (MembersLost ReplacedInPlace on the leaf, its sibling untouched); under
+// a composite whose disruptionMode is All every leaf restarts whole (all
+// new pods, DisruptionTarget GangRestarted on each leaf), and no device
+// is ever allocated twice.
+func TestTreeFaults(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true, CompositePodGroups: true, NodeMonitorGracePeriod: nodeMonitorGrace})
+	admin := cp.AdminClient(t)
+	itest.FabricCluster(t, admin, nil, 0, 0) // the device classes
+	var nodes []string
+	for _, c := range treeCases {
+		nodes = append(nodes, caseNodes(t, admin, &c.faultCase)...)
+		itest.GangNamespace(t, admin, c.name, gpusPerNode)
+	}
+	waitNodesReady(t, admin, nodes)
+	startScheduler(t, cp)
+	for _, c := range treeCases {
+		createTree(t, admin, c)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { watchInvariants(ctx, t, admin) })
+	var cases sync.WaitGroup
+	for _, c := range treeCases {
+		cases.Go(func() { t.Run(c.name, func(t *testing.T) { runTreeCase(t, admin, c) }) })
+	}
+	cases.Wait()
+	stop()
+	wg.Wait()
+}
+
+// createTree creates case c's root CompositePodGroup, its leaves and
+// their Indexed Jobs.
+func createTree(t *testing.T, admin kubernetes.Interface, c *treeCase) {
+	t.Helper()
+	ctx, ns := t.Context(), c.name
+	root := &schedulingv1alpha3.CompositePodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc"},
+		Spec: schedulingv1alpha3.CompositePodGroupSpec{
+			WorkloadRef:      &schedulingv1alpha3.WorkloadReference{WorkloadName: "svc", TemplateName: "svc"},
+			SchedulingPolicy: schedulingv1alpha3.CompositePodGroupSchedulingPolicy{Gang: &schedulingv1alpha3.CompositeGangSchedulingPolicy{MinGroupCount: 2}},
+		}}
+	if c.all {
+		root.Spec.DisruptionMode = &schedulingv1alpha3.CompositeDisruptionMode{All: &schedulingv1alpha3.AllCompositeDisruptionMode{}}
+	}
+	_, err := admin.SchedulingV1alpha3().CompositePodGroups(ns).Create(ctx, root, metav1.CreateOptions{})
+	itest.Must(t, "create compositepodgroup", err)
+	for _, leaf := range treeLeaves {
+		pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: leaf},
+			Spec: schedulingv1beta1.PodGroupSpec{
+				ParentCompositePodGroupName: ptr.To("svc"),
+				WorkloadRef:                 &schedulingv1beta1.WorkloadReference{WorkloadName: "svc", TemplateName: leaf},
+				SchedulingPolicy:            schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
+				SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{
+					Topology: []schedulingv1beta1.TopologyConstraint{{Key: topology.TopologyKeyNVLinkDomain}},
+				},
+			}}
+		_, err := admin.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
+		itest.Must(t, "create podgroup", err)
+		pod := itest.TemplatePod(ns, "", leaf)
+		pod.Spec.Tolerations = nil // the fault taints must evict them
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		pod.Spec.NodeSelector = map[string]string{caseLabel: c.name}
+		pod.Spec.ResourceClaims = pod.Spec.ResourceClaims[1:] // no fabric channel
+		pod.Spec.Containers[0].Resources.Claims = pod.Spec.Containers[0].Resources.Claims[1:]
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: leaf},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2), Completions: ptr.To[int32](2), CompletionMode: ptr.To(batchv1.IndexedCompletion),
+				BackoffLimit: ptr.To[int32](20), Template: corev1.PodTemplateSpec{Spec: pod.Spec}}}
+		_, err = admin.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})
+		itest.Must(t, "create job", err)
+	}
+}
+
+// treePods are a tree case's live pods (neither terminating nor
+// terminal) by "leaf/rank".
+type treePods map[string]*corev1.Pod
+
+func readTree(ctx context.Context, admin kubernetes.Interface, ns string) (treePods, error) {
+	pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := treePods{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			continue
+		}
+		rank, err := strconv.Atoi(p.Labels[batchv1.JobCompletionIndexAnnotation])
+		if err != nil {
+			return nil, fmt.Errorf("pod %s has no completion index: %w", p.Name, err)
+		}
+		k := fmt.Sprintf("%s/%d", p.Labels[batchv1.JobNameLabel], rank)
+		if o := out[k]; o != nil {
+			return nil, fmt.Errorf("two live pods of %s: %s and %s", k, o.Name, p.Name)
+		}
+		out[k] = p
+	}
+	return out, nil
+}
+
+// running says why the tree does not run whole (4 live pods bound, each
+// leaf in one NVLink domain), if it does not.
+func (tp treePods) running() error {
+	for _, leaf := range treeLeaves {
+		doms := map[string]bool{}
+		for r := range 2 {
+			p := tp[fmt.Sprintf("%s/%d", leaf, r)]
+			if p == nil || p.Spec.NodeName == "" {
+				return fmt.Errorf("%s/%d not bound: %s", leaf, r, tp)
+			}
+			doms[itest.DomainOf(p.Spec.NodeName)] = true
+		}
+		if len(doms) != 1 {
+			return fmt.Errorf("leaf %s in domains %v", leaf, slices.Sorted(maps.Keys(doms)))
+		}
+	}
+	return nil
+}
+
+func (tp treePods) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(tp)) {
+		parts = append(parts, fmt.Sprintf("%s=%s@%s", k, tp[k].Name, tp[k].Spec.NodeName))
+	}
+	return fmt.Sprint(parts)
+}
+
+func (tp treePods) uids() map[string]types.UID {
+	out := map[string]types.UID{}
+	for k, p := range tp {
+		out[k] = p.UID
+	}
+	return out
+}
+
+// waitTree polls until the tree runs whole and check accepts it.
+func waitTree(t *testing.T, admin kubernetes.Interface, ns, what string, check func(treePods) error) treePods {
+	t.Helper()
+	var out treePods
+	itest.Poll(t, what, replacementTimeout+60*time.Second, func(ctx context.Context) error {
+		tp, err := readTree(ctx, admin, ns)
+		if err == nil {
+			err = tp.running()
+		}
+		if err == nil && check != nil {
+			err = check(tp)
+		}
+		out = tp
+		return err
+	})
+	return out
+}
+
+// runTreeCase waits for the tree, injects the fault and checks what
+// follows.
+func runTreeCase(t *testing.T, admin kubernetes.Interface, c *treeCase) {
+	before := waitTree(t, admin, c.name, "tree running", nil)
+	victimKey := fmt.Sprintf("%s/%d", c.victimLeaf, c.victimRank)
+	victim := before[victimKey]
+	node, domain := victim.Spec.NodeName, itest.DomainOf(victim.Spec.NodeName)
+	start := time.Now()
+	itest.Must(t, "node fault", itest.InjectNodeFault(t.Context(), admin, node, c.fault))
+	t.Logf("%s: %s (%s) on %s in %s, tree %s", c.fault, victimKey, victim.Name, node, domain, before)
+	old := before.uids()
+	if !c.all {
+		after := waitTree(t, admin, c.name, "replaced in place", func(tp treePods) error {
+			for k, uid := range tp.uids() {
+				if (k == victimKey) == (uid == old[k]) {
+					return fmt.Errorf("%s: same pod %v, want a new pod only for %s: %s", k, uid == old[k], victimKey, tp)
+				}
+			}
+			return nil
+		})
+		p := after[victimKey]
+		if d := itest.DomainOf(p.Spec.NodeName); d != domain || p.Spec.NodeName == node {
+			t.Errorf("the replacement %s runs on %s in %s, want another node of its leaf's domain %s", p.Name, p.Spec.NodeName, d, domain)
+		}
+		itest.Poll(t, "MembersLost ReplacedInPlace on the leaf", 20*time.Second, func(ctx context.Context) error {
+			return leafCondition(ctx, admin, c.name, c.victimLeaf, vocab.ConditionMembersLost, metav1.ConditionFalse, vocab.ReasonReplacedInPlace)
+		})
+		t.Logf("faults: %s %s → in_place: fault→all bound %s", c.name, c.fault, since(start))
+		return
+	}
+	after := waitTree(t, admin, c.name, "restarted whole", func(tp treePods) error {
+		for k, uid := range tp.uids() {
+			if uid == old[k] {
+				return fmt.Errorf("%s is still the same pod: %s", k, tp)
+			}
+		}
+		return nil
+	})
+	for k, p := range after {
+		if p.Spec.NodeName == node {
+			t.Errorf("restarted member %s (%s) on the failed node %s", k, p.Name, node)
+		}
+	}
+	for _, leaf := range treeLeaves {
+		itest.Poll(t, "DisruptionTarget GangRestarted on "+leaf, 20*time.Second, func(ctx context.Context) error {
+			return leafCondition(ctx, admin, c.name, leaf, schedulingv1beta1.DisruptionTarget, metav1.ConditionFalse, vocab.ReasonGangRestarted)
+		})
+	}
+	t.Logf("faults: %s %s → restarted: fault→all bound %s", c.name, c.fault, since(start))
+}
+
+// leafCondition checks a leaf PodGroup's condition of type typ.
+func leafCondition(ctx context.Context, admin kubernetes.Interface, ns, leaf, typ string, status metav1.ConditionStatus, reason string) error {
+	pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(ctx, leaf, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if cond := meta.FindStatusCondition(pg.Status.Conditions, typ); cond == nil || cond.Status != status || cond.Reason != reason {
+		return fmt.Errorf("%s %s: %+v, want %s %s", leaf, typ, cond, status, reason)
+	}
+	return nil
+}
