@@ -34,12 +34,12 @@ func readGang(ctx context.Context, c kubernetes.Interface, ns string) (*gang, er
 	g := &gang{live: map[int]*corev1.Pod{}, all: pods.Items}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			continue
-		}
-		rank, err := strconv.Atoi(p.Labels[batchv1.JobCompletionIndexAnnotation])
+		rank, live, err := liveRank(p)
 		if err != nil {
-			return nil, fmt.Errorf("pod %s has no completion index: %w", p.Name, err)
+			return nil, err
+		}
+		if !live {
+			continue
 		}
 		if o := g.live[rank]; o != nil {
 			return nil, fmt.Errorf("two live pods of index %d: %s and %s", rank, o.Name, p.Name)
@@ -47,6 +47,19 @@ func readGang(ctx context.Context, c kubernetes.Interface, ns string) (*gang, er
 		g.live[rank] = p
 	}
 	return g, nil
+}
+
+// liveRank is a Job pod's completion index; live is false for a pod
+// terminating or terminal.
+func liveRank(p *corev1.Pod) (rank int, live bool, err error) {
+	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		return 0, false, nil
+	}
+	rank, err = strconv.Atoi(p.Labels[batchv1.JobCompletionIndexAnnotation])
+	if err != nil {
+		return 0, false, fmt.Errorf("pod %s has no completion index: %w", p.Name, err)
+	}
+	return rank, true, nil
 }
 
 // bound counts the live pods bound to a node.

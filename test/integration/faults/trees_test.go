@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -137,12 +136,12 @@ func readTree(ctx context.Context, admin kubernetes.Interface, ns string) (treeP
 	out := treePods{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			continue
-		}
-		rank, err := strconv.Atoi(p.Labels[batchv1.JobCompletionIndexAnnotation])
+		rank, live, err := liveRank(p)
 		if err != nil {
-			return nil, fmt.Errorf("pod %s has no completion index: %w", p.Name, err)
+			return nil, err
+		}
+		if !live {
+			continue
 		}
 		k := fmt.Sprintf("%s/%d", p.Labels[batchv1.JobNameLabel], rank)
 		if o := out[k]; o != nil {
