@@ -59,7 +59,23 @@ func (p *Priorities) Group(pg *schedulingv1beta1.PodGroup) preemption.Effective 
 // every pod of its leaves (preemption.ResolveTree). A tree is valued so
 // both as a preemptor and as a victim.
 func (p *Priorities) Tree(root *schedulingv1alpha3.CompositePodGroup, leaves []*schedulingv1beta1.PodGroup) preemption.Effective {
-	return resolveTree(p.cfg, root, leaves)
+	e := resolveTree(p.cfg, root, leaves)
+	p.remember(vocab.CompositeKey(root.Namespace, root.Name), rankEntry{uid: root.UID, at: time.Now(), priority: e.Priority})
+	return e
+}
+
+// TreeRank is a tree's priority for the queue's order: Tree's (capped as
+// its preemption is), resolved at most rankTTL ago; leaves lists its leaf
+// PodGroups, read only when no recent rank is remembered.
+func (p *Priorities) TreeRank(root *schedulingv1alpha3.CompositePodGroup, leaves func() []*schedulingv1beta1.PodGroup) int32 {
+	key := vocab.CompositeKey(root.Namespace, root.Name)
+	p.mu.Lock()
+	r, ok := p.ranks[key]
+	p.mu.Unlock()
+	if ok && r.uid == root.UID && time.Since(r.at) < rankTTL {
+		return r.priority
+	}
+	return p.Tree(root, leaves()).Priority
 }
 
 // Rank is a PodGroup's priority for the queue's order: Group's, resolved

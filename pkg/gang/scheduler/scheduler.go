@@ -206,10 +206,12 @@ func (s *Scheduler) setup(ctx context.Context, factory informers.SharedInformerF
 	s.report = report.New(broadcaster.NewRecorder(scheme.Scheme, schedulerName))
 	s.wireRooms()
 	var composites schedulinglistersv1alpha3.CompositePodGroupLister
+	var leaves treeLeaves
 	if inf.composites != nil {
 		composites = factory.Scheduling().V1alpha3().CompositePodGroups().Lister()
+		leaves = leavesOf(s.treeReader())
 	}
-	s.queue.SetRank(rankOf(s.pods, s.podGroups, composites, s.prios))
+	s.queue.SetRank(rankOf(s.pods, s.podGroups, composites, leaves, s.prios))
 	s.guard = s.newGuard()
 	if err := s.guard.Watch(inf.claims); err != nil {
 		return err
