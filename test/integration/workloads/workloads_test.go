@@ -79,7 +79,7 @@ func TestWorkloadControllers(t *testing.T) {
 	itest.Must(t, "dynamic client", err)
 	itest.ApplyPodGroupPolicy(t, admin, grouping.ModeFlat)
 	itest.StartGrouper(t, cp, grouping.ModeFlat)
-	startScheduler(t, cp)
+	startScheduler(t, cp, false)
 	for _, tc := range []smokeCase{jobSetCase(), lwsCase(), trainerCase(), kubeRayCase()} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -297,8 +297,9 @@ func create(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionResource
 }
 
 // startScheduler runs gpufabric-scheduler in the test process with a
-// client holding exactly the shipped RBAC rules, as the scheduler tests do.
-func startScheduler(t *testing.T, cp *framework.ControlPlane) {
+// client holding exactly the shipped RBAC rules, as the scheduler tests do;
+// composite: it places CompositePodGroup trees (--composite-pod-groups).
+func startScheduler(t *testing.T, cp *framework.ControlPlane, composite bool) {
 	t.Helper()
 	const user = "gpufabric-scheduler"
 	itest.Must(t, "grant scheduler rules", framework.GrantSchedulerRules(t.Context(), cp.AdminClient(t), user, itest.RecordNamespace))
@@ -309,7 +310,8 @@ func startScheduler(t *testing.T, cp *framework.ControlPlane) {
 	s, err := scheduler.New(scheduler.Config{
 		Client: client, RecordNamespace: itest.RecordNamespace,
 		InitialBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second,
-		Members: itest.MemberGuard(t, cfg, client), // --member-guard
+		Members:            itest.MemberGuard(t, cfg, client), // --member-guard
+		CompositePodGroups: composite,
 	})
 	itest.Must(t, "create scheduler", err)
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
