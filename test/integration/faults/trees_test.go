@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -38,6 +39,8 @@ type treeCase struct {
 	// victim is the leaf and rank whose node fails.
 	victimLeaf string
 	victimRank int
+	// minGroups is the root's minGroupCount (0: both leaves).
+	minGroups int32
 }
 
 // treeCases: two NVLink domains of 3 nodes, so each leaf has a spare node
@@ -49,6 +52,11 @@ var treeCases = []*treeCase{
 	// Under a composite disrupted only whole, a member deleted by the
 	// taint manager restarts every leaf under it.
 	{faultCase: faultCase{name: "treeall", domains: []int{3, 3}, fault: itest.FaultTaint}, all: true, victimLeaf: "decode", victimRank: 0},
+	// Two full domains: the prefill leaf (policy Fail, 5 s) finds no
+	// replacement and fails; decode goes on (minGroupCount 1), and the
+	// failed leaf is not placed again once its node is repaired.
+	{faultCase: faultCase{name: "treefail", domains: []int{2, 2}, fault: itest.FaultTaint, policy: vocab.PolicyFail, timeout: 5 * time.Second},
+		victimLeaf: "prefill", victimRank: 0, minGroups: 1},
 }
 
 // TestTreeFaults: the trees' Jobs run; then, at once, each case's fault
@@ -91,7 +99,7 @@ func createTree(t *testing.T, admin kubernetes.Interface, c *treeCase) {
 	root := &schedulingv1alpha3.CompositePodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc"},
 		Spec: schedulingv1alpha3.CompositePodGroupSpec{
 			WorkloadRef:      &schedulingv1alpha3.WorkloadReference{WorkloadName: "svc", TemplateName: "svc"},
-			SchedulingPolicy: schedulingv1alpha3.CompositePodGroupSchedulingPolicy{Gang: &schedulingv1alpha3.CompositeGangSchedulingPolicy{MinGroupCount: 2}},
+			SchedulingPolicy: schedulingv1alpha3.CompositePodGroupSchedulingPolicy{Gang: &schedulingv1alpha3.CompositeGangSchedulingPolicy{MinGroupCount: cmp.Or(c.minGroups, 2)}},
 		}}
 	if c.all {
 		root.Spec.DisruptionMode = &schedulingv1alpha3.CompositeDisruptionMode{All: &schedulingv1alpha3.AllCompositeDisruptionMode{}}
@@ -108,6 +116,9 @@ func createTree(t *testing.T, admin kubernetes.Interface, c *treeCase) {
 					Topology: []schedulingv1beta1.TopologyConstraint{{Key: topology.TopologyKeyNVLinkDomain}},
 				},
 			}}
+		if leaf == c.victimLeaf && c.policy != "" {
+			pg.Annotations = map[string]string{vocab.AnnotationOnMemberLoss: c.policy, vocab.AnnotationReplacementTimeout: c.timeout.String()}
+		}
 		_, err := admin.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
 		itest.Must(t, "create podgroup", err)
 		pod := itest.TemplatePod(ns, "", leaf)
@@ -216,6 +227,10 @@ func runTreeCase(t *testing.T, admin kubernetes.Interface, c *treeCase) {
 	itest.Must(t, "node fault", itest.InjectNodeFault(t.Context(), admin, node, c.fault))
 	t.Logf("%s: %s (%s) on %s in %s, tree %s", c.fault, victimKey, victim.Name, node, domain, before)
 	old := before.uids()
+	if c.policy == vocab.PolicyFail {
+		failedLeaf(t, admin, c, before, node, domain)
+		return
+	}
 	if !c.all {
 		after := waitTree(t, admin, c.name, "replaced in place", func(tp treePods) error {
 			for k, uid := range tp.uids() {
@@ -254,6 +269,110 @@ func runTreeCase(t *testing.T, admin kubernetes.Interface, c *treeCase) {
 		})
 	}
 	t.Logf("faults: %s %s → restarted: fault→all bound %s", c.name, c.fault, since(start))
+}
+
+// failedLeaf: the victim's leaf fails (Failed=True NoReplacement) and its
+// members are evicted; its sibling keeps running, the same pods. Once the
+// failed node is repaired (room for the whole leaf again) and a sibling
+// member is deleted (its replacement makes the tree try again), the
+// sibling runs whole again and the failed leaf's recreated pods still are
+// not placed.
+func failedLeaf(t *testing.T, admin kubernetes.Interface, c *treeCase, before treePods, node, domain string) {
+	t.Helper()
+	itest.Poll(t, "the leaf Failed", 60*time.Second, func(ctx context.Context) error {
+		return leafCondition(ctx, admin, c.name, c.victimLeaf, vocab.ConditionFailed, metav1.ConditionTrue, vocab.ReasonNoReplacement)
+	})
+	sibling := treeLeaves[0]
+	if sibling == c.victimLeaf {
+		sibling = treeLeaves[1]
+	}
+	// unbound: no pod of the failed leaf is bound, the sibling runs
+	// (the same pods while same).
+	unbound := func(ctx context.Context, same bool) error {
+		tp, err := readTree(ctx, admin, c.name)
+		if err != nil {
+			return err
+		}
+		for r := range 2 {
+			k := fmt.Sprintf("%s/%d", sibling, r)
+			if p := tp[k]; p == nil || p.Spec.NodeName == "" || same && p.UID != before[k].UID {
+				return fmt.Errorf("%s is not running (the same pod: %v): %s", k, same, tp)
+			}
+			if p := tp[fmt.Sprintf("%s/%d", c.victimLeaf, r)]; p != nil && p.Spec.NodeName != "" {
+				return fmt.Errorf("%s of the failed leaf is bound: %s", p.Name, tp)
+			}
+		}
+		return nil
+	}
+	itest.Poll(t, "the failed leaf's members evicted, its sibling running", 30*time.Second, func(ctx context.Context) error { return unbound(ctx, true) })
+	binds := watchBinds(t, admin, c.name, c.victimLeaf)
+	itest.Must(t, "repair node", itest.RepairNode(t.Context(), admin, node, "dom-"+domain, gpusPerNode, c.fault))
+	// The Job recreates the failed leaf's pods after its back-off (10 s).
+	itest.Poll(t, "the failed leaf's pods recreated", 60*time.Second, func(ctx context.Context) error {
+		tp, err := readTree(ctx, admin, c.name)
+		if err != nil {
+			return err
+		}
+		for r := range 2 {
+			if tp[fmt.Sprintf("%s/%d", c.victimLeaf, r)] == nil {
+				return fmt.Errorf("%s/%d not recreated yet: %s", c.victimLeaf, r, tp)
+			}
+		}
+		return unbound(ctx, true)
+	})
+	gone := before[sibling+"/1"]
+	itest.Must(t, "delete a sibling member", admin.CoreV1().Pods(c.name).Delete(t.Context(), gone.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	itest.Poll(t, "the sibling's member replaced", 60*time.Second, func(ctx context.Context) error {
+		tp, err := readTree(ctx, admin, c.name)
+		if err != nil {
+			return err
+		}
+		if p := tp[sibling+"/1"]; p == nil || p.UID == gone.UID || p.Spec.NodeName == "" {
+			return fmt.Errorf("%s/1 not replaced yet: %s", sibling, tp)
+		}
+		return unbound(ctx, false)
+	})
+	time.Sleep(3 * time.Second) // the tree's attempts after the sibling's
+	if b := binds(); len(b) > 0 {
+		t.Errorf("pods of the failed leaf %s were bound after it failed: %v", c.victimLeaf, b)
+	}
+	t.Logf("faults: %s %s → failed leaf %s, sibling %s running", c.name, c.fault, c.victimLeaf, sibling)
+}
+
+// watchBinds watches the pods of Job job in ns from now; the function it
+// returns stops the watch and lists each pod it saw bound to a node, of
+// those that did not exist when it started.
+func watchBinds(t *testing.T, admin kubernetes.Interface, ns, job string) func() []string {
+	t.Helper()
+	sel := batchv1.JobNameLabel + "=" + job
+	list, err := admin.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: sel})
+	itest.Must(t, "list pods", err)
+	w, err := admin.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+	itest.Must(t, "watch pods", err)
+	old := map[types.UID]bool{}
+	for _, p := range list.Items {
+		old[p.UID] = true
+	}
+	var mu sync.Mutex
+	bound := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" && !old[p.UID] {
+				mu.Lock()
+				bound[p.Name+"@"+p.Spec.NodeName] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		w.Stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Sorted(maps.Keys(bound))
+	}
 }
 
 // leafCondition checks a leaf PodGroup's condition of type typ.
