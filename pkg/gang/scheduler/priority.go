@@ -3,9 +3,9 @@ package scheduler
 import (
 	"time"
 
-	corelisters "k8s.io/client-go/listers/core/v1"
 	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	schedulinglistersv1alpha3 "k8s.io/client-go/listers/scheduling/v1alpha3"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 
