@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpufabric/gpufabric/pkg/sim"
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/failures"
 )
 
@@ -51,7 +52,7 @@ func (ff *failureFlags) config(key string) sim.FailureConfig {
 func secs(d time.Duration) int64 { return int64(d / time.Second) }
 
 // runFailures prints the goodput table.
-func runFailures(ctx context.Context, f flags, fab *sim.Fabric, tr *sim.Trace) error {
+func runFailures(ctx context.Context, f flags, fab *fabric.Fabric, tr *sim.Trace) error {
 	rep, err := sim.RunGoodput(ctx, fab, tr, strings.Split(f.fail.policies, ","), f.fail.config(f.key),
 		sim.Options{Horizon: f.horizon, Timeout: f.timeout})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/component/logging"
 	"github.com/gpufabric/gpufabric/pkg/component/version"
 	"github.com/gpufabric/gpufabric/pkg/sim"
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 )
 
 type flags struct {
@@ -38,7 +39,7 @@ type flags struct {
 func main() {
 	var f flags
 	flag.Uint64Var(&f.seed, "seed", 1, "trace seed")
-	flag.StringVar(&f.fabric, "fabric", sim.KindNVL72, "generated fabric: nvl72 or hgx")
+	flag.StringVar(&f.fabric, "fabric", fabric.KindNVL72, "generated fabric: nvl72 or hgx")
 	flag.StringVar(&f.fabricFile, "fabric-file", "", "YAML file with levels, nodes and resourceSlices (instead of --fabric)")
 	flag.IntVar(&f.size, "size", 32, "NVL72 domains (nvl72) or nodes (hgx)")
 	flag.IntVar(&f.perRack, "nodes-per-rack", 16, "hgx: nodes per rack")
@@ -53,7 +54,7 @@ func main() {
 	flag.StringVar(&f.traceOut, "trace-out", "", "save the trace (YAML)")
 	flag.StringVar(&f.svgOut, "svg", "", "write the occupancy chart (SVG) here")
 	flag.StringVar(&f.policies, "policies", strings.Join(sim.PolicyNames(), ","), "policies to run")
-	flag.StringVar(&f.key, "key", sim.LabelLeaf, "node-label level of the TAS and BestFit baselines")
+	flag.StringVar(&f.key, "key", fabric.LabelLeaf, "node-label level of the TAS and BestFit baselines")
 	flag.BoolVar(&f.bestKey, "best-key", true, "also run the TAS and BestFit baselines at every level and report each at its best, the --key variant beside it")
 	flag.Int64Var(&f.starvation, "starvation-bound", sim.DefaultStarvationBound, "gpufabric-reserve: seconds a gang waits before it holds the domain closest to fitting it")
 	flag.Int64Var(&f.horizon, "horizon", 0, "end of the run in simulated seconds (0: last arrival)")
@@ -82,12 +83,12 @@ func main() {
 }
 
 func run(ctx context.Context, f flags) error {
-	var fab *sim.Fabric
+	var fab *fabric.Fabric
 	var err error
 	if f.fabricFile != "" {
-		fab, err = sim.LoadFabric(f.fabricFile)
+		fab, err = fabric.Load(f.fabricFile)
 	} else {
-		fab, err = sim.GenerateFabric(sim.FabricSpec{Kind: f.fabric, Size: f.size, NodesPerRack: f.perRack, RacksPerLeaf: f.perLeaf})
+		fab, err = fabric.Generate(fabric.Spec{Kind: f.fabric, Size: f.size, NodesPerRack: f.perRack, RacksPerLeaf: f.perLeaf})
 	}
 	if err != nil {
 		return err

@@ -98,6 +98,9 @@ var rules = []struct {
 	// baselines' tree rules, the tree the engine's search takes, metrics;
 	// nothing of the simulator's clusters or traces.
 	{"pkg/sim/trees", []string{"pkg/topology", "pkg/gang/placement", "pkg/gang/composite"}},
+	// The simulator's clusters (generated, from a file, indexed) are a
+	// leaf of it: what kubectl gpufabric's dry runs read too.
+	{"pkg/sim/fabric", []string{"pkg/topology", "pkg/gang/placement", "pkg/sim/trees"}},
 	// The failure model is a leaf of the simulator: rates, the seeded
 	// schedule and checkpoint arithmetic, no cluster view.
 	{"pkg/sim/failures", nil},
@@ -105,8 +108,9 @@ var rules = []struct {
 	// the free-room view in the format the scheduler writes.
 	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
 	// The plugin's commands may also use the simulator's file format and
-	// the placement engine (dry runs); pkg/inspect itself does not.
-	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
+	// the placement engine (dry runs), not the simulator itself;
+	// pkg/inspect does neither.
+	{"pkg/inspect/cli", []string{"pkg/inspect", "pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/placement", "pkg/sim/fabric", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
 	{"pkg/component", nil},
 	// Workload grouping: the pure mapping (workload → gang plan, the pod
 	// rules its admission policy is generated from) reads the scheduler's
@@ -119,7 +123,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/failures", "pkg/sim/trees", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
+var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/fabric", "pkg/sim/failures", "pkg/sim/trees", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

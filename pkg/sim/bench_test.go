@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/failures"
 	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
@@ -17,7 +18,7 @@ import (
 // replay; run it with -benchtime 1x. Reports the decision latency
 // percentiles, the mean snapshot rebuild time, and the run's outcome.
 func BenchmarkSim5000(b *testing.B) {
-	f, err := GenerateFabric(FabricSpec{Kind: KindHGX, Size: 5000})
+	f, err := fabric.Generate(fabric.Spec{Kind: fabric.KindHGX, Size: 5000})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func BenchmarkSim5000(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			var res *Result
 			for b.Loop() {
-				p, err := NewPolicy(name, f, PolicyOptions{Key: LabelLeaf})
+				p, err := NewPolicy(name, f, PolicyOptions{Key: fabric.LabelLeaf})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -59,7 +60,7 @@ func BenchmarkSim5000(b *testing.B) {
 // failures at 10× the published rate. One iteration is one whole replay;
 // run it with -benchtime 1x. Reports the run's goodput and interruptions.
 func BenchmarkGoodput(b *testing.B) {
-	f, err := GenerateFabric(FabricSpec{Kind: KindNVL72, Size: 8, RacksPerLeaf: 4})
+	f, err := fabric.Generate(fabric.Spec{Kind: fabric.KindNVL72, Size: 8, RacksPerLeaf: 4})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func BenchmarkGoodput(b *testing.B) {
 // pods of 2 GPUs in one leaf). The engine's snapshot rebuild after each
 // release is outside the timer.
 func BenchmarkTreeDecision(b *testing.B) {
-	f, err := GenerateFabric(FabricSpec{Kind: KindNVL72, Size: 32})
+	f, err := fabric.Generate(fabric.Spec{Kind: fabric.KindNVL72, Size: 32})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func BenchmarkTreeDecision(b *testing.B) {
 		g := TraceGang{ID: 1, Duration: 60, Tree: shapes[shape].Draw(rand.New(rand.NewPCG(1, 1)))}
 		for _, name := range []string{PolicyGPUFabric, PolicyTAS, PolicyBestFit} {
 			b.Run(shape+"/"+name, func(b *testing.B) {
-				p, err := NewPolicy(name, f, PolicyOptions{Key: LabelLeaf})
+				p, err := NewPolicy(name, f, PolicyOptions{Key: fabric.LabelLeaf})
 				if err != nil {
 					b.Fatal(err)
 				}

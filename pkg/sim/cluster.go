@@ -6,12 +6,13 @@ import (
 	"fmt"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 )
 
 // Cluster is one policy's view of the cluster: free GPUs per node (index
 // into Fabric.NodeNames).
 type Cluster struct {
-	Fabric    *Fabric
+	Fabric    *fabric.Fabric
 	Free      []int
 	FreeTotal int
 	// down nodes (failure runs) have no free GPUs and get none back.
@@ -19,7 +20,7 @@ type Cluster struct {
 }
 
 // NewCluster returns the cluster with only the fabric's existing load.
-func NewCluster(f *Fabric) *Cluster {
+func NewCluster(f *fabric.Fabric) *Cluster {
 	c := &Cluster{Fabric: f, Free: make([]int, len(f.GPUs))}
 	for i, g := range f.GPUs {
 		c.Free[i] = max(0, g-f.Busy[i])
@@ -46,7 +47,7 @@ func (c *Cluster) give(node, gpus int) {
 }
 
 // domainPods is how many pods of gpus GPUs each fit in a domain.
-func (c *Cluster) domainPods(d Domain, gpus int) int {
+func (c *Cluster) domainPods(d fabric.Domain, gpus int) int {
 	n := 0
 	for _, i := range d.Nodes {
 		n += c.Free[i] / gpus
@@ -55,7 +56,7 @@ func (c *Cluster) domainPods(d Domain, gpus int) int {
 }
 
 // domainFree is the free GPUs of a domain.
-func (c *Cluster) domainFree(d Domain) int {
+func (c *Cluster) domainFree(d fabric.Domain) int {
 	n := 0
 	for _, i := range d.Nodes {
 		n += c.Free[i]
@@ -146,7 +147,7 @@ type PolicyOptions struct {
 func keyed(name string) bool { return name == PolicyTAS || name == PolicyBestFit }
 
 // NewPolicy returns a fresh policy by name for fabric f.
-func NewPolicy(name string, f *Fabric, opt PolicyOptions) (Policy, error) {
+func NewPolicy(name string, f *fabric.Fabric, opt PolicyOptions) (Policy, error) {
 	switch name {
 	case PolicyGPUFabric:
 		return NewEnginePolicy(f), nil

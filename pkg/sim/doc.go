@@ -3,9 +3,8 @@
 // policy on its own copy of the cluster state, and reports what each policy
 // achieved.
 //
-// Files: fabric.go (generated clusters, fabric files), trace.go (trace
-// generation, save and load), cluster.go (the simulator's cluster state),
-// baselines.go (pod-by-pod first fit, kube-scheduler topology-aware
+// Files: trace.go (trace generation, save and load), cluster.go (the
+// simulator's cluster state), baselines.go (pod-by-pod first fit, kube-scheduler topology-aware
 // workload scheduling, Kueue TAS BestFit), engine.go (the gpufabric
 // placement engine as a policy), sim.go (the discrete-event loop),
 // metrics.go (per-policy results), report.go (markdown table), svg.go
@@ -17,7 +16,8 @@
 // (the engine policy's hidden nodes and moved pods), treejobs.go (runs with
 // tree jobs: GPUs tracked by position, tree metrics). The failure model
 // (rates, schedule, checkpoint arithmetic) is pkg/sim/failures; tree jobs
-// (shapes, the baselines' tree rules, metrics) are pkg/sim/trees: a tree
+// (shapes, the baselines' tree rules, metrics) are pkg/sim/trees, the
+// clusters (generated, fabric files, their indexes) pkg/sim/fabric: a tree
 // job is placed whole by every gang policy (the engine as one
 // composite.Place decision), pod by pod by first fit.
 //

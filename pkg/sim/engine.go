@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"sort"
 	"time"
 
@@ -16,6 +15,8 @@ import (
 	"github.com/gpufabric/gpufabric/pkg/gang/composite"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -31,7 +32,7 @@ type EnginePolicy struct {
 	// domain the required topology key gpufabric.dev/nvlinkDomain, as a
 	// user who wants NVLink would set it; larger gangs get no key.
 	RequireNVLink bool
-	fabric        *Fabric
+	fabric        *fabric.Fabric
 	cfg           placement.Config
 	snap          *index.Snapshot
 	gangs         map[int]*placement.Gang
@@ -61,7 +62,7 @@ type boundGang struct {
 }
 
 // NewEnginePolicy returns the engine on fabric f.
-func NewEnginePolicy(f *Fabric) *EnginePolicy {
+func NewEnginePolicy(f *fabric.Fabric) *EnginePolicy {
 	// A wall-clock bound on Allocate would make decisions depend on the
 	// machine's load (a call cut off counts as "does not fit"): the
 	// simulator's results must not, so the bound is far above any call.
@@ -230,7 +231,7 @@ func (e *EnginePolicy) bind(g TraceGang, nodes []int, leaves []composite.LeafDec
 			})
 			if pos, ok := at[ca.Pod]; ok {
 				for _, r := range alloc.Devices.Results {
-					if p, ok := e.fabric.gpuPos[out[pos]][r.Pool+"/"+r.Device]; ok {
+					if p, ok := e.fabric.GPUPos[out[pos]][r.Pool+"/"+r.Device]; ok {
 						devs[pos] = append(devs[pos], p)
 					}
 				}

@@ -2,12 +2,12 @@ package sim
 
 import (
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 

@@ -262,7 +262,7 @@ func (r *runner) replace(gr *gangRun) error {
 				return fmt.Errorf("%s: %w", r.p.Name(), err)
 			}
 		}
-		if r.c.Fabric.losesNVLink(from, n) {
+		if r.c.Fabric.LosesNVLink(from, n) {
 			fx.degraded = true
 			if !fx.lostLink {
 				fx.lostLink = true

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/failures"
 )
 
@@ -92,7 +93,7 @@ type GoodputReport struct {
 
 // RunGoodput replays the trace once per failure policy, each on its own
 // cluster, with the same failure schedule drawn from cfg.Seed.
-func RunGoodput(ctx context.Context, f *Fabric, tr *Trace, names []string, cfg FailureConfig, opt Options) (*GoodputReport, error) {
+func RunGoodput(ctx context.Context, f *fabric.Fabric, tr *Trace, names []string, cfg FailureConfig, opt Options) (*GoodputReport, error) {
 	if err := cfg.Model.Validate(); err != nil {
 		return nil, err
 	}

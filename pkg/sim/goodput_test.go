@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/failures"
 )
 
@@ -27,7 +28,7 @@ func scriptedModel() failures.Model {
 
 // runScripted replays tr on f with one failure policy and a scripted
 // failure schedule.
-func runScripted(t *testing.T, f *Fabric, tr *Trace, name string, popt FailurePolicyOptions, sched []failures.Event, horizon int64) *Goodput {
+func runScripted(t *testing.T, f *fabric.Fabric, tr *Trace, name string, popt FailurePolicyOptions, sched []failures.Event, horizon int64) *Goodput {
 	t.Helper()
 	p, rec, err := NewFailurePolicy(name, f, popt)
 	if err != nil {
@@ -160,7 +161,7 @@ func TestGoodputAccounting(t *testing.T) {
 func TestReplacementNode(t *testing.T) {
 	f := tinyFabric(t, map[string]int{"a": 2, "b": 2}, map[string]int{"a-n01": 4, "b-n00": 2})
 	c := NewCluster(f)
-	leaf := f.Level(LabelLeaf)
+	leaf := f.Level(fabric.LabelLeaf)
 	c.Free[0] = 0 // a-n00 is the failed node
 	tests := []struct {
 		rec  Recovery
@@ -219,8 +220,8 @@ func TestSpares(t *testing.T) {
 // published rate, against testdata/goodput.golden (go test -update
 // rewrites it); the same seeds give the same report.
 func TestGoodputGolden(t *testing.T) {
-	f, tr := generate(t, FabricSpec{Kind: KindNVL72, Size: 4, RacksPerLeaf: 2}, 3, 80)
-	cfg := FailureConfig{Model: failures.Default(), Seed: 5, Policy: FailurePolicyOptions{Key: LabelLeaf}}
+	f, tr := generate(t, fabric.Spec{Kind: fabric.KindNVL72, Size: 4, RacksPerLeaf: 2}, 3, 80)
+	cfg := FailureConfig{Model: failures.Default(), Seed: 5, Policy: FailurePolicyOptions{Key: fabric.LabelLeaf}}
 	cfg.Model.Scale = 200
 	rep, err := RunGoodput(context.Background(), f, tr, FailurePolicyNames(), cfg, Options{})
 	if err != nil {

@@ -2,23 +2,25 @@ package sim
 
 import (
 	"context"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 )
 
 // tinyFabric builds NVLink domains of 4-GPU nodes, one rack each, all in
 // leaf l0; busy maps a node to its number of busy GPUs.
-func tinyFabric(t *testing.T, nodes map[string]int, busy map[string]int) *Fabric {
+func tinyFabric(t *testing.T, nodes map[string]int, busy map[string]int) *fabric.Fabric {
 	t.Helper()
-	sc := scenario.Scenario{Levels: []string{LabelRack, LabelLeaf}}
+	sc := scenario.Scenario{Levels: []string{fabric.LabelRack, fabric.LabelLeaf}}
 	for _, id := range []string{"a", "b", "c"} {
 		if nodes[id] == 0 {
 			continue
 		}
 		sc.Domains = append(sc.Domains, scenario.DomainSpec{ID: id, Nodes: nodes[id], GPUsPerNode: 4,
-			Labels: map[string]string{LabelRack: id, LabelLeaf: "l0"}})
+			Labels: map[string]string{fabric.LabelRack: id, fabric.LabelLeaf: "l0"}})
 	}
 	for node, n := range busy {
 		gpus := make([]int, n)
@@ -31,7 +33,7 @@ func tinyFabric(t *testing.T, nodes map[string]int, busy map[string]int) *Fabric
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFabric("tiny", sc.Levels, built.Input)
+	f, err := fabric.New("tiny", sc.Levels, built.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func TestPolicies(t *testing.T) {
 			f := tinyFabric(t, tc.nodes, tc.busy)
 			got := map[string][]string{}
 			for _, name := range all {
-				p, err := NewPolicy(name, f, PolicyOptions{Key: LabelRack})
+				p, err := NewPolicy(name, f, PolicyOptions{Key: fabric.LabelRack})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -154,7 +156,7 @@ func TestPolicies(t *testing.T) {
 	}
 }
 
-func nodeNames(f *Fabric, nodes []int) []string {
+func nodeNames(f *fabric.Fabric, nodes []int) []string {
 	if nodes == nil {
 		return nil
 	}

@@ -3,6 +3,8 @@ package sim
 import (
 	"cmp"
 	"fmt"
+
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 )
 
 // Recovery kinds: what a policy does when a hardware failure takes a node
@@ -67,7 +69,7 @@ func FailurePolicyNames() []string {
 // FailurePolicyOptions configure NewFailurePolicy.
 type FailurePolicyOptions struct {
 	// Key is the Kueue baseline's level (its TAS key and its block);
-	// default LabelLeaf.
+	// default fabric.LabelLeaf.
 	Key string
 	// Spares per domain of gpufabric-spares (default DefaultSpares).
 	Spares int
@@ -84,7 +86,7 @@ const (
 )
 
 // NewFailurePolicy returns a fresh placement policy and its recovery.
-func NewFailurePolicy(name string, f *Fabric, opt FailurePolicyOptions) (Policy, Recovery, error) {
+func NewFailurePolicy(name string, f *fabric.Fabric, opt FailurePolicyOptions) (Policy, Recovery, error) {
 	onLoss := opt.OnLoss
 	if onLoss == "" {
 		onLoss = OnLossRestart
@@ -109,7 +111,7 @@ func NewFailurePolicy(name string, f *Fabric, opt FailurePolicyOptions) (Policy,
 	case FailGPUFabricRestart:
 		return NewEnginePolicy(f), Recovery{Kind: RecoverRestart}, nil
 	case FailKueueReplace:
-		key := cmp.Or(opt.Key, LabelLeaf)
+		key := cmp.Or(opt.Key, fabric.LabelLeaf)
 		p, err := NewPolicy(PolicyBestFit, f, PolicyOptions{Key: key})
 		if err != nil {
 			return nil, Recovery{}, err
@@ -119,32 +121,6 @@ func NewFailurePolicy(name string, f *Fabric, opt FailurePolicyOptions) (Policy,
 		return firstFit{}, Recovery{Kind: RecoverAnywhere}, nil
 	}
 	return nil, Recovery{}, fmt.Errorf("unknown failure policy %q", name)
-}
-
-// replaceLevel is the level of a node's replacement domain: its NVLink
-// domain when that holds more than one node (NVL72), else its rack (HGX:
-// every node is its own NVSwitch domain).
-func (f *Fabric) replaceLevel(node int) int {
-	if d := f.DomainOf[0][node]; d >= 0 && len(f.Domains[0][d].Nodes) > 1 {
-		return 0
-	}
-	return max(f.Level(LabelRack), 0)
-}
-
-// domainNodes is the nodes of node's domain at level l (just node when it
-// has none).
-func (f *Fabric) domainNodes(l, node int) []int {
-	if l < 0 || f.DomainOf[l][node] < 0 {
-		return []int{node}
-	}
-	return f.Domains[l][f.DomainOf[l][node]].Nodes
-}
-
-// losesNVLink says whether a pod moved from node `from` to node `to` left
-// a multi-node NVLink domain.
-func (f *Fabric) losesNVLink(from, to int) bool {
-	d := f.DomainOf[0][from]
-	return d >= 0 && len(f.Domains[0][d].Nodes) > 1 && f.DomainOf[0][to] != d
 }
 
 // bestNode is the node of nodes with room for gpus GPUs and the least free
@@ -176,12 +152,12 @@ func (c *Cluster) replacement(rec Recovery, from, gpus int) int {
 	f := c.Fabric
 	switch rec.Kind {
 	case RecoverInPlace:
-		return c.bestNode(f.domainNodes(f.replaceLevel(from), from), gpus)
+		return c.bestNode(f.DomainNodes(f.ReplaceLevel(from), from), gpus)
 	case RecoverKueue:
-		if n := c.bestNode(f.domainNodes(max(f.Level(LabelRack), 0), from), gpus); n >= 0 {
+		if n := c.bestNode(f.DomainNodes(max(f.Level(fabric.LabelRack), 0), from), gpus); n >= 0 {
 			return n
 		}
-		return c.bestNode(f.domainNodes(rec.BlockLevel, from), gpus)
+		return c.bestNode(f.DomainNodes(rec.BlockLevel, from), gpus)
 	case RecoverAnywhere:
 		return c.firstNode(gpus)
 	}
@@ -200,13 +176,13 @@ func (c *Cluster) hidden(down []bool, spares int) []bool {
 	}
 	seen := map[[2]int]bool{}
 	for n := range c.Free {
-		l := c.Fabric.replaceLevel(n)
+		l := c.Fabric.ReplaceLevel(n)
 		key := [2]int{l, c.Fabric.DomainOf[l][n]}
 		if seen[key] {
 			continue
 		}
 		seen[key] = true
-		nodes, kept := c.Fabric.domainNodes(l, n), 0
+		nodes, kept := c.Fabric.DomainNodes(l, n), 0
 		for i := len(nodes) - 1; i >= 0 && kept < spares; i-- {
 			m := nodes[i]
 			if !down[m] && c.Free[m] == c.Fabric.GPUs[m] && c.Free[m] > 0 {

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
 
@@ -23,7 +24,7 @@ type Report struct {
 }
 
 // RunAll replays the trace once per policy, each on its own cluster.
-func RunAll(ctx context.Context, f *Fabric, tr *Trace, names []string, popt PolicyOptions, opt Options) (*Report, error) {
+func RunAll(ctx context.Context, f *fabric.Fabric, tr *Trace, names []string, popt PolicyOptions, opt Options) (*Report, error) {
 	logger := klog.FromContext(ctx)
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
@@ -63,7 +64,7 @@ func RunAll(ctx context.Context, f *Fabric, tr *Trace, names []string, popt Poli
 	return rep, nil
 }
 
-func runOne(ctx context.Context, f *Fabric, tr *Trace, name string, popt PolicyOptions, opt Options) (*Result, error) {
+func runOne(ctx context.Context, f *fabric.Fabric, tr *Trace, name string, popt PolicyOptions, opt Options) (*Result, error) {
 	p, err := NewPolicy(name, f, popt)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
 
@@ -110,7 +111,7 @@ type runner struct {
 // The queue is FIFO with backfill and no reservation: after the events of
 // one instant, every waiting gang is tried in arrival order and any gang
 // that can be placed is, even if an earlier one cannot.
-func Run(ctx context.Context, f *Fabric, tr *Trace, p Policy, opt Options) (*Result, error) {
+func Run(ctx context.Context, f *fabric.Fabric, tr *Trace, p Policy, opt Options) (*Result, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = DefaultTimeout
 	}
@@ -350,8 +351,8 @@ func (r *runner) start(gr *gangRun, room bool) {
 	}
 	r.res.placed(gr.g, r.now-gr.g.Arrival, oneDomain, room, gr.g.GPUs() <= r.c.Fabric.MaxNVLinkGPUs)
 	r.treeStarted(gr)
-	r.res.ranks(gr.nodes, r.c.Fabric.rackOf)
-	r.res.spread(gr.g, gr.nodes, r.c.Fabric.rackOf, func(n int) int { return r.c.Fabric.DomainOf[0][n] }, r.c.Fabric.MaxNVLinkGPUs)
+	r.res.ranks(gr.nodes, r.c.Fabric.RackOf)
+	r.res.spread(gr.g, gr.nodes, r.c.Fabric.RackOf, func(n int) int { return r.c.Fabric.DomainOf[0][n] }, r.c.Fabric.MaxNVLinkGPUs)
 }
 
 func (r *runner) finish() {

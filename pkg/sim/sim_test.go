@@ -6,21 +6,19 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 )
 
-func generate(t testing.TB, spec FabricSpec, seed uint64, gangs int) (*Fabric, *Trace) {
+func generate(t testing.TB, spec fabric.Spec, seed uint64, gangs int) (*fabric.Fabric, *Trace) {
 	t.Helper()
-	f, err := GenerateFabric(spec)
+	f, err := fabric.Generate(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +38,7 @@ var wallClock = cmpopts.IgnoreFields(Result{}, "Latencies", "SyncTime", "TreeLat
 
 func TestDeterministic(t *testing.T) {
 	ctx := context.Background()
-	f, tr := generate(t, FabricSpec{Kind: KindNVL72, Size: 8, RacksPerLeaf: 4}, 7, 200)
+	f, tr := generate(t, fabric.Spec{Kind: fabric.KindNVL72, Size: 8, RacksPerLeaf: 4}, 7, 200)
 	path := filepath.Join(t.TempDir(), "trace.yaml")
 	if err := SaveTrace(path, tr); err != nil {
 		t.Fatal(err)
@@ -52,8 +50,8 @@ func TestDeterministic(t *testing.T) {
 	if diff := cmp.Diff(tr, loaded); diff != "" {
 		t.Fatalf("trace after save and load (-want +got):\n%s", diff)
 	}
-	_, again := generate(t, FabricSpec{Kind: KindNVL72, Size: 8, RacksPerLeaf: 4}, 7, 200)
-	opts := PolicyOptions{Key: LabelLeaf}
+	_, again := generate(t, fabric.Spec{Kind: fabric.KindNVL72, Size: 8, RacksPerLeaf: 4}, 7, 200)
+	opts := PolicyOptions{Key: fabric.LabelLeaf}
 	first, err := RunAll(ctx, f, tr, PolicyNames(), opts, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +83,8 @@ func TestDefaultTraceTargets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the default trace")
 	}
-	f, tr := generate(t, FabricSpec{Kind: KindNVL72, Size: 32}, 1, 0)
-	rep, err := RunAll(context.Background(), f, tr, []string{PolicyGPUFabric, PolicyGPUFabricNVLink, PolicyGPUFabricFullest}, PolicyOptions{Key: LabelLeaf}, Options{})
+	f, tr := generate(t, fabric.Spec{Kind: fabric.KindNVL72, Size: 32}, 1, 0)
+	rep, err := RunAll(context.Background(), f, tr, []string{PolicyGPUFabric, PolicyGPUFabricNVLink, PolicyGPUFabricFullest}, PolicyOptions{Key: fabric.LabelLeaf}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +146,8 @@ func TestFirstFitTeardown(t *testing.T) {
 }
 
 func TestReportOutputs(t *testing.T) {
-	f, tr := generate(t, FabricSpec{Kind: KindHGX, Size: 64, NodesPerRack: 4, RacksPerLeaf: 4}, 3, 120)
-	rep, err := RunAll(context.Background(), f, tr, PolicyNames(), PolicyOptions{Key: LabelRack}, Options{})
+	f, tr := generate(t, fabric.Spec{Kind: fabric.KindHGX, Size: 64, NodesPerRack: 4, RacksPerLeaf: 4}, 3, 120)
+	rep, err := RunAll(context.Background(), f, tr, PolicyNames(), PolicyOptions{Key: fabric.LabelRack}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,36 +177,6 @@ func TestReportOutputs(t *testing.T) {
 	}
 	if lines < len(PolicyNames()) {
 		t.Errorf("svg has %d polylines, want at least %d", lines, len(PolicyNames()))
-	}
-}
-
-func TestLoadFabric(t *testing.T) {
-	want := tinyFabric(t, map[string]int{"a": 2, "b": 3}, map[string]int{"b-n01": 2})
-	ff := FabricFile{Levels: []string{LabelRack, LabelLeaf}}
-	for _, n := range want.Input.Nodes {
-		ff.Nodes = append(ff.Nodes, *n)
-	}
-	for _, s := range want.Input.ResourceSlices {
-		ff.ResourceSlices = append(ff.ResourceSlices, *s)
-	}
-	for _, c := range want.Input.ResourceClaims {
-		ff.ResourceClaims = append(ff.ResourceClaims, *c)
-	}
-	data, err := yaml.Marshal(ff)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "fabric.yaml")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := LoadFabric(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ignore := cmpopts.IgnoreFields(Fabric{}, "Name", "Input", "Tree")
-	if diff := cmp.Diff(want, got, ignore, cmp.AllowUnexported(Fabric{}), cmpopts.IgnoreTypes([]*v1.Pod(nil), []*resourceapi.ResourceClaim(nil))); diff != "" {
-		t.Errorf("fabric (-want +got):\n%s", diff)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 )
 
@@ -92,7 +93,7 @@ func (g TraceGang) PodGPUs() []int {
 
 // DefaultTraceConfig is the default trace for a cluster: 600 gangs at
 // load 1.3, sizes from DefaultSizes up to the cluster size, one hour mean.
-func DefaultTraceConfig(seed uint64, f *Fabric) TraceConfig {
+func DefaultTraceConfig(seed uint64, f *fabric.Fabric) TraceConfig {
 	return TraceConfig{
 		Seed: seed, Gangs: 600, Load: 1.3, ClusterGPUs: f.TotalGPUs, GPUsPerNode: f.GPUsPerNode(),
 		MeanDuration: 3600, Sizes: DefaultSizes(),
@@ -164,21 +165,21 @@ type TreeOptions struct {
 
 // WithTrees mixes tree jobs into the trace generated for fabric f: the
 // default shapes (trees.DefaultMix) with a whole job in one domain of
-// LabelLeaf (the IB leaf), sized to fit f.
-func (cfg *TraceConfig) WithTrees(f *Fabric, o TreeOptions) error {
+// fabric.LabelLeaf (the IB leaf), sized to fit f.
+func (cfg *TraceConfig) WithTrees(f *fabric.Fabric, o TreeOptions) error {
 	if o.Share == 0 {
 		cfg.Trees = nil
 		return nil
 	}
-	l := f.Level(LabelLeaf)
+	l := f.Level(fabric.LabelLeaf)
 	if l < 0 {
-		return fmt.Errorf("tree jobs need the fabric level %q (levels %v)", LabelLeaf, f.Levels)
+		return fmt.Errorf("tree jobs need the fabric level %q (levels %v)", fabric.LabelLeaf, f.Levels)
 	}
 	fit := trees.Fit{GPUsPerNode: f.GPUsPerNode(), ClusterGPUs: f.TotalGPUs, NVLinkGPUs: f.MaxNVLinkGPUs}
 	for _, d := range f.Domains[l] {
 		fit.GroupGPUs = max(fit.GroupGPUs, d.GPUs)
 	}
-	cfg.Trees = trees.DefaultMix(o.Share, LabelLeaf, fit)
+	cfg.Trees = trees.DefaultMix(o.Share, fabric.LabelLeaf, fit)
 	cfg.Trees.InferenceShare, cfg.Trees.RailCoupling = o.InferenceShare, o.RailCoupling
 	return cfg.Trees.Validate()
 }

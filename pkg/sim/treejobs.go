@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
@@ -27,7 +28,7 @@ func (r *runner) initTrees(tr *Trace) error {
 		if r.opt.Failures != nil {
 			return fmt.Errorf("gang %d: failure runs do not replay tree jobs", g.ID)
 		}
-		r.devs = trees.NewDevices(r.c.Fabric.Topo, r.c.Fabric.busyDevs)
+		r.devs = trees.NewDevices(r.c.Fabric.Topo, r.c.Fabric.BusyDevs)
 		r.res.Trees = &trees.Stats{}
 		for id, gr := range r.gangs {
 			r.gangs[id].devs = make([][]int, len(gr.nodes))
@@ -96,7 +97,7 @@ func (gr *gangRun) heldGPUs() int {
 
 // treesHow says how policy name expresses tree jobs on f (the report's
 // last column).
-func treesHow(name string, f *Fabric) string {
+func treesHow(name string, f *fabric.Fabric) string {
 	nvl := "none"
 	if l, err := f.Topo.LabelLevel(topology.TopologyKeyNVLinkDomain); err == nil {
 		nvl = f.Levels[l]

@@ -10,12 +10,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
 // treeTrace generates a trace with share of its jobs as trees.
-func treeTrace(t *testing.T, f *Fabric, seed uint64, gangs int, share float64) *Trace {
+func treeTrace(t *testing.T, f *fabric.Fabric, seed uint64, gangs int, share float64) *Trace {
 	t.Helper()
 	cfg := DefaultTraceConfig(seed, f)
 	cfg.Gangs = gangs
@@ -33,7 +34,7 @@ func treeTrace(t *testing.T, f *Fabric, seed uint64, gangs int, share float64) *
 // the old format (no tree field) loads as before; a zero tree share is no
 // mix; the flat gangs of a mixed trace keep their durations and sizes.
 func TestTreeTrace(t *testing.T) {
-	f, flat := generate(t, FabricSpec{Kind: KindNVL72, Size: 8, RacksPerLeaf: 4}, 5, 300)
+	f, flat := generate(t, fabric.Spec{Kind: fabric.KindNVL72, Size: 8, RacksPerLeaf: 4}, 5, 300)
 	mixed := treeTrace(t, f, 5, 300, 0.3)
 	path := filepath.Join(t.TempDir(), "trace.yaml")
 	if err := SaveTrace(path, mixed); err != nil {
@@ -91,9 +92,9 @@ func TestTreeTrace(t *testing.T) {
 // nodes out).
 func TestTreePolicies(t *testing.T) {
 	f := tinyFabric(t, map[string]int{"a": 8, "b": 2}, map[string]int{"a-n00": 4, "a-n01": 4, "a-n02": 4, "a-n03": 4})
-	g := TraceGang{ID: 1, Duration: 60, Tree: &trees.Spec{Kind: trees.KindTraining, Name: "job", TopologyKey: LabelLeaf, Children: []trees.Spec{
-		{Name: "pg1", TopologyKey: LabelRack, Pods: 1, GPUsPerPod: 4},
-		{Name: "pg2", TopologyKey: LabelRack, Pods: 4, GPUsPerPod: 4}}}}
+	g := TraceGang{ID: 1, Duration: 60, Tree: &trees.Spec{Kind: trees.KindTraining, Name: "job", TopologyKey: fabric.LabelLeaf, Children: []trees.Spec{
+		{Name: "pg1", TopologyKey: fabric.LabelRack, Pods: 1, GPUsPerPod: 4},
+		{Name: "pg2", TopologyKey: fabric.LabelRack, Pods: 4, GPUsPerPod: 4}}}}
 	engine := []string{"b-n00", "a-n04", "a-n05", "a-n06", "a-n07"}
 	want := map[string][]string{
 		// The engine's search places pg2 (the larger) first, in a, the
@@ -110,7 +111,7 @@ func TestTreePolicies(t *testing.T) {
 	got := map[string][]string{}
 	ctx := context.Background()
 	for _, name := range PolicyNames() {
-		p, err := NewPolicy(name, f, PolicyOptions{Key: LabelLeaf})
+		p, err := NewPolicy(name, f, PolicyOptions{Key: fabric.LabelLeaf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +148,7 @@ func TestTreeRails(t *testing.T) {
 	coupled := *chance
 	coupled.CouplesMatched, coupled.PairsMatched = 1, 4
 	for name, want := range map[string]*trees.Stats{PolicyTAS: chance, PolicyBestFit: chance, PolicyFirstFit: chance, PolicyGPUFabric: &coupled} {
-		p, err := NewPolicy(name, f, PolicyOptions{Key: LabelLeaf})
+		p, err := NewPolicy(name, f, PolicyOptions{Key: fabric.LabelLeaf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func TestTreeRails(t *testing.T) {
 		}
 	}
 	f2 := tinyFabric(t, map[string]int{"a": 2, "b": 2}, map[string]int{"a-n00": 4})
-	job := &trees.Spec{Kind: trees.KindTraining, Name: "job", TopologyKey: LabelLeaf, Children: []trees.Spec{
+	job := &trees.Spec{Kind: trees.KindTraining, Name: "job", TopologyKey: fabric.LabelLeaf, Children: []trees.Spec{
 		{Name: "s0", Role: trees.RoleSegment, TopologyKey: topology.TopologyKeyNVLinkDomain, Pods: 2, GPUsPerPod: 4}}}
 	res, err := Run(context.Background(), f2, &Trace{Gangs: []TraceGang{{ID: 0, Duration: 60, Tree: job}}}, firstFit{}, Options{Horizon: 10})
 	if err != nil {
@@ -175,7 +176,7 @@ func TestTreeRails(t *testing.T) {
 // included) twice and after save and load, and its table is written.
 func TestTreeDeterministic(t *testing.T) {
 	ctx := context.Background()
-	f, err := GenerateFabric(FabricSpec{Kind: KindNVL72, Size: 8, RacksPerLeaf: 4})
+	f, err := fabric.Generate(fabric.Spec{Kind: fabric.KindNVL72, Size: 8, RacksPerLeaf: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestTreeDeterministic(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := []string{PolicyGPUFabric, PolicyFirstFit, PolicyTAS, PolicyBestFit}
-	opts := PolicyOptions{Key: LabelLeaf}
+	opts := PolicyOptions{Key: fabric.LabelLeaf}
 	first, err := RunAll(ctx, f, tr, names, opts, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufabric/gpufabric/pkg/inspect"
-	"github.com/gpufabric/gpufabric/pkg/sim"
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 )
 
 func newSnapshotCommand(o *options) *cobra.Command {
@@ -38,12 +38,12 @@ metadata left out). YAML (the default, and with -o yaml) or JSON (-o json).`,
 }
 
 // fabricFile is the cluster in gpufabric-sim's --fabric-file format.
-func fabricFile(c *inspect.Cluster, opts inspect.Options) *sim.FabricFile {
+func fabricFile(c *inspect.Cluster, opts inspect.Options) *fabric.File {
 	ex := inspect.ForExport(c)
-	return &sim.FabricFile{Levels: opts.Levels, Nodes: ex.Nodes, ResourceSlices: ex.Slices, Pods: ex.Pods, ResourceClaims: ex.Claims}
+	return &fabric.File{Levels: opts.Levels, Nodes: ex.Nodes, ResourceSlices: ex.Slices, Pods: ex.Pods, ResourceClaims: ex.Claims}
 }
 
-func encodeFabric(ff *sim.FabricFile, format string) ([]byte, error) {
+func encodeFabric(ff *fabric.File, format string) ([]byte, error) {
 	if format == inspect.FormatJSON {
 		raw, err := json.MarshalIndent(ff, "", "  ")
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"github.com/gpufabric/gpufabric/pkg/inspect"
-	"github.com/gpufabric/gpufabric/pkg/sim"
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
@@ -53,7 +53,7 @@ func snapshotCluster() *inspect.Cluster {
 }
 
 // TestSnapshotRoundTrip: what snapshot writes, gpufabric-sim reads back
-// (sim.LoadFabric, strict) with the same GPUs, domains, levels and load;
+// (fabric.Load, strict) with the same GPUs, domains, levels and load;
 // nothing server-managed or foreign is in it.
 func TestSnapshotRoundTrip(t *testing.T) {
 	for _, format := range []string{inspect.FormatTable, inspect.FormatYAML, inspect.FormatJSON} {
@@ -71,7 +71,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			if err := os.WriteFile(path, raw, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			f, err := sim.LoadFabric(path)
+			f, err := fabric.Load(path)
 			if err != nil {
 				t.Fatalf("gpufabric-sim cannot read the snapshot back: %v\n%s", err, raw)
 			}

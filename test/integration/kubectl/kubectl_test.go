@@ -23,7 +23,7 @@ import (
 	claimsconfig "github.com/gpufabric/gpufabric/pkg/claims/config"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
-	"github.com/gpufabric/gpufabric/pkg/sim"
+	"github.com/gpufabric/gpufabric/pkg/sim/fabric"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/pkg/workloads/grouping"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
@@ -261,7 +261,7 @@ func checkWorkloadRefs(t *testing.T, cp *framework.ControlPlane) {
 func checkSnapshot(t *testing.T, out string) {
 	path := filepath.Join(t.TempDir(), "fabric.yaml")
 	must(t, "write snapshot", os.WriteFile(path, []byte(out), 0o600))
-	f, err := sim.LoadFabric(path)
+	f, err := fabric.Load(path)
 	must(t, "gpufabric-sim reads the snapshot", err)
 	busy := 0
 	for _, b := range f.Busy {

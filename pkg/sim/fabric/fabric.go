@@ -1,8 +1,7 @@
-package sim
+package fabric
 
 import (
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"os"
 	"sort"
 
@@ -11,11 +10,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/index"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement/scenario"
 	"github.com/gpufabric/gpufabric/pkg/sim/trees"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 )
 
-// Fabric kinds that GenerateFabric builds.
+// Fabric kinds that Generate builds.
 const (
 	// KindNVL72: domains of 18 nodes × 4 GPUs sharing one multi-node NVLink
 	// domain; one domain is one rack; RacksPerLeaf racks per IB leaf.
@@ -31,8 +31,8 @@ const (
 	LabelLeaf = "leaf"
 )
 
-// FabricSpec describes a generated cluster.
-type FabricSpec struct {
+// Spec describes a generated cluster.
+type Spec struct {
 	Kind string `json:"kind"`
 	// Size is the number of NVL72 domains (nvl72) or of nodes (hgx).
 	Size         int `json:"size"`
@@ -63,12 +63,12 @@ type Fabric struct {
 	// MaxNVLinkGPUs is the size of the largest NVLink domain.
 	MaxNVLinkGPUs int
 	// Topo is the fabric as the tree policies and metrics see it (with
-	// each GPU's IB rail); busyDevs the positions of the existing load's
-	// GPUs and gpuPos each node's GPU positions by device name (rails of
+	// each GPU's IB rail); BusyDevs the positions of the existing load's
+	// GPUs and GPUPos each node's GPU positions by "pool/device" (rails of
 	// the engine's allocations).
 	Topo     *trees.Topology
-	busyDevs [][]int
-	gpuPos   []map[string]int
+	BusyDevs [][]int
+	GPUPos   []map[string]int
 }
 
 // Domain is one domain of a level.
@@ -78,8 +78,8 @@ type Domain struct {
 	GPUs  int
 }
 
-// GenerateFabric builds a cluster from a spec.
-func GenerateFabric(spec FabricSpec) (*Fabric, error) {
+// Generate builds a cluster from a spec.
+func Generate(spec Spec) (*Fabric, error) {
 	if spec.Size <= 0 {
 		return nil, fmt.Errorf("fabric size %d: must be positive", spec.Size)
 	}
@@ -120,14 +120,14 @@ func GenerateFabric(spec FabricSpec) (*Fabric, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build fabric: %w", err)
 	}
-	return NewFabric(name, sc.Levels, built.Input)
+	return New(name, sc.Levels, built.Input)
 }
 
-// FabricFile is the YAML (or JSON) form of a cluster: node label levels
+// File is the YAML (or JSON) form of a cluster: node label levels
 // innermost first, Nodes, and ResourceSlices of driver gpufabric.dev.
 // Optional Pods (bound) and allocated ResourceClaims are existing load that
 // stays for the whole run.
-type FabricFile struct {
+type File struct {
 	Levels         []string                    `json:"levels,omitempty"`
 	Nodes          []v1.Node                   `json:"nodes"`
 	ResourceSlices []resourceapi.ResourceSlice `json:"resourceSlices"`
@@ -135,17 +135,17 @@ type FabricFile struct {
 	ResourceClaims []resourceapi.ResourceClaim `json:"resourceClaims,omitempty"`
 }
 
-// LoadFabric reads a FabricFile.
-func LoadFabric(path string) (*Fabric, error) {
+// Load reads a File.
+func Load(path string) (*Fabric, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read fabric: %w", err)
 	}
-	var ff FabricFile
+	var ff File
 	if err := yaml.UnmarshalStrict(data, &ff); err != nil {
 		return nil, fmt.Errorf("parse fabric %s: %w", path, err)
 	}
-	return NewFabric(path, ff.Levels, index.SnapshotInput{
+	return New(path, ff.Levels, index.SnapshotInput{
 		Nodes: pointers(ff.Nodes), ResourceSlices: pointers(ff.ResourceSlices),
 		Pods: pointers(ff.Pods), ResourceClaims: pointers(ff.ResourceClaims),
 	})
@@ -159,11 +159,11 @@ func pointers[T any](v []T) []*T {
 	return out
 }
 
-// NewFabric indexes a cluster with the fabric tree: in.Nodes and
+// New indexes a cluster with the fabric tree: in.Nodes and
 // in.ResourceSlices, plus existing load (in.Pods, allocated
 // in.ResourceClaims). Without DeviceClasses, the GPU and fabric-domain
 // classes are used.
-func NewFabric(name string, levels []string, in index.SnapshotInput) (*Fabric, error) {
+func New(name string, levels []string, in index.SnapshotInput) (*Fabric, error) {
 	tree, err := topology.BuildTree(topology.TreeConfig{LabelLevels: levels}, in.Nodes, in.ResourceSlices)
 	if err != nil {
 		return nil, fmt.Errorf("fabric tree: %w", err)
@@ -189,8 +189,8 @@ func NewFabric(name string, levels []string, in index.SnapshotInput) (*Fabric, e
 		return nil, fmt.Errorf("fabric %s has no GPUs", name)
 	}
 	gpus := topology.NodeGPUs(in.ResourceSlices)
-	f.busyDevs = busyGPUs(f, in, gpus)
-	for _, b := range f.busyDevs {
+	f.BusyDevs = busyGPUs(f, in, gpus)
+	for _, b := range f.BusyDevs {
 		f.Busy = append(f.Busy, len(b))
 	}
 	for _, l := range tree.Levels[:len(tree.Levels)-1] {
@@ -203,7 +203,7 @@ func NewFabric(name string, levels []string, in index.SnapshotInput) (*Fabric, e
 	return f, nil
 }
 
-// topo builds Topo and gpuPos: GPU positions are a node's GPUs in slice
+// topo builds Topo and GPUPos: GPU positions are a node's GPUs in slice
 // order (by pool, then device name).
 func (f *Fabric) topo(gpus map[string]topology.NodeGPUInfo) {
 	t := &trees.Topology{Levels: f.Levels, GPUs: f.GPUs, DomainOf: f.DomainOf}
@@ -214,18 +214,18 @@ func (f *Fabric) topo(gpus map[string]topology.NodeGPUInfo) {
 		}
 		t.Domains = append(t.Domains, out)
 	}
-	f.gpuPos = make([]map[string]int, len(f.NodeNames))
+	f.GPUPos = make([]map[string]int, len(f.NodeNames))
 	for i, n := range f.NodeNames {
 		rails := make([]int64, f.GPUs[i])
 		for j := range rails {
 			rails[j] = -1
 		}
-		f.gpuPos[i] = map[string]int{}
+		f.GPUPos[i] = map[string]int{}
 		for j, g := range gpus[n].Devices {
 			if j < len(rails) && g.HasIBRail {
 				rails[j] = g.IBRail
 			}
-			f.gpuPos[i][g.Pool+"/"+g.Device] = j
+			f.GPUPos[i][g.Pool+"/"+g.Device] = j
 		}
 		t.Rails = append(t.Rails, rails)
 	}
@@ -307,9 +307,35 @@ func busyGPUs(f *Fabric, in index.SnapshotInput, gpus map[string]topology.NodeGP
 	return busy
 }
 
-// rackOf returns a node's rack: its domain at the level of label LabelRack
+// RackOf returns a node's rack: its domain at the level of label LabelRack
 // (the NVLink domain when there is none), -1 when it has none.
-func (f *Fabric) rackOf(node int) int {
+func (f *Fabric) RackOf(node int) int {
 	l := max(f.Level(LabelRack), 0)
 	return f.DomainOf[l][node]
+}
+
+// ReplaceLevel is the level of a node's replacement domain: its NVLink
+// domain when that holds more than one node (NVL72), else its rack (HGX:
+// every node is its own NVSwitch domain).
+func (f *Fabric) ReplaceLevel(node int) int {
+	if d := f.DomainOf[0][node]; d >= 0 && len(f.Domains[0][d].Nodes) > 1 {
+		return 0
+	}
+	return max(f.Level(LabelRack), 0)
+}
+
+// DomainNodes is the nodes of node's domain at level l (just node when it
+// has none).
+func (f *Fabric) DomainNodes(l, node int) []int {
+	if l < 0 || f.DomainOf[l][node] < 0 {
+		return []int{node}
+	}
+	return f.Domains[l][f.DomainOf[l][node]].Nodes
+}
+
+// LosesNVLink says whether a pod moved from node `from` to node `to` left
+// a multi-node NVLink domain.
+func (f *Fabric) LosesNVLink(from, to int) bool {
+	d := f.DomainOf[0][from]
+	return d >= 0 && len(f.Domains[0][d].Nodes) > 1 && f.DomainOf[0][to] != d
 }
