@@ -68,12 +68,8 @@ func (p *Priorities) Tree(root *schedulingv1alpha3.CompositePodGroup, leaves []*
 // its preemption is), resolved at most rankTTL ago; leaves lists its leaf
 // PodGroups, read only when no recent rank is remembered.
 func (p *Priorities) TreeRank(root *schedulingv1alpha3.CompositePodGroup, leaves func() []*schedulingv1beta1.PodGroup) int32 {
-	key := vocab.CompositeKey(root.Namespace, root.Name)
-	p.mu.Lock()
-	r, ok := p.ranks[key]
-	p.mu.Unlock()
-	if ok && r.uid == root.UID && time.Since(r.at) < rankTTL {
-		return r.priority
+	if prio, ok := p.recent(vocab.CompositeKey(root.Namespace, root.Name), root.UID); ok {
+		return prio
 	}
 	return p.Tree(root, leaves()).Priority
 }
@@ -81,14 +77,22 @@ func (p *Priorities) TreeRank(root *schedulingv1alpha3.CompositePodGroup, leaves
 // Rank is a PodGroup's priority for the queue's order: Group's, resolved
 // at most rankTTL ago.
 func (p *Priorities) Rank(pg *schedulingv1beta1.PodGroup) int32 {
-	key := vocab.PodGroupKey(pg.Namespace, pg.Name)
-	p.mu.Lock()
-	r, ok := p.ranks[key]
-	p.mu.Unlock()
-	if ok && r.uid == pg.UID && time.Since(r.at) < rankTTL {
-		return r.priority
+	if prio, ok := p.recent(vocab.PodGroupKey(pg.Namespace, pg.Name), pg.UID); ok {
+		return prio
 	}
 	return p.Group(pg).Priority
+}
+
+// recent is the priority remembered for key's object uid, when resolved
+// less than rankTTL ago.
+func (p *Priorities) recent(key string, uid types.UID) (int32, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.ranks[key]
+	if ok && r.uid == uid && time.Since(r.at) < rankTTL {
+		return r.priority, true
+	}
+	return 0, false
 }
 
 // Tell records an event on the PodGroup when its priority was capped,

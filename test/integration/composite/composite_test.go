@@ -12,7 +12,6 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
-	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
 
@@ -20,10 +19,7 @@ import (
 // gate: racks r0 (NVLink domains a: 2 nodes, b: 1 node labelled
 // role=eval) and r1 (c: 2 nodes, d: 2 nodes, e: 1 node), 4 GPUs a node.
 func TestCompositeTrees(t *testing.T) {
-	cp := framework.StartT(t, framework.Options{ControllerManager: true, CompositePodGroups: true})
-	admin := cp.AdminClient(t)
-	itest.FabricCluster(t, admin, nil, 0, 0) // the device classes
-	createNodes(t, admin, []node{
+	cp, admin := startPlane(t, []node{
 		{name: "a-0", domain: "a", rack: "r0"}, {name: "a-1", domain: "a", rack: "r0"},
 		{name: "b-0", domain: "b", rack: "r0", labels: map[string]string{"role": "eval"}},
 		{name: "c-0", domain: "c", rack: "r1"}, {name: "c-1", domain: "c", rack: "r1"},

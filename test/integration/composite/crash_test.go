@@ -32,14 +32,11 @@ const treeWrites = 1 + 2*2 + 2 + 2 + 1
 // or not at all, never one leaf without the other; in the end both are
 // bound and no device is allocated twice.
 func TestCompositeCrashRecovery(t *testing.T) {
-	cp := framework.StartT(t, framework.Options{ControllerManager: true, CompositePodGroups: true})
-	admin := cp.AdminClient(t)
-	itest.FabricCluster(t, admin, nil, 0, 0)
 	var nodes []node
 	for i := range 6 { // room for all the trees (2 GPUs each) at once
 		nodes = append(nodes, node{name: fmt.Sprintf("n-%d", i), domain: "n", rack: "r0"})
 	}
-	createNodes(t, admin, nodes)
+	cp, admin := startPlane(t, nodes)
 	for k := 1; k <= treeWrites; k++ {
 		t.Run(fmt.Sprintf("killed-before-write-%d", k), func(t *testing.T) { crashTree(t, cp, admin, k) })
 	}

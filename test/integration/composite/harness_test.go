@@ -35,6 +35,17 @@ type node struct {
 	labels             map[string]string
 }
 
+// startPlane starts a control plane with kube-controller-manager and the
+// CompositePodGroup gate, the device classes and nodes.
+func startPlane(t *testing.T, nodes []node) (*framework.ControlPlane, kubernetes.Interface) {
+	t.Helper()
+	cp := framework.StartT(t, framework.Options{ControllerManager: true, CompositePodGroups: true})
+	admin := cp.AdminClient(t)
+	itest.FabricCluster(t, admin, nil, 0, 0) // the device classes
+	createNodes(t, admin, nodes)
+	return cp, admin
+}
+
 // createNodes creates the nodes with 4-GPU slices in their domains.
 func createNodes(t *testing.T, admin kubernetes.Interface, nodes []node) {
 	t.Helper()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
-	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
 )
 
@@ -27,10 +26,7 @@ import (
 // and the tree starves for ever); once the reserved rack's single pod
 // ends, the tree is placed there.
 func TestCompositeStarvation(t *testing.T) {
-	cp := framework.StartT(t, framework.Options{ControllerManager: true, CompositePodGroups: true})
-	admin := cp.AdminClient(t)
-	itest.FabricCluster(t, admin, nil, 0, 0) // the device classes
-	createNodes(t, admin, []node{
+	cp, admin := startPlane(t, []node{
 		{name: "a-0", domain: "a", rack: "r0"}, {name: "a-1", domain: "a", rack: "r0"},
 		{name: "c-0", domain: "c", rack: "r1"}, {name: "c-1", domain: "c", rack: "r1"},
 	})

@@ -3,10 +3,11 @@ package workloads
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -67,33 +68,7 @@ func runTree(t *testing.T, admin kubernetes.Interface, dyn dynamic.Interface, tc
 	ns := tc.smoke.name + "-tree"
 	itest.GangNamespace(t, admin, ns, 1)
 	tc.smoke.create(t, dyn, ns)
-	var pods []corev1.Pod
-	itest.Poll(t, "the tree placed, its leaves' conditions written", 90*time.Second, func(ctx context.Context) error {
-		list, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		pods = list.Items
-		bound := 0
-		for _, p := range pods {
-			if p.Spec.NodeName != "" {
-				bound++
-			}
-		}
-		if len(pods) != tc.smoke.pods || bound != len(pods) {
-			return fmt.Errorf("%d of %d pods, %d bound", len(pods), tc.smoke.pods, bound)
-		}
-		for name := range tc.leaves {
-			pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if c := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionInitiallyScheduled); c == nil {
-				return fmt.Errorf("%s: no %s condition yet", name, vocab.ConditionInitiallyScheduled)
-			}
-		}
-		return nil
-	})
+	pods := waitPlaced(t, admin, ns, tc.smoke.pods, slices.Collect(maps.Keys(tc.leaves)))
 	c, err := admin.SchedulingV1alpha3().CompositePodGroups(ns).Get(t.Context(), tc.root, metav1.GetOptions{})
 	itest.Must(t, "get the CompositePodGroup", err)
 	if owner := metav1.GetControllerOf(c); owner == nil || owner.Kind != tc.smoke.owner {

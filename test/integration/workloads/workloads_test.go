@@ -97,35 +97,7 @@ func runSmoke(t *testing.T, admin kubernetes.Interface, dyn dynamic.Interface, t
 	ns := tc.name
 	itest.GangNamespace(t, admin, ns, 1)
 	tc.create(t, dyn, ns)
-	var pods []corev1.Pod
-	itest.Poll(t, fmt.Sprintf("%d pods placed, their groups' conditions written", tc.pods), 90*time.Second, func(ctx context.Context) error {
-		list, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		pods = list.Items
-		var unbound []string
-		for _, p := range pods {
-			if p.Spec.NodeName == "" {
-				unbound = append(unbound, p.Name)
-			}
-		}
-		if len(pods) != tc.pods || len(unbound) > 0 {
-			return fmt.Errorf("%d pods of %d, unbound %v", len(pods), tc.pods, unbound)
-		}
-		// The commit binds the pods before it writes the group's
-		// condition: wait for that write too before checking it.
-		for name := range tc.groups {
-			pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if c := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionInitiallyScheduled); c == nil {
-				return fmt.Errorf("group %s: no %s condition yet", name, vocab.ConditionInitiallyScheduled)
-			}
-		}
-		return nil
-	})
+	pods := waitPlaced(t, admin, ns, tc.pods, slices.Collect(maps.Keys(tc.groups)))
 	var ranks []string
 	for i := range pods {
 		p := &pods[i]
@@ -144,6 +116,41 @@ func runSmoke(t *testing.T, admin kubernetes.Interface, dyn dynamic.Interface, t
 	}
 	checkPlacedAsGangs(t, admin, ns, pods, tc)
 	checkExplain(t, admin, ns, tc)
+}
+
+// waitPlaced waits until ns has n pods, all bound, and each of groups
+// has its PodGroupInitiallyScheduled condition (the commit binds the pods
+// before it writes the condition), and returns the pods.
+func waitPlaced(t *testing.T, admin kubernetes.Interface, ns string, n int, groups []string) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	itest.Poll(t, fmt.Sprintf("%d pods placed, their groups' conditions written", n), 90*time.Second, func(ctx context.Context) error {
+		list, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		pods = list.Items
+		var unbound []string
+		for _, p := range pods {
+			if p.Spec.NodeName == "" {
+				unbound = append(unbound, p.Name)
+			}
+		}
+		if len(pods) != n || len(unbound) > 0 {
+			return fmt.Errorf("%d pods of %d, unbound %v", len(pods), n, unbound)
+		}
+		for _, name := range groups {
+			pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(pg.Status.Conditions, vocab.ConditionInitiallyScheduled); c == nil {
+				return fmt.Errorf("group %s: no %s condition yet", name, vocab.ConditionInitiallyScheduled)
+			}
+		}
+		return nil
+	})
+	return pods
 }
 
 // checkExplain: `kubectl gpufabric explain KIND/NAME` finds the case's
