@@ -95,12 +95,15 @@ func claimsIn(all []resourceapi.ResourceClaim, ns string) map[string]*resourceap
 	return out
 }
 
-// groupState is Deleting, Placed, MembersLost (placed, then fewer members
-// run than it had) or Waiting.
+// groupState is Deleting, Failed (its member-loss policy failed it:
+// nothing of it is placed again), Placed, MembersLost (placed, then fewer
+// members run than it had) or Waiting.
 func groupState(pg *schedulingv1beta1.PodGroup) string {
 	switch {
 	case pg.DeletionTimestamp != nil:
 		return StateDeleting
+	case meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionFailed):
+		return StateFailed
 	case meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionMembersLost):
 		return StateMembersLost
 	case meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionInitiallyScheduled):

@@ -87,6 +87,14 @@ func TestBuildExplainStates(t *testing.T) {
 			}
 		},
 	}, {
+		name: "failed by its member-loss policy", ns: "team-a", group: "train",
+		change: func(b *builder) {
+			b.c.PodGroups[0].Status.Conditions = append(b.c.PodGroups[0].Status.Conditions,
+				cond(vocab.ConditionMembersLost, metav1.ConditionTrue, "NoReplacement", "1 of 2 members remain running"),
+				cond(vocab.ConditionFailed, metav1.ConditionTrue, "NoReplacement", "no replacement was placed within 1m0s of the loss"))
+		},
+		state: StateFailed, summary: "2 of 2 members bound (minCount 2) in NVLink domain dom-a",
+	}, {
 		name: "segments", ns: "team-a", group: "train",
 		change: func(b *builder) {
 			b.c.PodGroups[0].Annotations = map[string]string{topology.AnnotationSegmentSize: "16", topology.AnnotationSegmentTopologyKey: topology.TopologyKeyNVLinkDomain}
@@ -180,6 +188,17 @@ func TestBuildGroups(t *testing.T) {
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("groups (-want +got):\n%s", diff)
+	}
+	// Failed by its member-loss policy: the line says so with the Failed
+	// condition's words.
+	b.c.PodGroups[0].Status.Conditions = append(b.c.PodGroups[0].Status.Conditions,
+		cond(vocab.ConditionFailed, metav1.ConditionTrue, "NoReplacement", "no replacement was placed within 1m0s"))
+	got, err = BuildGroups(b.c, testLevels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := got.Groups[0]; l.State != StateFailed || l.Reason != "NoReplacement" || l.Message != "no replacement was placed within 1m0s" {
+		t.Errorf("failed group's line %+v", l)
 	}
 }
 

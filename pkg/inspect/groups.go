@@ -37,8 +37,11 @@ func BuildGroups(c *Cluster, opts Options) (*GroupSummary, error) {
 		}
 		slices.Sort(line.Domains)
 		condType := vocab.ConditionInitiallyScheduled
-		if line.State == StateMembersLost {
+		switch line.State {
+		case StateMembersLost:
 			condType = vocab.ConditionMembersLost
+		case StateFailed:
+			condType = vocab.ConditionFailed
 		}
 		if cond := meta.FindStatusCondition(pg.Status.Conditions, condType); cond != nil {
 			line.Reason, line.Message = cond.Reason, cond.Message

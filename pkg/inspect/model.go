@@ -145,6 +145,7 @@ type DeviceTaint struct {
 const (
 	StatePlaced      = "Placed"
 	StateMembersLost = "MembersLost"
+	StateFailed      = "Failed"
 	StateWaiting     = "Waiting"
 	StateDeleting    = "Deleting"
 	StateNotFound    = "NotFound"

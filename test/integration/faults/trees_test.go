@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
+	"github.com/gpufabric/gpufabric/pkg/inspect"
 	"github.com/gpufabric/gpufabric/pkg/topology"
 	"github.com/gpufabric/gpufabric/test/integration/framework"
 	"github.com/gpufabric/gpufabric/test/integration/itest"
@@ -282,6 +283,13 @@ func failedLeaf(t *testing.T, admin kubernetes.Interface, c *treeCase, before tr
 	itest.Poll(t, "the leaf Failed", 60*time.Second, func(ctx context.Context) error {
 		return leafCondition(ctx, admin, c.name, c.victimLeaf, vocab.ConditionFailed, metav1.ConditionTrue, vocab.ReasonNoReplacement)
 	})
+	cl, err := inspect.Load(t.Context(), admin, inspect.Need{Namespace: c.name, Fabric: true, Claims: true, Pods: true, PodGroups: true})
+	itest.Must(t, "load cluster", err)
+	rep, err := inspect.BuildExplain(cl, inspect.Options{}, c.name, c.victimLeaf, 0)
+	itest.Must(t, "explain", err)
+	if rep.State != inspect.StateFailed {
+		t.Errorf("kubectl gpufabric explain %s: state %s, want %s", c.victimLeaf, rep.State, inspect.StateFailed)
+	}
 	sibling := treeLeaves[0]
 	if sibling == c.victimLeaf {
 		sibling = treeLeaves[1]
