@@ -75,7 +75,9 @@ func readIMEX(ctx context.Context, procRoot string) IMEXInfo {
 
 // charDeviceMajor returns the major of a character device named exactly
 // name in a /proc/devices listing, 0 if there is none. Only the "Character
-// devices:" section counts; a major must be in 1..4095.
+// devices:" section counts; a line is a major in plain digits (the
+// kernel's "%3d %s") and the name, whatever blanks between; a major must
+// be in 1..4095.
 func charDeviceMajor(data []byte, name string) int {
 	chars := false
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -88,11 +90,11 @@ func charDeviceMajor(data []byte, name string) int {
 		case !chars:
 			continue
 		}
-		num, dev, ok := strings.Cut(line, " ")
-		if !ok || strings.TrimSpace(dev) != name {
+		fields := strings.Fields(line)
+		if len(fields) != 2 || fields[1] != name {
 			continue
 		}
-		if major, err := strconv.Atoi(num); err == nil && major > 0 && major < 4096 {
+		if major, err := strconv.Atoi(fields[0]); err == nil && major > 0 && major < 4096 && fields[0] == strconv.Itoa(major) {
 			return major
 		}
 	}

@@ -3,6 +3,7 @@ package devices
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,7 +60,8 @@ func TestReadIMEX(t *testing.T) {
 }
 
 // FuzzCharDeviceMajor: on any /proc/devices content the result is 0 or a
-// major in 1..4095 that the content lists for exactly that name.
+// major in 1..4095 that a line of the content lists for exactly that name
+// (the major and the name its only fields).
 func FuzzCharDeviceMajor(f *testing.F) {
 	for _, s := range []string{procDevices, "", "Character devices:\n99999 nvidia-caps-imex-channels\n", "Character devices:\n-1 nvidia-caps-imex-channels\n", "234 nvidia-caps-imex-channels"} {
 		f.Add([]byte(s))
@@ -69,7 +71,11 @@ func FuzzCharDeviceMajor(f *testing.F) {
 		if got == 0 {
 			return
 		}
-		if got < 1 || got > 4095 || !strings.Contains(string(data), strconv.Itoa(got)+" "+IMEXDeviceName) {
+		listed := false
+		for _, line := range strings.Split(string(data), "\n") {
+			listed = listed || slices.Equal(strings.Fields(line), []string{strconv.Itoa(got), IMEXDeviceName})
+		}
+		if got < 1 || got > 4095 || !listed {
 			t.Fatalf("charDeviceMajor = %d for content %q", got, data)
 		}
 	})
