@@ -125,38 +125,17 @@ func coupledFits(nodes []cNode, rack string, chosen int, leaves []bfLeaf, set []
 		}
 	}
 	allowed := make([][]int, len(leaves))
+	places := make([]bfPlace, len(nodes))
+	for i, n := range nodes {
+		places[i] = bfPlace{nvl: n.nvl, rack: n.rack}
+	}
 	var try func(j int) bool
 	try = func(j int) bool {
 		if j == len(kids) {
 			return matchPods(nodes, kids, allowed, leaves, set)
 		}
-		l := leaves[kids[j]]
-		domains := []string{""}
-		switch l.key {
-		case keyNVL:
-			domains = nil
-			for _, n := range nodes {
-				if !slices.Contains(domains, n.nvl) {
-					domains = append(domains, n.nvl)
-				}
-			}
-		case "rack":
-			domains = []string{"r0", "r1"}
-		}
-		for _, d := range domains {
-			allowed[kids[j]] = nil
-			for ni, n := range nodes {
-				in := rack == "" || n.rack == rack
-				switch l.key {
-				case keyNVL:
-					in = in && n.nvl == d
-				case "rack":
-					in = in && n.rack == d
-				}
-				if in {
-					allowed[kids[j]] = append(allowed[kids[j]], ni)
-				}
-			}
+		for _, in := range leafChoices(places, rack, leaves[kids[j]].key, func(int) bool { return true }) {
+			allowed[kids[j]] = in
 			if try(j + 1) {
 				return true
 			}

@@ -130,39 +130,18 @@ func fitsSet(nodes []bfNode, rack string, set int, leaves []bfLeaf) bool {
 		}
 	}
 	allowed := make([][]int, len(leaves)) // node indexes per leaf
+	places := make([]bfPlace, len(nodes))
+	for i, n := range nodes {
+		places[i] = bfPlace{nvl: n.nvl, rack: n.rack}
+	}
 	var try func(k int) bool
 	try = func(k int) bool {
 		if k == len(chosen) {
 			return pack(nodes, chosen, allowed, leaves)
 		}
 		l := leaves[chosen[k]]
-		var domains []string
-		switch l.key {
-		case keyNVL:
-			for _, n := range nodes {
-				if !slices.Contains(domains, n.nvl) {
-					domains = append(domains, n.nvl)
-				}
-			}
-		case "rack":
-			domains = []string{"r0", "r1"}
-		default:
-			domains = []string{""}
-		}
-		for _, d := range domains {
-			allowed[chosen[k]] = nil
-			for ni, n := range nodes {
-				in := (rack == "" || n.rack == rack) && (l.sel == "" || n.sel == l.sel)
-				switch l.key {
-				case keyNVL:
-					in = in && n.nvl == d
-				case "rack":
-					in = in && n.rack == d
-				}
-				if in {
-					allowed[chosen[k]] = append(allowed[chosen[k]], ni)
-				}
-			}
+		for _, in := range leafChoices(places, rack, l.key, func(i int) bool { return l.sel == "" || nodes[i].sel == l.sel }) {
+			allowed[chosen[k]] = in
 			if try(k + 1) {
 				return true
 			}
@@ -170,6 +149,44 @@ func fitsSet(nodes []bfNode, rack string, set int, leaves []bfLeaf) bool {
 		return false
 	}
 	return try(0)
+}
+
+// bfPlace is where a brute-force node is: its NVLink domain and rack.
+type bfPlace struct{ nvl, rack string }
+
+// leafChoices lists the node sets a leaf of key may use inside rack (""
+// any), one per domain of its level (one set without a key), each the
+// indexes of places in that domain that admit takes, as the brute forces
+// try them.
+func leafChoices(places []bfPlace, rack, key string, admit func(i int) bool) [][]int {
+	domains := []string{""}
+	switch key {
+	case keyNVL:
+		domains = nil
+		for _, p := range places {
+			if !slices.Contains(domains, p.nvl) {
+				domains = append(domains, p.nvl)
+			}
+		}
+	case "rack":
+		domains = []string{"r0", "r1"}
+	}
+	out := make([][]int, len(domains))
+	for di, d := range domains {
+		for i, p := range places {
+			in := (rack == "" || p.rack == rack) && admit(i)
+			switch key {
+			case keyNVL:
+				in = in && p.nvl == d
+			case "rack":
+				in = in && p.rack == d
+			}
+			if in {
+				out[di] = append(out[di], i)
+			}
+		}
+	}
+	return out
 }
 
 // pack puts every pod of the chosen leaves on an allowed node with room.
