@@ -23,7 +23,11 @@
 //     grouper's PodGroups; each object found must have the UID the
 //     reference names.
 //   - Before Owners synced, Admit admits (the loop must not stall at
-//     start); afterwards an owner it cannot find is refused.
+//     start); afterwards an owner it cannot find is refused. A pod
+//     younger than OwnerGrace whose chain ends at such an owner is
+//     refused without an event and looked at again (the informers may lag
+//     the controller that made the pod): a real member is placed once its
+//     owner is seen, a forged chain is warned after the grace.
 //   - Bounded: MaxHops lookups per pod; one event per pod (a bounded set
 //     of the pods warned); messages quote tenant values cut.
 //   - A nil *Guard admits every pod and hints as gangless does.

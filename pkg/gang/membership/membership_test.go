@@ -3,12 +3,14 @@ package membership
 import (
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/report"
@@ -90,7 +92,7 @@ func TestAdmit(t *testing.T) {
 		{"direct", group("R"), pod("h", ref("RayCluster", "rc", "R")), true, true, ""},
 		{"no controller", group("S"), pod("forged", nil), true, false, "none"},
 		{"another workload", group("S"), pod("x", ref("Job", "plain", "P")), true, false, `Job "plain"`},
-		{"stale uid", group("S"), pod("y", ref("Job", "j", "OTHER")), true, false, `Job "j" (not found)`},
+		{"stale uid", group("S"), old(pod("y", ref("Job", "j", "OTHER"))), true, false, `Job "j" (not found)`},
 		{"not the grouper's", &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "g"}}, pod("z", nil), true, true, ""},
 		{"not synced", group("S"), pod("early", nil), false, true, ""},
 	}
@@ -100,8 +102,8 @@ func TestAdmit(t *testing.T) {
 			l.synced = tc.sync
 			rec := events.NewFakeRecorder(10)
 			g := New(l, report.New(rec))
-			if got := g.Admit(tc.pg, tc.pod); got != tc.admit {
-				t.Fatalf("Admit = %v, want %v", got, tc.admit)
+			if got, recheck := g.Admit(tc.pg, tc.pod); got != tc.admit || recheck != 0 {
+				t.Fatalf("Admit = %v, %v; want %v, 0", got, recheck, tc.admit)
 			}
 			g.Admit(tc.pg, tc.pod) // a second time: no second event
 			notes := drain(rec)
@@ -113,6 +115,47 @@ func TestAdmit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAdmitUnseenOwner: a pod whose chain ends at an owner the informers
+// have not seen is not a member; while it is younger than OwnerGrace it
+// gets no event and a recheck (the informers may lag the controller that
+// made it). Once its Job is seen it is a member without any event; a Job
+// never seen gets the event once the grace has passed, naming it not found.
+func TestAdmitUnseenOwner(t *testing.T) {
+	created := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakePassiveClock(created.Add(2 * time.Second))
+	l := lookup()
+	rec := events.NewFakeRecorder(10)
+	g := New(l, report.New(rec))
+	g.clock = clk
+	fresh := pod("fresh", ref("Job", "new", "N"))
+	fresh.CreationTimestamp = metav1.NewTime(created)
+	if ok, recheck := g.Admit(group("S"), fresh); ok || recheck != UnseenRecheck {
+		t.Fatalf("unseen owner in the grace: Admit = %v, %v; want false, %v", ok, recheck, UnseenRecheck)
+	}
+	if notes := drain(rec); len(notes) > 0 {
+		t.Fatalf("events in the grace: %q", notes)
+	}
+	l.objs["Job/new"] = obj{uid: "N", controller: ref("JobSet", "js", "S")}
+	if ok, recheck := g.Admit(group("S"), fresh); !ok || recheck != 0 {
+		t.Fatalf("owner seen: Admit = %v, %v; want true, 0", ok, recheck)
+	}
+	ghost := pod("ghost", ref("Job", "gone", "G"))
+	ghost.CreationTimestamp = metav1.NewTime(created)
+	clk.SetTime(created.Add(OwnerGrace))
+	if ok, recheck := g.Admit(group("S"), ghost); ok || recheck != 0 {
+		t.Fatalf("after the grace: Admit = %v, %v; want false, 0", ok, recheck)
+	}
+	if notes := drain(rec); len(notes) != 1 || !strings.Contains(notes[0], `Job "gone" (not found)`) {
+		t.Fatalf("after the grace: events %q; want one naming the Job not found", notes)
+	}
+}
+
+// old is p made an hour ago: past OwnerGrace.
+func old(p *v1.Pod) *v1.Pod {
+	p.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+	return p
 }
 
 // TestHint: a lone pod controlled (through its Job) by a grouped JobSet is
@@ -135,7 +178,7 @@ func TestHint(t *testing.T) {
 		t.Errorf("Indexed Job pod: %+v, %v; want gangless's hint", h, ok)
 	}
 	var nilGuard *Guard
-	if !nilGuard.Admit(group("S"), pod("p", nil)) {
+	if ok, _ := nilGuard.Admit(group("S"), pod("p", nil)); !ok {
 		t.Error("nil guard refused a pod")
 	}
 }

@@ -51,7 +51,8 @@ type memberSet struct {
 	// terminating ones on a lost node too: those count as gone).
 	lost   []string
 	losses []replace.Loss
-	// recheck: a member is lost this soon if nothing changes (0: none).
+	// recheck: a member is lost, or a pod may turn out a member, this soon
+	// if nothing changes (0: none).
 	recheck time.Duration
 	// leaf: the PodGroup is a tree's leaf; wholeAbove: the key of the
 	// CompositePodGroup above it whose disruptionMode is All ("" none).
@@ -70,7 +71,11 @@ func (g *gangPods) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
 	nodes := map[string]bool{}
 	for _, o := range objs {
 		p, ok := o.(*v1.Pod)
-		if !ok || !podstate.Ours(p) || !g.guard.Admit(pg, p) {
+		if !ok || !podstate.Ours(p) {
+			continue
+		}
+		if member, recheck := g.guard.Admit(pg, p); !member {
+			ms.soon(recheck) // its owner may reach the informers yet
 			continue
 		}
 		switch {
@@ -99,6 +104,13 @@ func (g *gangPods) members(pg *schedulingv1beta1.PodGroup) (*memberSet, error) {
 	return ms, nil
 }
 
+// soon has ms looked at again within d (d 0: no change).
+func (ms *memberSet) soon(d time.Duration) {
+	if d > 0 && (ms.recheck == 0 || d < ms.recheck) {
+		ms.recheck = d
+	}
+}
+
 // lostReason says why a bound member does not run, "" when it does; gone
 // when it counts neither as running nor as lost: terminating on a lost
 // node, or failed before its replacement ran (replace.Handled). It notes
@@ -118,8 +130,8 @@ func (g *gangPods) lostReason(pg *schedulingv1beta1.PodGroup, ms *memberSet, p *
 			if p.DeletionTimestamp != nil {
 				return "", true
 			}
-		case recheck > 0 && (ms.recheck == 0 || recheck < ms.recheck):
-			ms.recheck = recheck
+		default:
+			ms.soon(recheck)
 		}
 		if loss != nil && p.Status.Phase != v1.PodFailed {
 			return loss.Why, false

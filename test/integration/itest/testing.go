@@ -2,6 +2,8 @@ package itest
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +24,7 @@ func Poll(t *testing.T, what string, timeout time.Duration, cond func(context.Co
 	var last error
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		err := cond(ctx)
-		if err == nil || ctx.Err() == nil || last == nil {
+		if err == nil || last == nil || !nearDeadline(ctx, err) {
 			last = err // keep the last real answer over the deadline's
 		}
 		return err == nil, nil
@@ -30,4 +32,10 @@ func Poll(t *testing.T, what string, timeout time.Duration, cond func(context.Co
 	if err != nil {
 		t.Fatalf("%s: %v (last: %v)", what, err, last)
 	}
+}
+
+// nearDeadline: err is the poll's deadline speaking (the context's, or
+// client-go's rate limiter refusing to wait past it), not the condition.
+func nearDeadline(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "would exceed context deadline")
 }
