@@ -15,7 +15,8 @@
 //     a clock in, the loss out), Deletions (when nodes were deleted).
 //   - replacer.go: Replacer, the turn of one placed gang and its bounded
 //     memory per gang; turn.go: Turn (what the loop knows of the gang,
-//     a tree's leaf included) and Outcome; write.go: its writes (the lost
+//     a tree's leaf included), Outcome, and what a turn reads of its
+//     losses and waiting members; write.go: its writes (the lost
 //     pods' evictions, the Failed condition) through the gate.
 //   - domain.go: a restarting whole gang's previous NVLink domain (Prefer),
 //     written into its condition by id and read back (Deps.Tree).

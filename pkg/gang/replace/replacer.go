@@ -182,25 +182,8 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 		r.d.Report.Event(t.PodGroup, v1.EventTypeWarning, vocab.EventInvalidAnnotation, "Replacing", ch.Invalid)
 	}
 	fresh := freshLosses(t.Losses)
-	switch {
-	case t.WholeAbove != "" && st.outcome == "" && len(fresh) == 0:
-		// A taint manager's deletion: the evict room sees the leaf's own
-		// mode only, the composite's restart is asked for here.
-		r.restart(t, st, fmt.Sprintf("a member was deleted by a taint manager (%s); %s", st.trigger, aboveWhy(t)), false)
-	case whole(t.PodGroup) && st.outcome == "" && len(fresh) == 0:
-		r.restarting(t, st, true) // a taint manager's deletion: the evict room restarts it
-	}
-	if len(fresh) > 0 && t.whole() && st.outcome == "" {
-		why := "the group is disrupted only whole, so it restarts whole at once, in its domain if it fits"
-		if t.WholeAbove != "" {
-			why = aboveWhy(t)
-		}
-		r.restart(t, st, fmt.Sprintf("member %s was lost (%s); %s", fresh[0].Why, fresh[0].Trigger, why), true)
-		next := phraseRestarting + " now, in its domain if it fits"
-		if t.Leaf {
-			next = phraseRestarting + " now; its tree's search places it again"
-		}
-		out.Cond = r.cond(t, st, next)
+	if cond, ok := r.wholeTurn(t, st, fresh); ok {
+		out.Cond = cond
 		return out, nil
 	}
 	if !t.whole() {
@@ -220,6 +203,40 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 		out.Cond = r.cond(t, st, phraseRestarting+": its old members go, then its new ones are placed together")
 		return out, nil
 	}
+	return r.byPolicy(ctx, t, st, ch, now)
+}
+
+// wholeTurn restarts a gang disrupted only whole (itself, or a composite
+// above it) on its first loss; ok: the turn ends with cond. A member
+// deleted by a taint manager (no fresh loss) only notes the restart.
+func (r *Replacer) wholeTurn(t Turn, st *gangState, fresh []Loss) (cond metav1.Condition, ok bool) {
+	switch {
+	case t.WholeAbove != "" && st.outcome == "" && len(fresh) == 0:
+		// A taint manager's deletion: the evict room sees the leaf's own
+		// mode only, the composite's restart is asked for here.
+		r.restart(t, st, fmt.Sprintf("a member was deleted by a taint manager (%s); %s", st.trigger, aboveWhy(t)), false)
+	case whole(t.PodGroup) && st.outcome == "" && len(fresh) == 0:
+		r.restarting(t, st, true) // a taint manager's deletion: the evict room restarts it
+	}
+	if len(fresh) == 0 || !t.whole() || st.outcome != "" {
+		return metav1.Condition{}, false
+	}
+	why := "the group is disrupted only whole, so it restarts whole at once, in its domain if it fits"
+	if t.WholeAbove != "" {
+		why = aboveWhy(t)
+	}
+	r.restart(t, st, fmt.Sprintf("member %s was lost (%s); %s", fresh[0].Why, fresh[0].Trigger, why), true)
+	next := phraseRestarting + " now, in its domain if it fits"
+	if t.Leaf {
+		next = phraseRestarting + " now; its tree's search places it again"
+	}
+	return r.cond(t, st, next), true
+}
+
+// byPolicy waits for a replacement until the gang's timeout, then does
+// what its policy says: keep waiting, restart whole, or fail.
+func (r *Replacer) byPolicy(ctx context.Context, t Turn, st *gangState, ch Choice, now time.Time) (Outcome, error) {
+	out := Outcome{Cond: t.Cond}
 	deadline := st.since.Add(ch.Timeout)
 	if now.Before(deadline) {
 		out.Cond = r.cond(t, st, fmt.Sprintf("replacing in place in the gang's domain within %s, then policy %s", ch.Timeout, ch.Policy))
@@ -243,21 +260,6 @@ func (r *Replacer) Turn(ctx context.Context, t Turn) (Outcome, error) {
 		return out, r.fail(ctx, t, st, why)
 	}
 	return out, nil
-}
-
-// notFailed: a loss other than a failed pod (which its controller
-// replaces and keeps).
-func notFailed(l Loss) bool { return l.Trigger != PodFailed }
-
-// freshLosses are the losses whose pods are not terminating yet.
-func freshLosses(ls []Loss) []Loss {
-	var out []Loss
-	for _, l := range ls {
-		if l.Pod.DeletionTimestamp == nil {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // state returns the gang's state, started or recovered (from the
@@ -476,18 +478,4 @@ func (r *Replacer) Forget(key string) {
 	defer r.mu.Unlock()
 	delete(r.gangs, key)
 	delete(r.ended, key)
-}
-
-// waitingWhy is why the gang's replacements wait: the first waiting
-// member's PodScheduled message, cut.
-func waitingWhy(pending []*v1.Pod) string {
-	if len(pending) == 0 {
-		return "no replacement pod exists yet (its controller has not recreated it)"
-	}
-	for _, c := range pending[0].Status.Conditions {
-		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Message != "" {
-			return report.Truncate(c.Message, 512)
-		}
-	}
-	return fmt.Sprintf("%d replacements not placed yet", len(pending))
 }

@@ -8,6 +8,7 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/report"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
@@ -65,4 +66,33 @@ type Outcome struct {
 func aboveWhy(t Turn) string {
 	_, ns, name := vocab.SplitKey(t.WholeAbove)
 	return fmt.Sprintf("CompositePodGroup %s/%s above the group is disrupted only whole, so every PodGroup under it restarts whole at once", ns, name)
+}
+
+// notFailed: a loss other than a failed pod (which its controller
+// replaces and keeps).
+func notFailed(l Loss) bool { return l.Trigger != PodFailed }
+
+// freshLosses are the losses whose pods are not terminating yet.
+func freshLosses(ls []Loss) []Loss {
+	var out []Loss
+	for _, l := range ls {
+		if l.Pod.DeletionTimestamp == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// waitingWhy is why the gang's replacements wait: the first waiting
+// member's PodScheduled message, cut.
+func waitingWhy(pending []*v1.Pod) string {
+	if len(pending) == 0 {
+		return "no replacement pod exists yet (its controller has not recreated it)"
+	}
+	for _, c := range pending[0].Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Message != "" {
+			return report.Truncate(c.Message, 512)
+		}
+	}
+	return fmt.Sprintf("%d replacements not placed yet", len(pending))
 }

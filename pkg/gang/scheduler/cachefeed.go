@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"slices"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/tools/cache"
@@ -60,4 +62,25 @@ func (sn *snapshots) cacheFeed(inf *informerSet) []informerHandler {
 		{inf.classes, handlerOf(c.SetClass, func(dc *resourceapi.DeviceClass) { c.DeleteClass(dc.Name) })},
 		{inf.claims, handlerOf(claim, func(rc *resourceapi.ResourceClaim) { c.DeleteClaim(rc.UID); inf.capacityEvents.Add(1) })},
 	}
+}
+
+// chainFirst puts each handler of first before the first handler of then
+// of the same informer (one handler calling both, in that order); the
+// others are added as they are.
+func chainFirst(first, then []informerHandler) []informerHandler {
+	out := slices.Clone(then)
+	for _, f := range first {
+		i := slices.IndexFunc(out, func(h informerHandler) bool { return h.inf == f.inf })
+		if i < 0 {
+			out = append(out, f)
+			continue
+		}
+		a, b := f.h, out[i].h
+		out[i].h = cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { a.OnAdd(obj, false); b.OnAdd(obj, false) },
+			UpdateFunc: func(old, obj any) { a.OnUpdate(old, obj); b.OnUpdate(old, obj) },
+			DeleteFunc: func(obj any) { a.OnDelete(obj); b.OnDelete(obj) },
+		}
+	}
+	return out
 }

@@ -4,62 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpufabric/gpufabric/pkg/gang/assume"
-	"github.com/gpufabric/gpufabric/pkg/gang/gangless"
-	"github.com/gpufabric/gpufabric/pkg/gang/gate"
-	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
-	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
+	"github.com/gpufabric/gpufabric/pkg/gang/gangless"
+	"github.com/gpufabric/gpufabric/pkg/gang/gate"
+	"github.com/gpufabric/gpufabric/pkg/gang/memberevents"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/placement/cost"
 	"github.com/gpufabric/gpufabric/pkg/gang/podstate"
 	"github.com/gpufabric/gpufabric/pkg/gang/preemption"
 	"github.com/gpufabric/gpufabric/pkg/gang/queue"
 	"github.com/gpufabric/gpufabric/pkg/gang/ungate"
+	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
-
-// attempt is one scheduling attempt of a gang.
-type attempt struct {
-	key string
-	// cycle is the queue's move counter when the attempt started, begin
-	// the time.
-	cycle uint64
-	begin time.Time
-	// result of the attempt, for attempt_duration_seconds.
-	result string
-	pg     *schedulingv1beta1.PodGroup // nil for a gang of one
-	pod    *v1.Pod                     // the pod of a gang of one
-	// eff is the gang's effective priority and preemption policy
-	// (evict.Priorities).
-	eff preemption.Effective
-	// members are the gang's pods to place; late: they join a placed gang.
-	members []*v1.Pod
-	late    bool
-	// async: the attempt's commit runs in the pipeline, which reports it.
-	async bool
-	// short: refused because no domain had enough free devices, lacking
-	// short in the one with the most (devicesShort): it is parked with
-	// queue.parkDevicesShort. 0 otherwise.
-	short int
-}
-
-// about is the object events and conditions are about.
-func (a *attempt) about() runtime.Object {
-	if a.pg != nil {
-		return a.pg
-	}
-	return a.pod
-}
 
 // scheduleKey runs one attempt for a gang key. Only an error wrapping
 // gate.ErrAborted stops the worker.
@@ -82,26 +48,7 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	}
 	isGroup, ns, name := queue.SplitKey(key)
 	if !isGroup {
-		pod, err := s.pods.Pods(ns).Get(name)
-		if err == nil && podstate.Ours(pod) && pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 {
-			s.status.markGated(ctx, []*v1.Pod{pod})
-		}
-		if apierrors.IsNotFound(err) || err == nil && !podstate.Pending(pod) {
-			s.forget(key)
-			return s.evict.GangDone(ctx, key)
-		}
-		if err != nil {
-			return fmt.Errorf("get pod: %w", err)
-		}
-		if h, ok := s.cfg.Members.Hint(pod); ok && gangless.Untried(pod) {
-			s.report.Event(pod, v1.EventTypeWarning, vocab.EventPlacedWithoutGang, "Scheduling", h.Message)
-		}
-		g, err := placement.NewPodGang(pod, s.getClaim)
-		if err == nil {
-			err = s.prepare(ctx, g)
-		}
-		a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, eff: preemption.ResolvePod(pod), members: []*v1.Pod{pod}}
-		return s.place(ctx, a, g, err)
+		return s.schedulePod(ctx, key, ns, name, cycle, begin)
 	}
 	pg, err := s.podGroups.PodGroups(ns).Get(name)
 	if apierrors.IsNotFound(err) {
@@ -113,18 +60,57 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("get podgroup: %w", err)
 	}
+	if done, err := s.groupHeld(ctx, key, pg, cycle); done || err != nil {
+		return err
+	}
+	ms, done, err := s.groupMembers(ctx, key, pg)
+	if done || err != nil {
+		return err
+	}
+	return s.scheduleGroup(ctx, key, pg, ms, cycle, begin)
+}
+
+// schedulePod runs one attempt for a pod without a PodGroup (a gang of
+// one).
+func (s *Scheduler) schedulePod(ctx context.Context, key, ns, name string, cycle uint64, begin time.Time) error {
+	pod, err := s.pods.Pods(ns).Get(name)
+	if err == nil && podstate.Ours(pod) && pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 {
+		s.status.markGated(ctx, []*v1.Pod{pod})
+	}
+	if apierrors.IsNotFound(err) || err == nil && !podstate.Pending(pod) {
+		s.forget(key)
+		return s.evict.GangDone(ctx, key)
+	}
+	if err != nil {
+		return fmt.Errorf("get pod: %w", err)
+	}
+	if h, ok := s.cfg.Members.Hint(pod); ok && gangless.Untried(pod) {
+		s.report.Event(pod, v1.EventTypeWarning, vocab.EventPlacedWithoutGang, "Scheduling", h.Message)
+	}
+	g, err := placement.NewPodGang(pod, s.getClaim)
+	if err == nil {
+		err = s.prepare(ctx, g)
+	}
+	a := &attempt{key: key, cycle: cycle, begin: begin, pod: pod, eff: preemption.ResolvePod(pod), members: []*v1.Pod{pod}}
+	return s.place(ctx, a, g, err)
+}
+
+// groupHeld handles a PodGroup whose members are not placed now: deleting,
+// a tree's leaf (placed with its tree), a half-done commit, failed, or its
+// members still arriving. done: nothing more this attempt.
+func (s *Scheduler) groupHeld(ctx context.Context, key string, pg *schedulingv1beta1.PodGroup, cycle uint64) (bool, error) {
 	if pg.DeletionTimestamp != nil && s.commits.Record(pg.UID) == nil {
 		// Its pods keep it (finalizer podgroup-protection) until they are
 		// deleted; none of them is placed meanwhile.
 		s.status.podGroupDeleting(ctx, pg)
 		s.forget(key)
-		return s.evict.GangDone(ctx, key)
+		return true, s.evict.GangDone(ctx, key)
 	}
 	if s.tree != nil && pg.Spec.ParentCompositePodGroupName != nil {
 		if stop, err := s.leafTurn(ctx, key, pg); stop || err != nil {
-			return err
+			return true, err
 		}
-		return s.tree.Route(ctx, key, pg) // a tree's leaf is placed with its tree
+		return true, s.tree.Route(ctx, key, pg) // a tree's leaf is placed with its tree
 	}
 	if cm := s.commits.Record(pg.UID); cm != nil {
 		// A commit of this gang is half done (a crash, or a failed undo):
@@ -134,49 +120,56 @@ func (s *Scheduler) scheduleKey(ctx context.Context, key string) error {
 			if !gate.Stops(err) {
 				s.queue.Park(key, cycle)
 			}
-			return err
+			return true, err
 		}
 		s.queue.RetryAfter(key, time.Second)
-		return nil
+		return true, nil
 	}
 	if failed, err := s.status.failed(ctx, pg); failed || err != nil {
 		s.forget(key) // until the PodGroup is recreated
-		return errors.Join(err, s.evict.GangDone(ctx, key))
+		return true, errors.Join(err, s.evict.GangDone(ctx, key))
 	}
-	if s.status.membersArriving(ctx, key, pg, cycle) {
-		return nil
-	}
+	return s.status.membersArriving(ctx, key, pg, cycle), nil
+}
+
+// groupMembers reads a PodGroup's members and runs its members-lost check
+// and whole restart; done: nothing to place now (none pending, or it
+// waits or restarts).
+func (s *Scheduler) groupMembers(ctx context.Context, key string, pg *schedulingv1beta1.PodGroup) (*memberSet, bool, error) {
 	ms, err := s.gangs.members(pg)
 	if err != nil {
-		return err
+		return nil, true, err
 	}
 	s.status.markGated(ctx, ms.gated)
 	if stop, err := s.checkMembers(ctx, key, pg, ms); stop || err != nil {
-		return err
+		return nil, true, err
 	}
 	restarting, replaced, err := s.restarts.RestartGang(ctx, pg, len(ms.pending), len(ms.running))
 	if replaced {
 		forgetOld(ms)
 	}
 	if err != nil || restarting {
-		if err == nil || !gate.Stops(err) {
+		if !gate.Stops(err) {
 			s.queue.RetryAfter(key, s.restarts.RetryIn(key)) // backs off while a PDB blocks it
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "Restarting a gang whole", "podgroup", klog.KObj(pg))
+			}
+			err = nil
 		}
-		if gate.Stops(err) {
-			return err
-		}
-		if err != nil {
-			klog.FromContext(ctx).Error(err, "Restarting a gang whole", "podgroup", klog.KObj(pg))
-		}
-		return nil
+		return nil, true, err
 	}
 	if len(ms.pending) == 0 {
 		s.forget(key)
-		return s.evict.GangDone(ctx, key)
+		return nil, true, s.evict.GangDone(ctx, key)
 	}
+	return ms, false, nil
+}
+
+// scheduleGroup builds a PodGroup's gang of its pending members and places
+// it: late members join the placed gang in the domain it runs in.
+func (s *Scheduler) scheduleGroup(ctx context.Context, key string, pg *schedulingv1beta1.PodGroup, ms *memberSet, cycle uint64, begin time.Time) error {
 	group := pg
 	if ms.anyBound {
-		// Late members join the placed gang in the domain it runs in.
 		group = pg.DeepCopy()
 		group.Spec.SchedulingPolicy.Gang = nil
 	}
@@ -264,40 +257,20 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 	}()
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "gang", a.key)
 	ctx = klog.NewContext(ctx, logger)
-	if errors.Is(buildErr, placement.ErrNotReady) {
+	switch {
+	case errors.Is(buildErr, placement.ErrNotReady):
 		logger.V(3).Info("Gang not ready", "reason", buildErr.Error())
 		_, ns, _ := queue.SplitKey(a.key)
 		s.queue.Wait(a.key, ns, a.cycle)
 		return s.status.notReady(ctx, a, buildErr)
-	}
-	if errors.Is(buildErr, placement.ErrUnsupported) || errors.Is(buildErr, placement.ErrInvalid) {
+	case errors.Is(buildErr, placement.ErrUnsupported) || errors.Is(buildErr, placement.ErrInvalid):
 		// Until the pod changes (most of these fields are immutable).
 		return s.refuse(ctx, a, ReasonUnsupported, vocab.ReasonUnschedulable, buildErr.Error())
-	}
-	if buildErr != nil {
+	case buildErr != nil:
 		return s.refuse(ctx, a, ReasonSchedulerError, vocab.ReasonSchedulerError, buildErr.Error())
 	}
 	start := time.Now()
-	snap, err := s.snaps.snapshot(ctx, s.evict.Held(a.preemptor()))
-	var d *placement.Decision
-	var u *placement.Unschedulable
-	if err == nil {
-		// The attempt's budget: calls (Config.Placement.Budget) and time
-		// from now; the gang's memory of its expensive calls.
-		cfg := s.cfg.Placement
-		cfg.Budget.Deadline = cost.DeadlineFor(time.Now(), s.cfg.PlacementTime, len(g.Members))
-		g.Memory = s.costs.For(a.key)
-		d, u, err = placement.Place(ctx, cfg, snap, g)
-		if u != nil && err == nil && len(g.BoundNodes) > 0 && a.pg != nil && !a.late {
-			if stay := s.status.replacer.Stays(a.key, a.pg); stay != "" {
-				u.Message += "; " + stay // its policy keeps it waiting for its previous domain
-			} else {
-				g.BoundNodes = nil // its previous domain is full: wherever it fits best now
-				d, u, err = placement.Place(ctx, cfg, snap, g)
-			}
-		}
-		s.costs.Keep(a.key, g.Memory)
-	}
+	d, u, err := s.decide(ctx, a, g)
 	s.cfg.Metrics.ObservePlacement(time.Since(start).Seconds())
 	switch {
 	case err != nil:
@@ -307,40 +280,79 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		// place it again, at the same cost), a harder backoff.
 		return s.refuse(ctx, a, ReasonTimedOut, vocab.ReasonTimedOut, u.Message)
 	case u != nil:
-		if len(s.evict.Held(a.preemptor())) == 0 {
-			// Held nodes come back without a claim's event.
-			a.short = devicesShort(g, u)
-		}
-		msg := u.Message
-		if note := s.evict.HeldNote(a.preemptor()); note != "" {
-			msg = note + "\n" + msg // not "no node carries this label" alone
-		}
-		if !s.cfg.DisablePreemption {
-			// Preemption plans on the listers, which do not show the
-			// commits in flight: let them land first.
-			s.pipe.Wait()
-		}
-		in, err := s.snaps.inputFor(s.evict.Held(a.preemptor()))
-		var extra string
-		if err == nil {
-			extra, err = s.evict.AfterRefusal(ctx, a.preemptor(), g, in)
-		}
-		if gate.Stops(err) {
-			return err
-		}
-		if err != nil {
-			logger.Error(err, "Preemption failed")
-			extra = "preemption failed: " + err.Error()
-		}
-		if extra != "" {
-			msg += "\n" + extra
-		}
-		return s.refuse(ctx, a, ReasonUnschedulable, vocab.ReasonUnschedulable, msg)
+		return s.unplaced(ctx, a, g, u)
 	}
 	// attempt: since the attempt began (members read, gang built,
 	// snapshot, Place); duration: snapshot and Place.
 	logger.V(2).Info("Placed gang", "domain", d.Domain, "key", d.TopologyKey, "pods", len(d.Pods), "claims", len(d.Claims),
 		"duration", time.Since(start), "attempt", time.Since(a.begin))
+	return s.commitPlaced(ctx, a, g, d, begin)
+}
+
+// decide places gang g on a snapshot of this attempt, within its budget:
+// calls (Config.Placement.Budget) and time from now, with the gang's
+// memory of its expensive calls. A gang restarted whole that does not fit
+// its previous domain is placed wherever it fits best now, unless its
+// policy keeps it waiting there.
+func (s *Scheduler) decide(ctx context.Context, a *attempt, g *placement.Gang) (*placement.Decision, *placement.Unschedulable, error) {
+	snap, err := s.snaps.snapshot(ctx, s.evict.Held(a.preemptor()))
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := s.cfg.Placement
+	cfg.Budget.Deadline = cost.DeadlineFor(time.Now(), s.cfg.PlacementTime, len(g.Members))
+	g.Memory = s.costs.For(a.key)
+	defer func() { s.costs.Keep(a.key, g.Memory) }()
+	d, u, err := placement.Place(ctx, cfg, snap, g)
+	if u != nil && err == nil && len(g.BoundNodes) > 0 && a.pg != nil && !a.late {
+		if stay := s.status.replacer.Stays(a.key, a.pg); stay != "" {
+			u.Message += "; " + stay // its policy keeps it waiting for its previous domain
+		} else {
+			g.BoundNodes = nil // its previous domain is full: wherever it fits best now
+			d, u, err = placement.Place(ctx, cfg, snap, g)
+		}
+	}
+	return d, u, err
+}
+
+// unplaced refuses a gang no domain holds now, after the evict room
+// advanced or started its preemption, or reserved a domain for it.
+func (s *Scheduler) unplaced(ctx context.Context, a *attempt, g *placement.Gang, u *placement.Unschedulable) error {
+	if len(s.evict.Held(a.preemptor())) == 0 {
+		// Held nodes come back without a claim's event.
+		a.short = devicesShort(g, u)
+	}
+	msg := u.Message
+	if note := s.evict.HeldNote(a.preemptor()); note != "" {
+		msg = note + "\n" + msg // not "no node carries this label" alone
+	}
+	if !s.cfg.DisablePreemption {
+		// Preemption plans on the listers, which do not show the commits
+		// in flight: let them land first.
+		s.pipe.Wait()
+	}
+	in, err := s.snaps.inputFor(s.evict.Held(a.preemptor()))
+	var extra string
+	if err == nil {
+		extra, err = s.evict.AfterRefusal(ctx, a.preemptor(), g, in)
+	}
+	if gate.Stops(err) {
+		return err
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Preemption failed")
+		extra = "preemption failed: " + err.Error()
+	}
+	if extra != "" {
+		msg += "\n" + extra
+	}
+	return s.refuse(ctx, a, ReasonUnschedulable, vocab.ReasonUnschedulable, msg)
+}
+
+// commitPlaced assumes decision d and commits it: here with SerialCommits,
+// else in the pipeline beside the worker, which reports the attempt
+// (begin: when place began). Only a serial commit's error is returned.
+func (s *Scheduler) commitPlaced(ctx context.Context, a *attempt, g *placement.Gang, d *placement.Decision, begin time.Time) error {
 	s.assumed.AddInFlight(a.key, assume.Part{Gang: g, Decision: d})
 	s.cfg.Metrics.SetAssumed(s.assumed.Len())
 	if s.cfg.SerialCommits {
@@ -356,7 +368,7 @@ func (s *Scheduler) place(ctx context.Context, a *attempt, g *placement.Gang, bu
 		err = s.afterCommit(ctx, a, g, d, txn.Written(), err)
 		s.cfg.Metrics.ObserveAttempt(a.result, time.Since(begin).Seconds())
 		if err != nil && !gate.Stops(err) && ctx.Err() == nil {
-			logger.Error(err, "Committing a placed gang failed")
+			klog.FromContext(ctx).Error(err, "Committing a placed gang failed")
 		}
 		return err
 	})
@@ -458,25 +470,4 @@ func (s *Scheduler) forget(key string) {
 	s.costs.Forget(key)
 	s.pending.clear(key)
 	s.status.forget(key)
-}
-
-// devicesShort reports how many devices a refused gang lacks when only
-// freed devices can help it, 0 otherwise: it wants all its members
-// (minCount = its size) and, at every level the engine tried, even the
-// domain with the most free devices of its main class had fewer than the
-// gang needs; it lacks the difference in the best of them.
-func devicesShort(g *placement.Gang, u *placement.Unschedulable) int {
-	if u.Devices == 0 || len(u.Levels) == 0 || g.MinCount < len(g.Members) {
-		return 0
-	}
-	most := 0
-	for _, l := range u.Levels {
-		if l.Best != nil && l.Best.FreeDevices >= u.Devices {
-			return 0
-		}
-		if l.Best != nil {
-			most = max(most, l.Best.FreeDevices)
-		}
-	}
-	return u.Devices - most
 }

@@ -18,7 +18,8 @@
 // Types and files:
 //   - Scheduler, the loop: scheduler.go (New, Run, the worker, the metrics
 //     loop), cycle.go (one attempt: read the gang, place it, commit or
-//     refuse it), rooms.go (building this term's parts and rooms, and the
+//     refuse it; attempt.go is the attempt, as the evict room sees it
+//     too, and how many devices a refused one lacks), rooms.go (building this term's parts and rooms, and the
 //     adapters the rooms call back through); config.go is its Config.
 //   - gangPods (members.go): a gang's pods from the informers' indexes,
 //     its members (pending, gated, running, lost); evict.Gangs.
@@ -28,7 +29,8 @@
 //     turn (leafTurn: lost members, whole restarts) before its tree's.
 //   - snapshots: snapshot.go (the snapshots an attempt places on, with
 //     the decisions of pkg/gang/assume's cache added; free GPUs),
-//     cachefeed.go (the placement cache's feed from the informers),
+//     cachefeed.go (the placement cache's feed from the informers, run
+//     before the queue's handlers: chainFirst),
 //     warm.go (the cache's warm-up).
 //   - members are pinned to their volumes' nodes by pkg/gang/volumepins,
 //     and given their extended resources' claims by pkg/gang/extres

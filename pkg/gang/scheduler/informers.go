@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -146,6 +145,19 @@ type informerHandler struct {
 // informer run in no set order, and a gang woken before the cache has the
 // change that woke it would be refused on stale state and back off.
 func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
+	handlers := append(s.gangHandlers(q), s.capacityHandlers(q)...)
+	handlers = append(handlers, s.counterHandlers()...)
+	for _, h := range chainFirst(first, handlers) {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return fmt.Errorf("add event handler: %w", err)
+		}
+	}
+	return nil
+}
+
+// gangHandlers queue the gangs whose own objects changed: pods, PodGroups,
+// claims and CompositePodGroups (watch says the rules).
+func (s *informerSet) gangHandlers(q queue.Events) []informerHandler {
 	handlers := []informerHandler{
 		{s.pods, cache.ResourceEventHandlerFuncs{
 			AddFunc: func(obj any) {
@@ -179,6 +191,22 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 			UpdateFunc: func(old, obj any) { claimChanged(q, old, obj) },
 			DeleteFunc: func(obj any) { claimDeleted(q, obj) },
 		}},
+	}
+	if s.composites != nil {
+		tree := func(obj any) { // its tree is tried (a PodGroup's event reaches it through the PodGroup's key)
+			if c, ok := tombstone[*schedulingv1alpha3.CompositePodGroup](obj); ok {
+				q.Add(vocab.CompositeKey(c.Namespace, c.Name))
+			}
+		}
+		handlers = append(handlers, informerHandler{s.composites, cache.ResourceEventHandlerFuncs{AddFunc: tree, UpdateFunc: func(_, obj any) { tree(obj) }, DeleteFunc: tree}})
+	}
+	return handlers
+}
+
+// capacityHandlers wake the gangs a change may let fit: slices, classes,
+// volume claims and nodes (watch says the rules).
+func (s *informerSet) capacityHandlers(q queue.Events) []informerHandler {
+	return []informerHandler{
 		{s.slices, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { q.FlushParked() },
 			UpdateFunc: func(any, any) { q.FlushParked() },
@@ -207,14 +235,13 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 			DeleteFunc: func(obj any) { s.nodeDeleted(q, obj) },
 		}},
 	}
-	if s.composites != nil {
-		tree := func(obj any) { // its tree is tried (a PodGroup's event reaches it through the PodGroup's key)
-			if c, ok := tombstone[*schedulingv1alpha3.CompositePodGroup](obj); ok {
-				q.Add(vocab.CompositeKey(c.Namespace, c.Name))
-			}
-		}
-		handlers = append(handlers, informerHandler{s.composites, cache.ResourceEventHandlerFuncs{AddFunc: tree, UpdateFunc: func(_, obj any) { tree(obj) }, DeleteFunc: tree}})
-	}
+}
+
+// counterHandlers count the events that may change capacity (slices,
+// claims, nodes) and the fabric tree (slices, nodes added, deleted or
+// relabelled).
+func (s *informerSet) counterHandlers() []informerHandler {
+	var handlers []informerHandler
 	bump := func(any) { s.capacityEvents.Add(1) }
 	for _, inf := range []cache.SharedIndexInformer{s.slices, s.claims, s.nodes} {
 		handlers = append(handlers, informerHandler{inf, cache.ResourceEventHandlerFuncs{AddFunc: bump, UpdateFunc: func(_, obj any) { bump(obj) }, DeleteFunc: bump}})
@@ -228,33 +255,7 @@ func (s *informerSet) watch(q queue.Events, first []informerHandler) error {
 				topo(obj)
 			}
 		}}})
-	for _, h := range chainFirst(first, handlers) {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return fmt.Errorf("add event handler: %w", err)
-		}
-	}
-	return nil
-}
-
-// chainFirst puts each handler of first before the first handler of then
-// of the same informer (one handler calling both, in that order); the
-// others are added as they are.
-func chainFirst(first, then []informerHandler) []informerHandler {
-	out := slices.Clone(then)
-	for _, f := range first {
-		i := slices.IndexFunc(out, func(h informerHandler) bool { return h.inf == f.inf })
-		if i < 0 {
-			out = append(out, f)
-			continue
-		}
-		a, b := f.h, out[i].h
-		out[i].h = cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { a.OnAdd(obj, false); b.OnAdd(obj, false) },
-			UpdateFunc: func(old, obj any) { a.OnUpdate(old, obj); b.OnUpdate(old, obj) },
-			DeleteFunc: func(obj any) { a.OnDelete(obj); b.OnDelete(obj) },
-		}
-	}
-	return out
+	return handlers
 }
 
 // trimObject drops what the scheduler never reads from the objects its

@@ -170,8 +170,3 @@ func (r claimReleaser) ReleaseClaim(ctx context.Context, namespace, name string,
 	_, err := r.commits.ReleaseClaim(ctx, namespace, name, uid, consumers, func(*resourceapi.AllocationResult) bool { return true })
 	return err
 }
-
-// preemptor is the attempt as the evict room sees it.
-func (a *attempt) preemptor() *evict.Attempt {
-	return &evict.Attempt{Key: a.key, PodGroup: a.pg, Pod: a.pod, Priority: a.eff.Priority, NoPreemption: a.eff.NoPreemption, Capped: a.eff.Capped, Members: a.members}
-}

@@ -126,35 +126,9 @@ type leafState struct {
 // pipeline, which marks the key done.
 func (c *Cycle) Run(ctx context.Context, key string) (handedOff bool, err error) {
 	cycle, begin := c.d.Queue.Cycle(), time.Now()
-	if c.d.Assumed.Waiting(key, c.d.Visible) {
-		c.d.Queue.RetryAfter(key, time.Second) // committed, not shown yet
-		return false, nil
-	}
-	_, ns, name := vocab.SplitKey(key)
-	root, err := c.d.Lister(ns, name)
-	if apierrors.IsNotFound(err) {
-		c.d.Forget(key)
-		return false, c.d.Done(ctx, key)
-	}
-	if err != nil {
-		return false, fmt.Errorf("get compositepodgroup: %w", err)
-	}
-	if p := root.Spec.ParentCompositePodGroupName; p != nil { // not a root: its tree is tried
-		if top, err := c.d.Reader.RootOf(ns, *p); err == nil {
-			c.d.Queue.Add(vocab.CompositeKey(ns, top))
-		}
-		c.d.Forget(key)
-		return false, nil
-	}
-	if cm := c.d.Commits.Record(root.UID); cm != nil {
-		if err := c.d.Commits.RecoverRecord(ctx, cm); err != nil {
-			if !gate.Stops(err) {
-				c.d.Queue.Park(key, cycle)
-			}
-			return false, err
-		}
-		c.d.Queue.RetryAfter(key, time.Second)
-		return false, nil
+	root, done, err := c.root(ctx, key, cycle)
+	if done || err != nil {
+		return false, err
 	}
 	ctx = klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), "tree", key))
 	a := &attempt{key: key, cycle: cycle, begin: begin, root: root}
@@ -195,6 +169,43 @@ func (c *Cycle) Run(ctx context.Context, key string) (handedOff bool, err error)
 		return false, c.refuse(ctx, a, metrics.ReasonSchedulerError, vocab.ReasonSchedulerError, err.Error())
 	}
 	return c.place(ctx, a, group)
+}
+
+// root reads the root CompositePodGroup of the tree key; done: nothing to
+// try now (committed and not shown yet, gone, not a root, or a half-done
+// commit recovered first).
+func (c *Cycle) root(ctx context.Context, key string, cycle uint64) (*schedulingv1alpha3.CompositePodGroup, bool, error) {
+	if c.d.Assumed.Waiting(key, c.d.Visible) {
+		c.d.Queue.RetryAfter(key, time.Second) // committed, not shown yet
+		return nil, true, nil
+	}
+	_, ns, name := vocab.SplitKey(key)
+	root, err := c.d.Lister(ns, name)
+	if apierrors.IsNotFound(err) {
+		c.d.Forget(key)
+		return nil, true, c.d.Done(ctx, key)
+	}
+	if err != nil {
+		return nil, true, fmt.Errorf("get compositepodgroup: %w", err)
+	}
+	if p := root.Spec.ParentCompositePodGroupName; p != nil { // not a root: its tree is tried
+		if top, err := c.d.Reader.RootOf(ns, *p); err == nil {
+			c.d.Queue.Add(vocab.CompositeKey(ns, top))
+		}
+		c.d.Forget(key)
+		return nil, true, nil
+	}
+	if cm := c.d.Commits.Record(root.UID); cm != nil {
+		if err := c.d.Commits.RecoverRecord(ctx, cm); err != nil {
+			if !gate.Stops(err) {
+				c.d.Queue.Park(key, cycle)
+			}
+			return nil, true, err
+		}
+		c.d.Queue.RetryAfter(key, time.Second)
+		return nil, true, nil
+	}
+	return root, false, nil
 }
 
 // attempt is one attempt of a tree.
