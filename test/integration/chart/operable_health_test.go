@@ -81,7 +81,7 @@ func TestSchedulerWithoutPodGroupAPI(t *testing.T) {
 			t.Errorf("a missing API is no reason to restart: %v", err)
 		}
 	}
-	itest.Poll(t, "the log says why", 10*time.Second, func(context.Context) error {
+	itest.Poll(t, "the log says why", 30*time.Second, func(context.Context) error {
 		data, err := os.ReadFile(cp.ProcessLog("no-podgroups"))
 		if err != nil {
 			return err
@@ -131,7 +131,7 @@ func TestComponentsOperable(t *testing.T) {
 		return checkHealth(ctx, pluginAddr, "/readyz?verbose", 500, "[-]registration failed: the kubelet has not registered the plugin yet")
 	})
 	registerLikeKubelet(t, framework.RegistrationSocket(plugin.RegistrarDir()))
-	itest.Poll(t, "plugin ready once registered", 10*time.Second, func(ctx context.Context) error {
+	itest.Poll(t, "plugin ready once registered", 30*time.Second, func(ctx context.Context) error {
 		return checkHealth(ctx, pluginAddr, "/readyz?verbose", 200, "[+]registration ok")
 	})
 
@@ -176,7 +176,7 @@ func TestComponentsOperable(t *testing.T) {
 
 	dra := filepath.Join(plugin.PluginDir(), "dra.sock")
 	itest.Must(t, "remove the DRA socket", os.Remove(dra))
-	itest.Poll(t, "plugin not live once its DRA socket is gone", 10*time.Second, func(ctx context.Context) error {
+	itest.Poll(t, "plugin not live once its DRA socket is gone", 30*time.Second, func(ctx context.Context) error {
 		return checkHealth(ctx, pluginAddr, "/livez?verbose", 500, "[-]sockets failed: DRA socket "+dra)
 	})
 	itest.Must(t, "stop scheduler", cp.Signal("operable-scheduler", syscall.SIGTERM))

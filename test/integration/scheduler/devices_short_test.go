@@ -136,7 +136,7 @@ func settleCount(t *testing.T, count func() float64, quiet time.Duration) float6
 // consumers are gone: no reservation, no allocation.
 func deallocate(t *testing.T, c kubernetes.Interface, ns, name string) {
 	t.Helper()
-	itest.Poll(t, "deallocate "+name, 10*time.Second, func(ctx context.Context) error {
+	itest.Poll(t, "deallocate "+name, 30*time.Second, func(ctx context.Context) error {
 		claim, err := c.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -56,7 +56,7 @@ func TestGangWaitMetric(t *testing.T) {
 	if count != 1 || sum <= 0 || sum > time.Since(start).Seconds()+1 {
 		t.Fatalf("gang_wait_seconds{result=placed}: count %d, sum %vs; want 1 sample within the %s since the PodGroup was created", count, sum, time.Since(start))
 	}
-	itest.Poll(t, "InitiallyScheduled condition", 10*time.Second, func(ctx context.Context) error {
+	itest.Poll(t, "InitiallyScheduled condition", 30*time.Second, func(ctx context.Context) error {
 		pg, err := admin.SchedulingV1beta1().PodGroups(ns).Get(ctx, "g", metav1.GetOptions{})
 		if err == nil && !meta.IsStatusConditionTrue(pg.Status.Conditions, vocab.ConditionInitiallyScheduled) {
 			err = fmt.Errorf("conditions %+v", pg.Status.Conditions)

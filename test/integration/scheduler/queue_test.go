@@ -56,10 +56,10 @@ func TestSchedulerGangQueue(t *testing.T) {
 		itest.Poll(t, "unschedulable condition", 30*time.Second, func(ctx context.Context) error {
 			return groupCondition(ctx, admin, ns, "big", metav1.ConditionFalse, schedulingv1beta1.PodGroupReasonUnschedulable, want)
 		})
-		itest.Poll(t, "event", 10*time.Second, func(ctx context.Context) error {
+		itest.Poll(t, "event", 30*time.Second, func(ctx context.Context) error {
 			return schedFindEvent(ctx, admin, ns, "big", vocab.EventFailedScheduling, want)
 		})
-		itest.Poll(t, "PodScheduled=False on every member", 10*time.Second, func(ctx context.Context) error {
+		itest.Poll(t, "PodScheduled=False on every member", 30*time.Second, func(ctx context.Context) error {
 			pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return err
@@ -104,7 +104,7 @@ func TestSchedulerGangQueue(t *testing.T) {
 		})
 		checkPlacedGang(t, admin, st, "g", 3)
 		dom := itest.DomainOf(st.Pods[0].Spec.NodeName)
-		itest.Poll(t, "free GPUs gauge", 10*time.Second, func(context.Context) error {
+		itest.Poll(t, "free GPUs gauge", 30*time.Second, func(context.Context) error {
 			if n := schedMetricValue(t, reg, "gpufabric_scheduler_domain_free_gpus", dom); n != 4 {
 				return fmt.Errorf("domain_free_gpus{domain=%s} = %v, want 4", dom, n)
 			}

@@ -32,7 +32,7 @@ func TestSchedulerOwnStatusWriteDoesNotRetry(t *testing.T) {
 	patch := []byte(`{"metadata":{"labels":{"example.com/touched":"yes"}}}`)
 	_, err := admin.CoreV1().Pods(ns).Patch(t.Context(), "waiter-0", types.MergePatchType, patch, metav1.PatchOptions{})
 	itest.Must(t, "label member", err)
-	itest.Poll(t, "refused again after a member's labels changed", 10*time.Second, func(context.Context) error {
+	itest.Poll(t, "refused again after a member's labels changed", 30*time.Second, func(context.Context) error {
 		if n := refused(); n != 2 {
 			return fmt.Errorf("refused %v times, want 2", n)
 		}
