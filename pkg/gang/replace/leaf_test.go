@@ -1,6 +1,7 @@
 package replace
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +18,9 @@ const above = "cpg:ns/svc"
 // (its lost member evicted, ReplacingInPlace, ReplacedInPlace once the
 // replacement runs); under a CompositePodGroup whose disruptionMode is
 // All a loss asks for the composite's restart, not the leaf's, and evicts
-// nothing itself; a leaf's restart (policy Restart, or its composite's)
-// holds no previous domain: its tree's search places it.
+// nothing itself, and the leaf remembers its previous domain (its tree's
+// search pins it there first); a leaf's restart by policy Restart holds
+// no previous domain.
 func TestTurnTreeLeaf(t *testing.T) {
 	lossOf := func(p *v1.Pod) []Loss {
 		return []Loss{{Pod: p, Trigger: NodeNotReady, Since: t0, Why: p.Name + " on node " + p.Spec.NodeName + ", NotReady"}}
@@ -54,8 +56,11 @@ func TestTurnTreeLeaf(t *testing.T) {
 		if why := g.restarts[above]; !strings.Contains(why, "CompositePodGroup ns/svc above the group is disrupted only whole") || !strings.Contains(why, "(node_not_ready)") {
 			t.Errorf("restarts %v, want the composite's with the loss named", g.restarts)
 		}
-		if _, own := g.restarts[key]; own || g.writes() != "" || len(g.r.Prefer(key)) != 0 {
-			t.Errorf("restarts %v, writes %q, prefer %v: want only the composite's restart, no eviction, no previous domain", g.restarts, g.writes(), g.r.Prefer(key))
+		if _, own := g.restarts[key]; own || g.writes() != "" {
+			t.Errorf("restarts %v, writes %q: want only the composite's restart, no eviction", g.restarts, g.writes())
+		}
+		if p := g.r.Prefer(key); !slices.Equal(p, []string{"n1"}) {
+			t.Errorf("prefer %v, want the running member's node n1", p)
 		}
 		if !strings.Contains(out.Cond.Message, "its tree's search places it again") {
 			t.Errorf("condition %+v", out.Cond)

@@ -356,9 +356,10 @@ func (r *Replacer) replaced(t Turn, st *gangState, now time.Time) metav1.Conditi
 
 // restart asks for the gang's whole restart (or its composite's: every
 // leaf under it); prefer: it goes back to the domain of its running
-// members when it fits (never a tree's leaf: its tree's search places it).
+// members when it fits (a tree's leaf: its tree's search pins it there
+// first).
 func (r *Replacer) restart(t Turn, st *gangState, why string, prefer bool) {
-	r.restarting(t, st, prefer && !t.Leaf)
+	r.restarting(t, st, prefer)
 	r.d.Restarts.Restart(t.restartKey(), why)
 }
 

@@ -22,7 +22,8 @@ var _ replace.Restarts = treeRestarts{}
 // leafMembers is a leaf's members as its tree sees them: none for a
 // failed leaf; Restarting while a whole restart's old members go; after
 // them, the old members that stay (a Job keeps failed pods) no longer
-// make the new ones late members.
+// make the new ones late members, and the new ones have the previous
+// domain the replace room remembers (and whether they must stay there).
 func (g *gangPods) leafMembers(pg *schedulingv1beta1.PodGroup) (trees.Members, error) {
 	if replace.Failed(pg) {
 		return trees.Members{}, nil
@@ -36,8 +37,15 @@ func (g *gangPods) leafMembers(pg *schedulingv1beta1.PodGroup) (trees.Members, e
 	if active && restart.Reason == vocab.ReasonReplacingMembers {
 		forgetOld(ms)
 	}
-	return trees.Members{Pending: ms.pending, Running: ms.running, Gated: ms.gated, AnyBound: ms.anyBound, BoundNodes: ms.boundNodes,
-		Restarting: active && restart.Reason == vocab.ReasonMemberDisrupted}, nil
+	out := trees.Members{Pending: ms.pending, Running: ms.running, Gated: ms.gated, AnyBound: ms.anyBound, BoundNodes: ms.boundNodes,
+		Restarting: active && restart.Reason == vocab.ReasonMemberDisrupted}
+	if g.previous != nil && !ms.anyBound && len(ms.pending) > 0 {
+		key := vocab.PodGroupKey(pg.Namespace, pg.Name)
+		if out.Previous = g.previous.Prefer(key); len(out.Previous) > 0 {
+			out.Stays = g.previous.Stays(key, pg)
+		}
+	}
+	return out, nil
 }
 
 // treeRestarts asks for whole restarts (replace.Restarts): a PodGroup's

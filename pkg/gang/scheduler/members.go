@@ -31,7 +31,20 @@ type gangPods struct {
 	// (replace.Replacer.Classify); nil: never.
 	classify func(*v1.Pod, *v1.Node) (*replace.Loss, time.Duration)
 	guard    *membership.Guard // a grouper's PodGroup's members (nil: all)
+	// previous is where a gang restarted whole ran (the replace room);
+	// nil: nowhere known.
+	previous previousDomains
 }
+
+// previousDomains is the replace room's memory of where gangs restarted
+// whole ran, and whether their policy keeps them there
+// (replace.Replacer).
+type previousDomains interface {
+	Prefer(key string) []string
+	Stays(key string, pg *schedulingv1beta1.PodGroup) string
+}
+
+var _ previousDomains = (*replace.Replacer)(nil)
 
 // memberSet is what a PodGroup's pods say about its gang.
 type memberSet struct {

@@ -91,6 +91,7 @@ func (s *Scheduler) wireRooms() {
 		Metrics: s.cfg.Metrics.ReplaceMetrics(), Conditions: s.conditions, Restarts: treeRestarts{s}, Deletions: &s.inf.deletions,
 		Tree: listerTree(s).Tree}) // a whole gang's previous domain, by id over a restart
 	s.gangs.classify, s.inf.lost = s.status.replacer.Classify, s.status.replacer.Disrupted
+	s.gangs.previous = s.status.replacer
 	cfg.NodeLost = s.gangs.nodeLost
 	if s.inf.composites != nil {
 		cfg.Trees = s.treeReader() // victims valued and grouped by their trees

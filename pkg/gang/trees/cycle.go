@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -50,6 +53,12 @@ type Members struct {
 	// Restarting: the leaf restarts whole and its old members are still
 	// going; nothing of its tree is placed until they are gone.
 	Restarting bool
+	// Previous: after a whole restart, the nodes whose domain the leaf ran
+	// in (replace.Replacer.Prefer): the tree's search pins the leaf there
+	// first. Stays: why its policy keeps it there when the tree does not
+	// fit so ("": it may go wherever the tree fits best).
+	Previous []string
+	Stays    string
 }
 
 // Metrics are the loop's metrics a tree's attempt observes.
@@ -120,6 +129,8 @@ func NewCycle(d Deps) *Cycle { return &Cycle{d: d} }
 type leafState struct {
 	pg *schedulingv1beta1.PodGroup
 	ms Members
+	// gang is the leaf's gang of this attempt (nil: none built).
+	gang *placement.Gang
 }
 
 // Run runs one attempt of the tree key; handedOff: its commit went to the
@@ -222,12 +233,19 @@ type attempt struct {
 
 // restarting names a leaf whose old members are going, "" none.
 func (a *attempt) restarting() string {
-	for _, l := range a.leaves {
+	for _, l := range a.sorted() {
 		if l.ms.Restarting {
 			return l.pg.Name
 		}
 	}
 	return ""
+}
+
+// sorted lists the leaves by name.
+func (a *attempt) sorted() []*leafState {
+	out := slices.Collect(maps.Values(a.leaves))
+	slices.SortFunc(out, func(x, y *leafState) int { return strings.Compare(x.pg.Name, y.pg.Name) })
+	return out
 }
 
 // read reads each leaf's members, and says why gated pods wait.
@@ -269,9 +287,15 @@ func (c *Cycle) leafGang(ctx context.Context, l *leafState) (*placement.Gang, er
 		return nil, fmt.Errorf("podgroup %s: %w", pg.Name, err)
 	}
 	g.BoundNodes, g.Running = ms.BoundNodes, ms.Running
+	if !ms.AnyBound && len(ms.Previous) > 0 {
+		// Restarted whole: back to its previous domain when the tree fits
+		// so (its spares too), as a flat gang goes (place: unpin).
+		g.BoundNodes, g.PreviousNodes = ms.Previous, ms.Previous
+	}
 	if err := c.d.Prepare(ctx, g); err != nil {
 		return nil, err
 	}
+	l.gang = g
 	return g, commit.RecordFits(g)
 }
 

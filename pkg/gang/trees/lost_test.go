@@ -8,9 +8,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufabric/gpufabric/pkg/gang/assume"
 	"github.com/gpufabric/gpufabric/pkg/gang/commit"
+	"github.com/gpufabric/gpufabric/pkg/gang/placement"
 	"github.com/gpufabric/gpufabric/pkg/gang/vocab"
 )
 
@@ -81,5 +84,47 @@ func TestRunWaitsForRestartingLeaf(t *testing.T) {
 	}
 	if !slices.Equal(q.retried, []string{key}) || placed {
 		t.Errorf("retried %v, forgotten %v: want one retry, nothing else", q.retried, placed)
+	}
+}
+
+// TestRestartedLeafPinned: a leaf restarted whole is pinned to its
+// previous domain (its spares open to it) while a placed leaf keeps its
+// running members' nodes; when the tree does not fit so, unpin frees the
+// leaves whose policy lets them go and names those it keeps.
+func TestRestartedLeafPinned(t *testing.T) {
+	w := newWorld()
+	pod := func(name string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+	}
+	c := NewCycle(Deps{Prepare: func(context.Context, *placement.Gang) error { return nil }})
+	leaf := func(name string, ms Members) *leafState {
+		l := &leafState{pg: w.podGroup(name, "job", "wl", 1), ms: ms}
+		if _, err := c.leafGang(t.Context(), l); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return l
+	}
+	free := leaf("free", Members{Pending: []*v1.Pod{pod("free-0")}, Previous: []string{"n1", "n2"}})
+	stays := leaf("stays", Members{Pending: []*v1.Pod{pod("stays-0")}, Previous: []string{"n3"}, Stays: "policy Wait: it waits"})
+	late := leaf("late", Members{Pending: []*v1.Pod{pod("late-1")}, AnyBound: true, BoundNodes: []string{"n4"}, Previous: []string{"n5"}})
+	if g := free.gang; !slices.Equal(g.BoundNodes, []string{"n1", "n2"}) || !slices.Equal(g.PreviousNodes, g.BoundNodes) {
+		t.Fatalf("restarted leaf: bound %v, previous %v; want its previous domain's nodes in both", g.BoundNodes, g.PreviousNodes)
+	}
+	if g := late.gang; !slices.Equal(g.BoundNodes, []string{"n4"}) || g.PreviousNodes != nil {
+		t.Fatalf("placed leaf: bound %v, previous %v; want its running members' nodes only", g.BoundNodes, g.PreviousNodes)
+	}
+	a := &attempt{leaves: map[types.UID]*leafState{free.pg.UID: free, stays.pg.UID: stays, late.pg.UID: late}}
+	again, why := a.unpin()
+	if !again || why != "PodGroup stays: policy Wait: it waits" {
+		t.Errorf("unpin = %v, %q", again, why)
+	}
+	if free.gang.BoundNodes != nil || !slices.Equal(free.gang.PreviousNodes, []string{"n1", "n2"}) {
+		t.Errorf("freed leaf: bound %v, previous %v; want unpinned, its spares still open", free.gang.BoundNodes, free.gang.PreviousNodes)
+	}
+	if !slices.Equal(stays.gang.BoundNodes, []string{"n3"}) || !slices.Equal(late.gang.BoundNodes, []string{"n4"}) {
+		t.Errorf("kept: stays %v, late %v", stays.gang.BoundNodes, late.gang.BoundNodes)
+	}
+	if again, _ := a.unpin(); again {
+		t.Error("a second unpin freed a leaf again")
 	}
 }

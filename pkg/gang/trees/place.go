@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -28,7 +29,17 @@ func (c *Cycle) place(ctx context.Context, a *attempt, group *composite.Group) (
 	if err == nil {
 		cfg := c.d.Placement
 		cfg.Budget.Deadline = cost.DeadlineFor(time.Now(), c.d.PlacementTime, a.pods())
-		d, u, err = composite.Place(ctx, cfg, snap, group, composite.Options{PlaceCalls: c.d.PlaceCalls})
+		opts := composite.Options{PlaceCalls: c.d.PlaceCalls}
+		d, u, err = composite.Place(ctx, cfg, snap, group, opts)
+		if u != nil && err == nil {
+			again, stays := a.unpin()
+			if again {
+				d, u, err = composite.Place(ctx, cfg, snap, group, opts)
+			}
+			if u != nil && stays != "" {
+				u.Message += "; " + stays
+			}
+		}
 	}
 	c.d.Metrics.ObservePlacement(time.Since(start).Seconds())
 	switch {
@@ -67,6 +78,24 @@ func (c *Cycle) place(ctx context.Context, a *attempt, group *composite.Group) (
 		return err
 	})
 	return true, nil
+}
+
+// unpin lets the leaves restarted whole that the tree's search pinned to
+// their previous domain go wherever the tree fits best, unless their
+// policy keeps them there (stays says so); again: a leaf was unpinned.
+func (a *attempt) unpin() (again bool, stays string) {
+	var why []string
+	for _, l := range a.sorted() {
+		if l.gang == nil || len(l.ms.Previous) == 0 || l.ms.AnyBound || len(l.gang.BoundNodes) == 0 {
+			continue
+		}
+		if l.ms.Stays != "" {
+			why = append(why, fmt.Sprintf("PodGroup %s: %s", l.pg.Name, l.ms.Stays))
+			continue
+		}
+		l.gang.BoundNodes, again = nil, true
+	}
+	return again, strings.Join(why, "; ")
 }
 
 // pods counts the waiting members of the tree.

@@ -29,8 +29,10 @@ import (
 
 const (
 	gpusPerNode = 4
-	// caseLabel on a node names the case whose pods may run there.
-	caseLabel = "faults.gpufabric.dev/case"
+	// caseLabel on a node names the case whose pods may run there;
+	// domainLabel its NVLink domain (<case><letter>).
+	caseLabel   = "faults.gpufabric.dev/case"
+	domainLabel = "faults.gpufabric.dev/domain"
 	// The scheduler's flags in these tests: a node NotReady for 2 s has
 	// lost its members; a replacement has 40 s (the Job controller's
 	// back-off alone is 10 s) unless its PodGroup says otherwise.
@@ -52,7 +54,7 @@ func caseNodes(t *testing.T, admin kubernetes.Interface, c *faultCase) []string 
 		d := c.name + string(rune('a'+i))
 		for j := range n {
 			name := fmt.Sprintf("%s-%d", d, j)
-			node := itest.Node(name, map[string]string{corev1.LabelHostname: name, caseLabel: c.name})
+			node := itest.Node(name, map[string]string{corev1.LabelHostname: name, caseLabel: c.name, domainLabel: d})
 			node.Annotations = map[string]string{framework.KwokNodeAnnotation: "fake"}
 			_, err := admin.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{})
 			itest.Must(t, "create node", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +43,18 @@ type treeCase struct {
 	victimRank int
 	// minGroups is the root's minGroupCount (0: both leaves).
 	minGroups int32
+	// sizes: members per leaf (absent: 2); wholeLeaf: a leaf whose own
+	// disruptionMode is All; leafDomain: a leaf's pods select that domain
+	// (letter); later: a domain cordoned until the tree runs, then opened
+	// (letter, "": none).
+	sizes      map[string]int
+	wholeLeaf  string
+	leafDomain map[string]string
+	later      string
 }
+
+// size is the members of leaf.
+func (c *treeCase) size(leaf string) int { return cmp.Or(c.sizes[leaf], 2) }
 
 // treeCases: two NVLink domains of 3 nodes, so each leaf has a spare node
 // in its domain.
@@ -58,14 +70,23 @@ var treeCases = []*treeCase{
 	// failed leaf is not placed again once its node is repaired.
 	{faultCase: faultCase{name: "treefail", domains: []int{2, 2}, fault: itest.FaultTaint, policy: vocab.PolicyFail, timeout: 5 * time.Second},
 		victimLeaf: "prefill", victimRank: 0, minGroups: 1},
+	// A leaf disrupted only whole (3 members) runs in a (5 nodes), decode
+	// in b; c (3 nodes) opens once the tree runs. After the fault prefill
+	// restarts whole back in a (4 nodes left), not in c, which best fit
+	// alone would choose: a restarted leaf goes back to its previous
+	// domain when the tree fits so.
+	{faultCase: faultCase{name: "treeback", domains: []int{5, 2, 3}, fault: itest.FaultTaint}, victimLeaf: "prefill", victimRank: 0,
+		sizes: map[string]int{"prefill": 3}, wholeLeaf: "prefill", leafDomain: map[string]string{"decode": "b"}, later: "c"},
 }
 
 // TestTreeFaults: the trees' Jobs run; then, at once, each case's fault
 // hits one member: a Pod-mode leaf is replaced in place in its domain
 // (MembersLost ReplacedInPlace on the leaf, its sibling untouched); under
 // a composite whose disruptionMode is All every leaf restarts whole (all
-// new pods, DisruptionTarget GangRestarted on each leaf), and no device
-// is ever allocated twice.
+// new pods, DisruptionTarget GangRestarted on each leaf); a leaf whose
+// own disruptionMode is All restarts whole back in its previous domain
+// though a tighter one opened meanwhile; and no device is ever allocated
+// twice.
 func TestTreeFaults(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{ControllerManager: true, Kwok: true, CompositePodGroups: true, NodeMonitorGracePeriod: nodeMonitorGrace})
 	admin := cp.AdminClient(t)
@@ -76,6 +97,9 @@ func TestTreeFaults(t *testing.T) {
 		itest.GangNamespace(t, admin, c.name, gpusPerNode)
 	}
 	waitNodesReady(t, admin, nodes)
+	for _, c := range treeCases {
+		cordonDomain(t, admin, c, true)
+	}
 	startScheduler(t, cp)
 	for _, c := range treeCases {
 		createTree(t, admin, c)
@@ -120,16 +144,23 @@ func createTree(t *testing.T, admin kubernetes.Interface, c *treeCase) {
 		if leaf == c.victimLeaf && c.policy != "" {
 			pg.Annotations = map[string]string{vocab.AnnotationOnMemberLoss: c.policy, vocab.AnnotationReplacementTimeout: c.timeout.String()}
 		}
+		if leaf == c.wholeLeaf {
+			pg.Spec.DisruptionMode = &schedulingv1beta1.DisruptionMode{All: &schedulingv1beta1.AllDisruptionMode{}}
+		}
+		pg.Spec.SchedulingPolicy.Gang.MinCount = int32(c.size(leaf))
 		_, err := admin.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
 		itest.Must(t, "create podgroup", err)
 		pod := itest.TemplatePod(ns, "", leaf)
 		pod.Spec.Tolerations = nil // the fault taints must evict them
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 		pod.Spec.NodeSelector = map[string]string{caseLabel: c.name}
+		if d := c.leafDomain[leaf]; d != "" {
+			pod.Spec.NodeSelector[domainLabel] = c.name + d
+		}
 		pod.Spec.ResourceClaims = pod.Spec.ResourceClaims[1:] // no fabric channel
 		pod.Spec.Containers[0].Resources.Claims = pod.Spec.Containers[0].Resources.Claims[1:]
 		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: leaf},
-			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2), Completions: ptr.To[int32](2), CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			Spec: batchv1.JobSpec{Parallelism: ptr.To(int32(c.size(leaf))), Completions: ptr.To(int32(c.size(leaf))), CompletionMode: ptr.To(batchv1.IndexedCompletion),
 				BackoffLimit: ptr.To[int32](20), Template: corev1.PodTemplateSpec{Spec: pod.Spec}}}
 		_, err = admin.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})
 		itest.Must(t, "create job", err)
@@ -164,12 +195,12 @@ func readTree(ctx context.Context, admin kubernetes.Interface, ns string) (treeP
 	return out, nil
 }
 
-// running says why the tree does not run whole (4 live pods bound, each
-// leaf in one NVLink domain), if it does not.
-func (tp treePods) running() error {
+// running says why case c's tree does not run whole (every member's live
+// pod bound, each leaf in one NVLink domain), if it does not.
+func (tp treePods) running(c *treeCase) error {
 	for _, leaf := range treeLeaves {
 		doms := map[string]bool{}
-		for r := range 2 {
+		for r := range c.size(leaf) {
 			p := tp[fmt.Sprintf("%s/%d", leaf, r)]
 			if p == nil || p.Spec.NodeName == "" {
 				return fmt.Errorf("%s/%d not bound: %s", leaf, r, tp)
@@ -199,14 +230,14 @@ func (tp treePods) uids() map[string]types.UID {
 	return out
 }
 
-// waitTree polls until the tree runs whole and check accepts it.
-func waitTree(t *testing.T, admin kubernetes.Interface, ns, what string, check func(treePods) error) treePods {
+// waitTree polls until case c's tree runs whole and check accepts it.
+func waitTree(t *testing.T, admin kubernetes.Interface, c *treeCase, what string, check func(treePods) error) treePods {
 	t.Helper()
 	var out treePods
 	itest.Poll(t, what, replacementTimeout+60*time.Second, func(ctx context.Context) error {
-		tp, err := readTree(ctx, admin, ns)
+		tp, err := readTree(ctx, admin, c.name)
 		if err == nil {
-			err = tp.running()
+			err = tp.running(c)
 		}
 		if err == nil && check != nil {
 			err = check(tp)
@@ -220,7 +251,8 @@ func waitTree(t *testing.T, admin kubernetes.Interface, ns, what string, check f
 // runTreeCase waits for the tree, injects the fault and checks what
 // follows.
 func runTreeCase(t *testing.T, admin kubernetes.Interface, c *treeCase) {
-	before := waitTree(t, admin, c.name, "tree running", nil)
+	before := waitTree(t, admin, c, "tree running", nil)
+	cordonDomain(t, admin, c, false)
 	victimKey := fmt.Sprintf("%s/%d", c.victimLeaf, c.victimRank)
 	victim := before[victimKey]
 	node, domain := victim.Spec.NodeName, itest.DomainOf(victim.Spec.NodeName)
@@ -232,8 +264,13 @@ func runTreeCase(t *testing.T, admin kubernetes.Interface, c *treeCase) {
 		failedLeaf(t, admin, c, before, node, domain)
 		return
 	}
+	if c.wholeLeaf != "" {
+		restartedLeaf(t, admin, c, before, node, domain)
+		t.Logf("faults: %s %s → leaf %s restarted whole: fault→all bound %s", c.name, c.fault, c.wholeLeaf, since(start))
+		return
+	}
 	if !c.all {
-		after := waitTree(t, admin, c.name, "replaced in place", func(tp treePods) error {
+		after := waitTree(t, admin, c, "replaced in place", func(tp treePods) error {
 			for k, uid := range tp.uids() {
 				if (k == victimKey) == (uid == old[k]) {
 					return fmt.Errorf("%s: same pod %v, want a new pod only for %s: %s", k, uid == old[k], victimKey, tp)
@@ -251,7 +288,7 @@ func runTreeCase(t *testing.T, admin kubernetes.Interface, c *treeCase) {
 		t.Logf("faults: %s %s → in_place: fault→all bound %s", c.name, c.fault, since(start))
 		return
 	}
-	after := waitTree(t, admin, c.name, "restarted whole", func(tp treePods) error {
+	after := waitTree(t, admin, c, "restarted whole", func(tp treePods) error {
 		for k, uid := range tp.uids() {
 			if uid == old[k] {
 				return fmt.Errorf("%s is still the same pod: %s", k, tp)
@@ -270,6 +307,54 @@ func runTreeCase(t *testing.T, admin kubernetes.Interface, c *treeCase) {
 		})
 	}
 	t.Logf("faults: %s %s → restarted: fault→all bound %s", c.name, c.fault, since(start))
+}
+
+// restartedLeaf: the victim's leaf, disrupted only whole, restarts whole
+// (every member a new pod, DisruptionTarget GangRestarted) back in its
+// previous NVLink domain, off the failed node; its sibling keeps running,
+// the same pods.
+func restartedLeaf(t *testing.T, admin kubernetes.Interface, c *treeCase, before treePods, node, domain string) {
+	t.Helper()
+	old := before.uids()
+	after := waitTree(t, admin, c, "the leaf restarted whole", func(tp treePods) error {
+		for k, uid := range tp.uids() {
+			leaf, _, _ := strings.Cut(k, "/")
+			if (leaf == c.wholeLeaf) == (uid == old[k]) {
+				return fmt.Errorf("%s: same pod %v, want new pods for %s only: %s", k, uid == old[k], c.wholeLeaf, tp)
+			}
+		}
+		return nil
+	})
+	for r := range c.size(c.wholeLeaf) {
+		p := after[fmt.Sprintf("%s/%d", c.wholeLeaf, r)]
+		if d := itest.DomainOf(p.Spec.NodeName); d != domain || p.Spec.NodeName == node {
+			t.Errorf("restarted %s runs on %s in %s, want another node of its previous domain %s: %s", p.Name, p.Spec.NodeName, d, domain, after)
+		}
+	}
+	itest.Poll(t, "DisruptionTarget GangRestarted on "+c.wholeLeaf, 20*time.Second, func(ctx context.Context) error {
+		return leafCondition(ctx, admin, c.name, c.wholeLeaf, schedulingv1beta1.DisruptionTarget, metav1.ConditionFalse, vocab.ReasonGangRestarted)
+	})
+}
+
+// cordonDomain cordons (on) or opens case c's later domain, if it has
+// one; opened, it waits until its nodes are schedulable and untainted.
+func cordonDomain(t *testing.T, admin kubernetes.Interface, c *treeCase, on bool) {
+	t.Helper()
+	if c.later == "" {
+		return
+	}
+	d := c.name + c.later
+	var names []string
+	for j := range c.domains[c.later[0]-'a'] {
+		name := fmt.Sprintf("%s-%d", d, j)
+		patch := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, on)
+		_, err := admin.CoreV1().Nodes().Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{})
+		itest.Must(t, "cordon node", err)
+		names = append(names, name)
+	}
+	if !on {
+		waitNodesReady(t, admin, names)
+	}
 }
 
 // failedLeaf: the victim's leaf fails (Failed=True NoReplacement) and its
@@ -301,7 +386,7 @@ func failedLeaf(t *testing.T, admin kubernetes.Interface, c *treeCase, before tr
 		if err != nil {
 			return err
 		}
-		for r := range 2 {
+		for r := range c.size(sibling) {
 			k := fmt.Sprintf("%s/%d", sibling, r)
 			if p := tp[k]; p == nil || p.Spec.NodeName == "" || same && p.UID != before[k].UID {
 				return fmt.Errorf("%s is not running (the same pod: %v): %s", k, same, tp)
@@ -321,7 +406,7 @@ func failedLeaf(t *testing.T, admin kubernetes.Interface, c *treeCase, before tr
 		if err != nil {
 			return err
 		}
-		for r := range 2 {
+		for r := range c.size(c.victimLeaf) {
 			if tp[fmt.Sprintf("%s/%d", c.victimLeaf, r)] == nil {
 				return fmt.Errorf("%s/%d not recreated yet: %s", c.victimLeaf, r, tp)
 			}
