@@ -7,19 +7,11 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"k8s.io/klog/v2"
-
-	"github.com/gpufabric/gpufabric/pkg/component/logging"
-	"github.com/gpufabric/gpufabric/pkg/component/version"
+	"github.com/gpufabric/gpufabric/pkg/component/daemon"
 	"github.com/gpufabric/gpufabric/pkg/gang/scheduler"
 )
 
@@ -30,51 +22,8 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	defer klog.Flush()
 	fs := flag.NewFlagSet(binaryName, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	opts := bindFlags(fs)
-	logOpts, err := logging.AddFlags(fs, "", nil)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		return 0
-	} else if err != nil {
-		return 2
-	}
-	if *showVersion {
-		fmt.Fprint(stdout, version.Get().Line(binaryName))
-		return 0
-	}
-	if err := applyEnv(fs, os.LookupEnv); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	if err := opts.validate(); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	if err := logOpts.Apply(); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := klog.Background().WithName(binaryName)
-	logger.Info("Starting "+binaryName, version.Get().KeysAndValues()...)
-	ctx = klog.NewContext(ctx, logger)
-	err = opts.run(ctx)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, scheduler.ErrLostLeadership):
-		logger.Info("Lost leadership, exiting")
-		return 1
-	default:
-		logger.Error(err, "Scheduler failed")
-		return 1
-	}
+	return daemon.Main(daemon.Spec{Name: binaryName, ApplyEnv: applyEnv, Validate: opts.validate, Run: opts.run,
+		LostLeadership: scheduler.ErrLostLeadership}, fs, args, stdout, stderr)
 }
