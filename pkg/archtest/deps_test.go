@@ -104,6 +104,8 @@ var rules = []struct {
 	// The failure model is a leaf of the simulator: rates, the seeded
 	// schedule and checkpoint arithmetic, no cluster view.
 	{"pkg/sim/failures", nil},
+	// The occupancy chart is a leaf: per-bucket averages in, SVG out.
+	{"pkg/sim/chart", nil},
 	// inspect reads priorities as the scheduler does (pure helpers), and
 	// the free-room view in the format the scheduler writes.
 	{"pkg/inspect", []string{"pkg/topology", "pkg/gang/vocab", "pkg/gang/preemption", "pkg/gang/freeroom", "pkg/gang/placement/spares"}},
@@ -123,7 +125,7 @@ var rules = []struct {
 
 // pure packages (with their whole dependency graph) never import
 // client-go: snapshot in, decision out.
-var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/fabric", "pkg/sim/failures", "pkg/sim/trees", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
+var pure = []string{"pkg/topology", "pkg/gang/composite", "pkg/gang/commit/recordwire", "pkg/gang/vocab", "pkg/gang/gate", "pkg/gang/podstate", "pkg/gang/ungate", "pkg/gang/placement", "pkg/gang/placement/index", "pkg/gang/placement/segment", "pkg/gang/placement/cost", "pkg/gang/placement/spares", "pkg/gang/placement/fabricrank", "pkg/gang/placement/rails", "pkg/gang/placement/extended", "pkg/gang/placement/rank", "pkg/gang/preemption", "pkg/sim", "pkg/sim/fabric", "pkg/sim/failures", "pkg/sim/trees", "pkg/sim/chart", "pkg/claims", "pkg/claims/cdi", "pkg/claims/checkpoint", "pkg/claims/config", "pkg/workloads/grouping"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

@@ -8,7 +8,7 @@
 // workload scheduling, Kueue TAS BestFit), engine.go (the gpufabric
 // placement engine as a policy), sim.go (the discrete-event loop),
 // metrics.go (per-policy results), report.go (markdown table), svg.go
-// (occupancy chart), reserve.go (gpufabric-reserve: starvation
+// (the occupancy chart's lines; the leaf pkg/sim/chart draws it), reserve.go (gpufabric-reserve: starvation
 // reservations as a policy), sizes.go (the large-gang table by gang size),
 // recovery.go (the failure policies: replacement rules, spares),
 // goodput.go (failure runs: failures, replacements, restarts, work kept),
