@@ -14,8 +14,10 @@
 // evict.go (evicting a nomination's victims, nominatedNodeName; writer: the
 // Eviction API and pod status), nomination.go (the nomination record in
 // the commit room's record Store), victims.go (preemption units, budgets),
-// trees.go (Trees: victims in CompositePodGroup trees), starve.go (reservations of starving gangs), restart.go (Restarter,
-// Disruptions), metrics.go (preemption metrics), priority.go (Priorities:
+// trees.go (Trees: victims in CompositePodGroup trees), starve.go
+// (reservations of starving gangs), restart.go (Restarter, Disruptions),
+// restartclaims.go (a restart waits, at most ClaimRelease, for its old
+// members' own claims to release their devices), metrics.go (preemption metrics), priority.go (Priorities:
 // gangs' effective priorities from their PriorityClass and pods).
 //
 // Rules (docs/design/preemption.md, docs/design/health.md):

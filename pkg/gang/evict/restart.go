@@ -163,6 +163,9 @@ type Restarter struct {
 	// blocked: restarts whose last eviction round was refused, by gang
 	// key.
 	blocked map[string]*restartBlock
+	// claims: the old members' claims of restarts under way, by gang key
+	// (restartclaims.go).
+	claims map[string]*oldClaims
 }
 
 // restartBlock is the backoff of one restart (its boundary) whose
@@ -177,7 +180,7 @@ type restartBlock struct {
 // NewRestarter returns the Restarter for cfg (its Disruptions are the ones
 // the loop's pod informer notes).
 func NewRestarter(cfg Config) *Restarter {
-	r := &Restarter{cfg: &cfg, clock: cfg.Clock, blocked: map[string]*restartBlock{}}
+	r := &Restarter{cfg: &cfg, clock: cfg.Clock, blocked: map[string]*restartBlock{}, claims: map[string]*oldClaims{}}
 	if r.clock == nil {
 		r.clock = clock.RealClock{}
 	}
@@ -241,7 +244,8 @@ func (r *Restarter) unblock(key string) {
 
 // RestartGang runs the whole-gang restart of pg, whose members now are
 // pending (waiting to be placed) and running. It returns going=true while
-// the old members are going: nothing of the gang is placed meanwhile.
+// the old members are going, and then while their own claims still hold
+// devices (at most ClaimRelease): nothing of the gang is placed meanwhile.
 // After that it returns replaced=true while the members left are the
 // restart's new gang: the loop forgets the old members (the finished or
 // failed ones no longer make the new ones late members), so the new
@@ -275,6 +279,12 @@ func (r *Restarter) RestartGang(ctx context.Context, pg *schedulingv1beta1.PodGr
 	old, err := r.evictOldMembers(ctx, pg, boundary)
 	if err != nil || old > 0 {
 		return true, false, err
+	}
+	if r.claimsHeld(key, pg.Namespace, boundary) {
+		// Their devices come back soon: the new gang then sees its
+		// previous domain as it is.
+		klog.FromContext(ctx).V(4).Info("Whole restart waits for its old members' claims", "podgroup", klog.KObj(pg))
+		return true, false, nil
 	}
 	r.unblock(key)
 	// Once: a released claim may be the new gang's on the next turn.
@@ -344,6 +354,7 @@ func (r *Restarter) evictOldMembers(ctx context.Context, pg *schedulingv1beta1.P
 			continue // its node will never confirm it: gone
 		}
 		left++
+		r.noteClaims(key, boundary, p)
 		if p.DeletionTimestamp != nil || wait {
 			continue
 		}
