@@ -74,8 +74,8 @@ var treeCases = []*treeCase{
 	// in b; c (3 nodes) opens once the tree runs. After the fault prefill
 	// restarts whole back in a (4 nodes left), not in c, which best fit
 	// alone would choose: a restarted leaf goes back to its previous
-	// domain. Policy Wait keeps it there while its old claims are still
-	// being released (Restart would let it go to c then).
+	// domain. Policy Wait keeps it there however long its old claims take
+	// to be released (a restart waits for them at most 15 s).
 	{faultCase: faultCase{name: "treeback", domains: []int{5, 2, 3}, fault: itest.FaultTaint, policy: vocab.PolicyWait, timeout: 90 * time.Second},
 		victimLeaf: "prefill", victimRank: 0,
 		sizes: map[string]int{"prefill": 3}, wholeLeaf: "prefill", leafDomain: map[string]string{"decode": "b"}, later: "c"},
