@@ -89,7 +89,7 @@ func GrantRules(ctx context.Context, admin kubernetes.Interface, user string, ru
 	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create cluster role binding %s: %w", user, err)
 	}
-	return nil
+	return WaitGranted(ctx, admin, user, "", rules)
 }
 
 // LoadRules reads a YAML list of RBAC rules (the chart's files/rbac/*.yaml)

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpufabric/gpufabric/test/integration/framework"
 )
 
 // EndpointTokenNamespace holds the service accounts EndpointToken makes.
@@ -42,6 +44,7 @@ func EndpointToken(t testing.TB, admin kubernetes.Interface, name string, paths 
 		}
 		_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
 		Must(t, "bind cluster role for "+name, err)
+		Must(t, "rules in force for "+name, framework.WaitGranted(ctx, admin, "system:serviceaccount:"+EndpointTokenNamespace+":"+name, "", role.Rules))
 	}
 	tr, err := admin.CoreV1().ServiceAccounts(EndpointTokenNamespace).CreateToken(ctx, name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
