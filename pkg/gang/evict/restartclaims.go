@@ -16,8 +16,8 @@ import (
 const ClaimRelease = 15 * time.Second
 
 // Bounds of what a Restarter remembers of old members' claims: per
-// restart, and restarts at once (past it, the oldest are forgotten: they
-// just do not wait).
+// restart, and restarts at once (past it, all are forgotten: those
+// restarts just do not wait).
 const (
 	maxOldClaims  = 4096
 	maxClaimWaits = 1024
